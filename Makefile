@@ -1,0 +1,18 @@
+# enzcc: `make demo` and `make test` set everything up on a fresh Debian machine.
+PYTHON ?= python3
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test clean
+
+setup:
+	@PYTHON=$(PYTHON) ./scripts/setup.sh
+
+demo: setup
+	@$(MAKE) --no-print-directory -C examples/demo run
+
+test: setup
+	$(PYTHON) -m pytest -q $(PYTEST_ARGS)
+
+clean:
+	@$(MAKE) --no-print-directory -C examples/demo clean
+	rm -rf .pytest_cache build

@@ -1,0 +1,3 @@
+from enzcc.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Native backend: bitcode records, llvmlite link/optimize/codegen, and the pipeline."""

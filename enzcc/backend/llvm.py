@@ -1,0 +1,126 @@
+"""Thin layer over llvmlite: initialization, reading modules, target machines, optimization, codegen."""
+
+from __future__ import annotations
+
+import llvmlite.binding as llvm
+
+from enzcc.errors import EnzccError
+
+_initialized = False
+
+
+def ensure_initialized() -> None:
+    global _initialized
+    if not _initialized:
+        llvm.initialize_all_targets()
+        llvm.initialize_all_asmprinters()
+        _initialized = True
+
+
+def host_triple() -> str:
+    ensure_initialized()
+    return llvm.get_default_triple()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    for line in text.splitlines():
+        line = line.strip()
+        if line:
+            return line
+    return type(exc).__name__
+
+
+def parse_bitcode(data: bytes, where: str) -> llvm.ModuleRef:
+    """Parse bitcode; a failure is an :class:`EnzccError` naming ``where``."""
+    ensure_initialized()
+    try:
+        return llvm.parse_bitcode(data)
+    except Exception as exc:  # llvmlite raises RuntimeError with LLVM's message
+        raise EnzccError(f"invalid LLVM bitcode: {_first_line(exc)}", where) from None
+
+
+def parse_ir_text(text: str, where: str) -> llvm.ModuleRef:
+    """Parse LLVM 22 textual IR and verify it."""
+    ensure_initialized()
+    try:
+        mod = llvm.parse_assembly(text)
+    except Exception as exc:
+        raise EnzccError(f"invalid LLVM IR (this is LLVM {llvm.llvm_version_info[0]}): {_first_line(exc)}",
+                         where) from None
+    verify(mod, where)
+    return mod
+
+
+def read_ir_file(path: str) -> llvm.ModuleRef:
+    """Read a .bc or .ll file from any producer."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        raise EnzccError(f"cannot read {path}: {exc.strerror}") from None
+    if data[:2] == b"BC" or data[:4] == b"\xde\xc0\x17\x0b":
+        mod = parse_bitcode(data, path)
+        verify(mod, path)
+        return mod
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise EnzccError("neither LLVM bitcode nor LLVM IR text", path) from None
+    return parse_ir_text(text, path)
+
+
+def verify(mod: llvm.ModuleRef, where: str) -> None:
+    try:
+        mod.verify()
+    except Exception as exc:
+        raise EnzccError(f"broken LLVM IR: {_first_line(exc)}", where) from None
+
+
+def target_machine(triple: str, opt_level: int, cpu: str | None = None, features: str | None = None,
+                   pic: bool = True) -> llvm.TargetMachine:
+    """A target machine for ``triple``. NVPTX defaults to sm_90 with PTX 8.0."""
+    ensure_initialized()
+    try:
+        target = llvm.Target.from_triple(triple)
+    except Exception as exc:
+        raise EnzccError(f"unsupported target '{triple}': {_first_line(exc)}") from None
+    if triple.startswith("nvptx"):
+        cpu = cpu or "sm_90"
+        features = features if features is not None else "+ptx80"
+        return target.create_target_machine(cpu=cpu, features=features, opt=min(opt_level, 3))
+    if cpu == "native":
+        cpu = llvm.get_host_cpu_name()
+        features = llvm.get_host_cpu_features().flatten()
+    return target.create_target_machine(cpu=cpu or "", features=features or "", opt=min(opt_level, 3),
+                                        reloc="pic" if pic else "static", codemodel="small")
+
+
+def optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, level: int) -> None:
+    """Run LLVM's default per-module pipeline at ``-O<level>`` (new pass manager)."""
+    pto = llvm.create_pipeline_tuning_options(speed_level=max(0, min(level, 3)))
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+
+
+def emit_object(mod: llvm.ModuleRef, tm: llvm.TargetMachine) -> bytes:
+    return tm.emit_object(mod)
+
+
+def emit_assembly(mod: llvm.ModuleRef, tm: llvm.TargetMachine) -> str:
+    return tm.emit_assembly(mod)
+
+
+def defined_and_undefined(mod: llvm.ModuleRef) -> tuple[set[str], set[str]]:
+    """Names of the global symbols a module defines and the ones it needs from elsewhere."""
+    defined: set[str] = set()
+    undefined: set[str] = set()
+    local = (llvm.Linkage.internal, llvm.Linkage.private)
+    for value in list(mod.functions) + list(mod.global_variables):
+        if value.name.startswith("llvm."):
+            continue
+        if value.is_declaration:
+            undefined.add(value.name)
+        elif value.linkage not in local:
+            defined.add(value.name)
+    return defined, undefined - defined

@@ -1,0 +1,170 @@
+"""The whole-program pipeline: link bitcode -> optimize -> AD -> optimize again -> codegen.
+
+AD runs on optimized IR by default (the Enzyme paper's point); ``--ad-mode=before-opt`` runs it on the
+unoptimized linked module instead, for comparison.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import llvmlite.binding as llvm
+
+from enzcc.backend import llvm as L
+from enzcc.backend.embed import BitcodeRecord
+from enzcc.errors import EnzccError
+from enzcc.timing import TIMES
+
+ENZYME_PREFIX = "__enzyme_"
+
+
+@dataclass
+class PipelineOptions:
+    """How to run the pipeline."""
+
+    opt_level: int = 0
+    """Speed level of both optimization runs (0..3)."""
+    ad_mode: str = "after-opt"
+    """``after-opt`` (default) or ``before-opt``."""
+    cpu: str | None = None
+    """CPU for codegen (``-march``); for NVPTX the SM, e.g. ``sm_90``."""
+    triple: str | None = None
+    """Target triple; defaults to the first module's."""
+
+
+# ---------------------------------------------------------------------------------------------
+# link
+
+
+def _compatible(a: str, b: str) -> bool:
+    """Same architecture and OS (vendor may differ: rustc says 'unknown', clang 'pc')."""
+    pa, pb = a.split("-"), b.split("-")
+    return pa[0] == pb[0] and pa[2:3] == pb[2:3]
+
+
+def link_modules(records: list[BitcodeRecord], archives: list[tuple[str, list[BitcodeRecord]]] = (),
+                 triple: str | None = None) -> llvm.ModuleRef:
+    """Link ``records`` into one module, then pull in archive members that define still-undefined
+    symbols (repeating until nothing changes, like ``--start-group``)."""
+    with TIMES.stage("link", f"{len(records)} module(s)"):
+        mods = [(rec, L.parse_bitcode(rec.bitcode, rec.source or "<bitcode>")) for rec in records]
+        if not mods:
+            raise EnzccError("no LLVM bitcode to link")
+        dst = mods[0][1]
+        if triple:
+            dst.triple = triple
+        for rec, mod in mods[1:]:
+            _link_into(dst, mod, rec.source)
+        pending = [(name, rec) for name, recs in archives for rec in recs]
+        changed = True
+        while pending and changed:
+            changed = False
+            _, undefined = L.defined_and_undefined(dst)
+            for item in list(pending):
+                name, rec = item
+                mod = L.parse_bitcode(rec.bitcode, f"{name}({rec.source})")
+                defined, _ = L.defined_and_undefined(mod)
+                if defined & undefined:
+                    _link_into(dst, mod, f"{name}({rec.source})")
+                    pending.remove(item)
+                    changed = True
+                    _, undefined = L.defined_and_undefined(dst)
+        L.verify(dst, "linked module")
+        return dst
+
+
+def _link_into(dst: llvm.ModuleRef, src: llvm.ModuleRef, where: str) -> None:
+    if src.triple != dst.triple:
+        if src.triple and dst.triple and not _compatible(src.triple, dst.triple):
+            raise EnzccError(f"cannot link a module for '{src.triple}' into one for '{dst.triple}'", where)
+        src.triple = dst.triple
+        src.data_layout = dst.data_layout
+    try:
+        dst.link_in(src)
+    except RuntimeError as exc:
+        raise EnzccError(f"link error: {L._first_line(exc)}", where) from None
+
+
+# ---------------------------------------------------------------------------------------------
+# AD stage
+
+
+def enzyme_calls(mod: llvm.ModuleRef) -> list[tuple[str, str]]:
+    """(caller, callee) for every call to an ``__enzyme_*`` function."""
+    targets = {fn.name for fn in mod.functions if fn.name.startswith(ENZYME_PREFIX)}
+    if not targets:
+        return []
+    found = []
+    for fn in mod.functions:
+        if fn.is_declaration:
+            continue
+        for block in fn.blocks:
+            for ins in block.instructions:
+                if ins.opcode in ("call", "invoke"):
+                    ops = list(ins.operands)
+                    callee = ops[-1].name if ops else ""
+                    if callee in targets:
+                        found.append((fn.name, callee))
+    return found
+
+
+def ad_stage(mod: llvm.ModuleRef, opts: PipelineOptions, where: str) -> tuple[llvm.ModuleRef, bool]:
+    """Replace ``__enzyme_*`` calls with synthesized derivatives. Returns (module, changed)."""
+    calls = enzyme_calls(mod)
+    if not calls:
+        return mod, False
+    caller, callee = calls[0]
+    raise EnzccError(f"call to {callee} in function '{caller}': the AD transform is not available in this "
+                     "version of enzcc")
+
+
+# ---------------------------------------------------------------------------------------------
+# the pipeline
+
+
+def run_pipeline(mod: llvm.ModuleRef, opts: PipelineOptions, tm: llvm.TargetMachine, where: str) -> llvm.ModuleRef:
+    """optimize -> AD -> optimize (or AD -> optimize with ``before-opt``)."""
+    if opts.ad_mode == "before-opt":
+        with TIMES.stage("ad", where):
+            mod, _ = ad_stage(mod, opts, where)
+        with TIMES.stage("optimize", f"-O{opts.opt_level}"):
+            L.optimize(mod, tm, opts.opt_level)
+        return mod
+    with TIMES.stage("optimize", f"-O{opts.opt_level}"):
+        L.optimize(mod, tm, opts.opt_level)
+    with TIMES.stage("ad", where):
+        mod, changed = ad_stage(mod, opts, where)
+    if changed:
+        with TIMES.stage("optimize", f"-O{opts.opt_level} after AD"):
+            L.optimize(mod, tm, opts.opt_level)
+    return mod
+
+
+def codegen(mod: llvm.ModuleRef, tm: llvm.TargetMachine, kind: str) -> bytes:
+    """``kind``: ``object`` (native object bytes) or ``asm`` (assembly / PTX text)."""
+    with TIMES.stage("codegen", kind):
+        if kind == "asm":
+            return L.emit_assembly(mod, tm).encode()
+        return L.emit_object(mod, tm)
+
+
+def compile_module_to_object(mod: llvm.ModuleRef, level: int, cpu: str | None, where: str) -> bytes:
+    """Optimize and codegen one module (used for IR inputs compiled with ``-c``; no AD here, AD waits for
+    the link or runs in :func:`build`)."""
+    tm = L.target_machine(mod.triple or L.host_triple(), level, cpu)
+    with TIMES.stage("optimize", f"-O{level}"):
+        L.optimize(mod, tm, level)
+    return codegen(mod, tm, "object")
+
+
+def build(records: list[BitcodeRecord], opts: PipelineOptions, kind: str, where: str,
+          archives: list[tuple[str, list[BitcodeRecord]]] = ()) -> bytes:
+    """The whole pipeline from bitcode records to object/assembly/PTX bytes."""
+    mod = link_modules(records, archives, opts.triple)
+    triple = opts.triple or mod.triple or L.host_triple()
+    mod.triple = triple
+    tm = L.target_machine(triple, opts.opt_level, opts.cpu)
+    if not mod.data_layout:
+        mod.data_layout = str(tm.target_data)
+    mod = run_pipeline(mod, opts, tm, where)
+    return codegen(mod, tm, kind)

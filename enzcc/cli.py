@@ -1,0 +1,63 @@
+"""Command-line entry points: ``enzcc`` / ``enzcc++`` (clang-compatible) and ``enzcc build``."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from enzcc.errors import EnzccError, SubprocessFailed
+
+
+def _report(exc: EnzccError) -> int:
+    if isinstance(exc, SubprocessFailed) and exc.quiet:
+        return exc.exit_code  # the tool already printed its diagnostics
+    if exc.location:
+        print(exc.format(), file=sys.stderr)
+    else:
+        print(f"enzcc: {exc.format()}", file=sys.stderr)
+    return exc.exit_code
+
+
+def guarded(fn, *args) -> int:
+    """Run ``fn``; turn every failure into one line on stderr and an exit code (never a traceback)."""
+    try:
+        return fn(*args)
+    except EnzccError as exc:
+        return _report(exc)
+    except KeyboardInterrupt:
+        print("enzcc: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 141
+    except Exception as exc:  # a bug in enzcc: still one line, with a way to see more
+        if os.environ.get("ENZCC_DEBUG"):
+            import traceback
+
+            traceback.print_exc()
+        first = str(exc).strip().splitlines()
+        detail = f": {first[0]}" if first else ""
+        print(f"enzcc: internal error: {type(exc).__name__}{detail} (set ENZCC_DEBUG=1 for details)",
+              file=sys.stderr)
+        return 70
+
+
+def _drive(argv: list[str], cxx: bool) -> int:
+    from enzcc.driver import Driver
+    from enzcc.flags import parse_args
+
+    if argv and argv[0] == "build":
+        from enzcc.buildconfig import build_main
+
+        return build_main(argv[1:])
+    return Driver(parse_args(argv), cxx=cxx).run()
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    cxx = os.path.basename(sys.argv[0]).endswith("++")
+    return guarded(_drive, argv, cxx)
+
+
+def main_cxx(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    return guarded(_drive, argv, True)

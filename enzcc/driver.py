@@ -1,0 +1,362 @@
+"""The clang-compatible driver: compile (-c), assembly (-S), link, and everything clang answers alone."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from enzcc import __version__
+from enzcc.backend import embed as E
+from enzcc.backend.pipeline import PipelineOptions, build
+from enzcc.errors import EnzccError
+from enzcc.flags import Input, Invocation
+from enzcc.frontends import CompileRequest, frontend_for
+from enzcc.timing import TIMES
+from enzcc.tools import find_tool, run
+
+
+@contextmanager
+def atomic_output(path: str):
+    """Yield a temporary path beside ``path``; move it into place only if the block succeeds, so a failed
+    build never leaves a half-written output (and parallel makes never share a temporary)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise EnzccError(f"cannot write {path}: directory {directory} does not exist")
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.enzcc-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    try:
+        yield tmp
+        if not os.path.exists(tmp):
+            raise EnzccError(f"no output was produced for {path}")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def write_atomically(path: str, data: bytes, mode: int | None = None) -> None:
+    with atomic_output(path) as tmp:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        if mode is not None:
+            os.chmod(tmp, mode)
+
+
+@dataclass
+class LinkItem:
+    """One element of the native link line after classification."""
+
+    kind: str
+    """``flag``, ``native`` (object/archive/library without bitcode), ``bitcode`` (object with bitcode),
+    ``archive`` (archive with bitcode members)."""
+    value: str
+    records: list[E.BitcodeRecord] = field(default_factory=list)
+    keep_native: bool = False
+    """For archives: some members have no bitcode, so the archive still goes to the native linker."""
+
+
+class Driver:
+    """Runs one classified command line."""
+
+    def __init__(self, inv: Invocation, cxx: bool = False, extra_lang_args: dict[str, list[str]] | None = None):
+        self.inv = inv
+        self.cxx = cxx
+        self.extra_lang_args = extra_lang_args or {}
+        self.workdir = tempfile.mkdtemp(prefix="enzcc-")
+
+    # -- entry ----------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        try:
+            mode = self.inv.mode
+            if mode == "enzcc-version":
+                print(f"enzcc {__version__}")
+                return 0
+            if mode == "query":
+                return self.query()
+            if mode in ("preprocess", "passthrough"):
+                return self.passthrough()
+            if not self.inv.inputs:
+                raise EnzccError("no input files")
+            if mode == "compile":
+                return self.compile_mode()
+            if mode == "asm":
+                return self.asm_mode()
+            return self.link_mode()
+        finally:
+            if self.inv.time_report:
+                TIMES.report()
+            if self.inv.keep_temps:
+                print(f"enzcc: temporaries kept in {self.workdir}", file=sys.stderr)
+            else:
+                shutil.rmtree(self.workdir, ignore_errors=True)
+
+    # -- things clang does alone ----------------------------------------------------------------
+
+    def _own_flags_removed(self) -> list[str]:
+        from enzcc.flags import ENZCC, lookup
+
+        out, skip = [], False
+        for arg in self.inv.args:
+            if skip:
+                skip = False
+                continue
+            spec, joined = lookup(arg)
+            if spec is not None and spec.role == ENZCC:
+                skip = spec.arity == 1 and joined is None
+                continue
+            out.append(arg)
+        return out
+
+    def _native_driver(self) -> str:
+        langs = {i.lang for i in self.inv.inputs}
+        if "fortran" in langs:
+            return find_tool("flang")
+        return find_tool("clang++" if (self.cxx or "c++" in langs) else "clang")
+
+    def query(self) -> int:
+        args = self._own_flags_removed()
+        proc = subprocess.run([self._native_driver(), *args])
+        if "--version" in args and proc.returncode == 0:
+            print(f"enzcc {__version__}: Enzyme-style automatic differentiation on LLVM 22 (clang-compatible driver)")
+        return proc.returncode
+
+    def passthrough(self) -> int:
+        return subprocess.run([self._native_driver(), *self._own_flags_removed()]).returncode
+
+    # -- compiling one source ---------------------------------------------------------------------
+
+    def request(self, inp: Input, out_obj: str, final_name: str) -> CompileRequest:
+        inv = self.inv
+        return CompileRequest(src=inp.path, lang=inp.lang, out_obj=out_obj, final_name=final_name,
+                              workdir=self.workdir, compile_args=list(inv.compile_args), dep_args=list(inv.dep_args),
+                              opt_level=inv.opt_level, opt_flag=inv.opt_flag, target=inv.target, cpu=inv.cpu,
+                              forced_lang=inp.forced or bool(inv.lang_override),
+                              lang_args=list(self.extra_lang_args.get(inp.lang, [])))
+
+    def record_for(self, req: CompileRequest, bitcode: bytes) -> E.BitcodeRecord:
+        return E.BitcodeRecord(bitcode=bitcode, source=req.src, lang=req.lang, opt=req.level,
+                               target=self.inv.target or "")
+
+    def compile_source(self, inp: Input, out_obj: str, final_name: str) -> list[E.BitcodeRecord]:
+        """Write ``out_obj``: the real native object carrying the source's bitcode (for NVPTX, where there is
+        no native object to make, a bitcode container). Returns the records."""
+        if not os.path.exists(inp.path) and inp.path != "-":
+            raise EnzccError(f"no such file or directory: '{inp.path}'")
+        fe = frontend_for(inp.lang)
+        req = self.request(inp, out_obj, final_name)
+        if self.inv.is_nvptx:
+            if not fe.has_bitcode:
+                raise EnzccError("assembly sources cannot be compiled for NVPTX", inp.path)
+            with TIMES.stage("frontend", inp.path):
+                rec = self.record_for(req, fe.bitcode(req))
+            with open(out_obj, "wb") as fh:
+                fh.write(E.pack_records([rec]))
+            return [rec]
+        with TIMES.stage("frontend", inp.path):
+            fe.compile(req)
+        if not fe.has_bitcode:
+            return []
+        with TIMES.stage("frontend", f"{inp.path} (bitcode)"):
+            rec = self.record_for(req, fe.bitcode(req))
+        E.embed(out_obj, [rec], self.workdir)
+        return [rec]
+
+    def default_object_name(self, inp: Input) -> str:
+        return os.path.splitext(os.path.basename(inp.path))[0] + ".o"
+
+    def compile_mode(self) -> int:
+        sources = [i for i in self.inv.inputs if i.lang]
+        if self.inv.output and len(sources) > 1:
+            raise EnzccError("cannot specify -o when generating multiple output files")
+        for inp in self.inv.inputs:
+            if not inp.lang:
+                print(f"enzcc: warning: {inp.path}: linker input unused because linking is not done",
+                      file=sys.stderr)
+        for inp in sources:
+            out = self.inv.output or self.default_object_name(inp)
+            with atomic_output(out) as tmp:
+                self.compile_source(inp, tmp, out)
+        return 0
+
+    # -- assembly / PTX ---------------------------------------------------------------------------
+
+    def pipeline_options(self, records: list[E.BitcodeRecord]) -> PipelineOptions:
+        level = self.inv.opt_level
+        if level is None:
+            level = max((r.opt for r in records), default=0)
+        triple = self.inv.target if self.inv.target else None
+        return PipelineOptions(opt_level=level, ad_mode=self.inv.ad_mode, cpu=self.inv.cpu, triple=triple)
+
+    def asm_mode(self) -> int:
+        sources = [i for i in self.inv.inputs if i.lang]
+        if self.inv.output and len(sources) > 1:
+            raise EnzccError("cannot specify -o when generating multiple output files")
+        for inp in sources:
+            fe = frontend_for(inp.lang)
+            ext = ".ptx" if self.inv.is_nvptx else ".s"
+            out = self.inv.output or os.path.splitext(os.path.basename(inp.path))[0] + ext
+            if not fe.has_bitcode or (inp.lang in ("c", "c++") and not self.inv.is_nvptx
+                                      and not self._has_enzyme_calls(inp)):
+                # nothing for enzcc to do: clang's own -S output, exactly
+                rc = subprocess.run([self._native_driver(), *self._own_flags_removed()]).returncode
+                return rc
+            req = self.request(inp, os.path.join(self.workdir, "unused.o"), out)
+            with TIMES.stage("frontend", inp.path):
+                rec = self.record_for(req, fe.bitcode(req))
+            text = build([rec], self.pipeline_options([rec]), "asm", inp.path)
+            if self.inv.is_nvptx:
+                self.check_ptx(text, inp.path)
+            write_atomically(out, text)
+        return 0
+
+    def _has_enzyme_calls(self, inp: Input) -> bool:
+        fe = frontend_for(inp.lang)
+        req = self.request(inp, os.path.join(self.workdir, "unused.o"), "unused.o")
+        with TIMES.stage("frontend", f"{inp.path} (bitcode)"):
+            return b"__enzyme_" in fe.bitcode(req)
+
+    def check_ptx(self, ptx: bytes, where: str) -> None:
+        """Assemble the PTX with ptxas, when the CUDA toolkit is installed, to prove it is accepted."""
+        if os.environ.get("ENZCC_NO_PTXAS"):
+            return
+        ptxas = find_tool("ptxas", required=False)
+        if not ptxas:
+            return
+        path = os.path.join(self.workdir, "check.ptx")
+        with open(path, "wb") as fh:
+            fh.write(ptx)
+        proc = subprocess.run([ptxas, f"-arch={self.inv.cpu or 'sm_90'}", path, "-o", os.devnull],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            msg = (proc.stderr or proc.stdout).strip().splitlines()
+            raise EnzccError(f"ptxas rejected the generated PTX: {msg[0] if msg else proc.returncode}", where)
+
+    # -- link -------------------------------------------------------------------------------------
+
+    def _library_dirs(self) -> list[str]:
+        dirs = [f[2:] for f in self.inv.link_flags() if f.startswith("-L")]
+        dirs += [d for d in os.environ.get("LIBRARY_PATH", "").split(":") if d]
+        return dirs
+
+    def _resolve_lib(self, name: str) -> str | None:
+        """The file ``-l<name>`` names in the user's library directories (None: a system library)."""
+        static = "-static" in self.inv.link_flags()
+        if name.startswith(":"):
+            candidates = [name[1:]]
+        else:
+            candidates = ([] if static else [f"lib{name}.so"]) + [f"lib{name}.a"]
+        for d in self._library_dirs():
+            for cand in candidates:
+                path = os.path.join(d, cand)
+                if os.path.exists(path):
+                    return path
+        return None
+
+    def classify(self, path: str, flag: str | None = None) -> LinkItem:
+        """Look inside a link input for enzcc bitcode."""
+        shown = flag or path
+        if E.is_archive(path):
+            recs: list[E.BitcodeRecord] = []
+            native = False
+            for m in E.read_archive(path):
+                found = E.records_in_object(m.data, f"{path}({m.name})")
+                if not found and m.data[:8] == E.MAGIC:
+                    found = E.unpack_records(m.data, f"{path}({m.name})")
+                if found:
+                    recs += found
+                elif m.data[:4] == b"\x7fELF":
+                    native = True
+            if recs:
+                return LinkItem("archive", shown, recs, keep_native=native)
+            return LinkItem("native" if flag is None else "flag", shown)
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read()
+        except OSError:
+            return LinkItem("native" if flag is None else "flag", shown)  # the native linker reports it
+        if data[:8] == E.MAGIC:
+            return LinkItem("bitcode", path, E.unpack_records(data, path))
+        recs = E.records_in_object(data, path)
+        if recs:
+            return LinkItem("bitcode", path, recs)
+        return LinkItem("native" if flag is None else "flag", shown)
+
+    def link_mode(self) -> int:
+        items: list[LinkItem] = []
+        for n, x in enumerate(self.inv.link_line):
+            if isinstance(x, str):
+                lib = self._resolve_lib(x[2:]) if x.startswith("-l") else None
+                items.append(self.classify(lib, x) if lib else LinkItem("flag", x))
+            elif x.lang:
+                obj = os.path.join(self.workdir, f"{n}-{self.default_object_name(x)}")
+                recs = self.compile_source(x, obj, obj)
+                items.append(LinkItem("bitcode" if recs else "native", obj, recs))
+            else:
+                items.append(self.classify(x.path))
+        records = [r for it in items if it.kind == "bitcode" for r in it.records]
+        archives = [(it.value, it.records) for it in items if it.kind == "archive"]
+        output = self.inv.output or "a.out"
+        if self.inv.is_nvptx:
+            if not records:
+                raise EnzccError("nothing to link for NVPTX: no input carries bitcode")
+            ptx = build(records, self.pipeline_options(records), "asm", output, archives)
+            self.check_ptx(ptx, output)
+            write_atomically(output, ptx)
+            return 0
+        line: list[str] = []
+        extra: list[str] = []
+        if records:
+            all_records = records + [r for _, recs in archives for r in recs]
+            obj_bytes = build(records, self.pipeline_options(all_records), "object", output, archives)
+            if self.inv.whole_object:
+                write_atomically(output, obj_bytes)
+                return 0
+            whole = os.path.join(self.workdir, "enzcc-whole-program.o")
+            with open(whole, "wb") as fh:
+                fh.write(obj_bytes)
+            placed = False
+            for it in items:
+                if it.kind == "bitcode":
+                    if not placed:
+                        line.append(whole)
+                        placed = True
+                elif it.kind == "archive":
+                    if it.keep_native:
+                        line.append(it.value)
+                else:
+                    line.append(it.value)
+            extra = self.runtime_libraries({r.lang for r in all_records})
+        else:
+            if self.inv.whole_object:
+                raise EnzccError("--whole-program-object: no input carries bitcode")
+            line = [it.value for it in items]
+        langs = {r.lang for r in records}
+        linker = find_tool("clang++" if (self.cxx or "c++" in langs) else "clang")
+        with TIMES.stage("native-link", output):
+            with atomic_output(output) as tmp:
+                run([linker, *line, *extra, "-o", tmp], tool="linker")
+        return 0
+
+    def runtime_libraries(self, langs: set[str]) -> list[str]:
+        """Native libraries the languages in the program need (Fortran and Rust runtimes)."""
+        out: list[str] = []
+        if "rust" in langs:
+            from enzcc.frontends.rust import rust_std_archive
+
+            lib, libs = rust_std_archive(self.inv.target)
+            out += [lib, *libs]
+        if "fortran" in langs:
+            rt = subprocess.run([find_tool("clang"), "-print-runtime-dir"], capture_output=True, text=True)
+            path = os.path.join(rt.stdout.strip(), "libflang_rt.runtime.a")
+            if not os.path.exists(path):
+                raise EnzccError(f"flang runtime not found at {path}; install Debian package flang-22")
+            out += [path, "-lm"]
+            if not self.cxx:
+                out += ["-lstdc++"]
+        return out

@@ -1,0 +1,58 @@
+"""What every frontend provides: a real native compile and the LLVM 22 bitcode of a source file."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+
+@dataclass
+class CompileRequest:
+    """One source file to compile."""
+
+    src: str
+    """Source path as given by the user."""
+    lang: str
+    """enzcc language name (c, c++, fortran, rust, llvm, mlir, assembler...)."""
+    out_obj: str
+    """Where the real native object is written."""
+    final_name: str
+    """The name the object will finally have (for dependency files)."""
+    workdir: str
+    """A private temporary directory for intermediate files."""
+    compile_args: list[str] = field(default_factory=list)
+    """Preprocessor/compiler flags from the command line, in order."""
+    dep_args: list[str] = field(default_factory=list)
+    """-MD/-MF/... flags (real compile only)."""
+    opt_level: int | None = None
+    opt_flag: str | None = None
+    target: str | None = None
+    cpu: str | None = None
+    lang_args: list[str] = field(default_factory=list)
+    """Flags for this language only (``rustflags``/``fflags`` of enzcc.toml, ``ENZCC_RUSTFLAGS``)."""
+    forced_lang: bool = False
+    """The language was given with ``-x``/``--lang`` rather than by extension."""
+
+    @property
+    def level(self) -> int:
+        return self.opt_level if self.opt_level is not None else 0
+
+    def tmp(self, suffix: str) -> str:
+        stem = os.path.splitext(os.path.basename(self.src))[0] or "stdin"
+        return os.path.join(self.workdir, f"{stem}-{abs(hash(self.src)) % 10**8}{suffix}")
+
+
+class Frontend:
+    """Base class: subclasses set :attr:`langs` and implement the two steps."""
+
+    langs: tuple[str, ...] = ()
+    has_bitcode = True
+    """False for inputs enzcc only passes to the native toolchain (assembly)."""
+
+    def compile(self, req: CompileRequest) -> None:
+        """The real compile: diagnostics, dependency files and exit code as the user expects."""
+        raise NotImplementedError
+
+    def bitcode(self, req: CompileRequest) -> bytes:
+        """LLVM 22 bitcode of the source, unoptimized but optimizable (no ``optnone``)."""
+        raise NotImplementedError

@@ -1,0 +1,68 @@
+"""C and C++ through clang-22 (and assembly, which has no bitcode)."""
+
+from __future__ import annotations
+
+import os
+
+from enzcc.frontends.base import CompileRequest, Frontend
+from enzcc.tools import find_tool, run
+
+
+def _x_args(req: CompileRequest) -> list[str]:
+    if not req.forced_lang:
+        return []
+    return ["-x", {"c": "c", "c++": "c++", "assembler": "assembler",
+                   "assembler-with-cpp": "assembler-with-cpp"}[req.lang]]
+
+
+def dependency_args(req: CompileRequest) -> list[str]:
+    """The user's -MD style flags, made explicit so they name the final object, not a temporary."""
+    deps = list(req.dep_args)
+    if not deps:
+        return deps
+    if ("-MD" in deps or "-MMD" in deps) and not any(a.startswith("-MF") for a in deps):
+        deps += ["-MF", os.path.splitext(req.final_name)[0] + ".d"]
+    if not any(a.startswith(("-MT", "-MQ")) for a in deps):
+        deps += ["-MQ", req.final_name]
+    return deps
+
+
+class ClangFrontend(Frontend):
+    langs = ("c", "c++")
+
+    def driver(self, req: CompileRequest) -> str:
+        return find_tool("clang++" if req.lang == "c++" else "clang")
+
+    def target_args(self, req: CompileRequest) -> list[str]:
+        return []  # --target is already part of compile_args
+
+    def compile(self, req: CompileRequest) -> None:
+        cmd = [self.driver(req), *_x_args(req), *req.compile_args, *req.lang_args, *dependency_args(req)]
+        if req.opt_flag:
+            cmd.append(req.opt_flag)
+        cmd += ["-c", req.src, "-o", req.out_obj]
+        run(cmd, tool="clang")
+
+    def bitcode(self, req: CompileRequest) -> bytes:
+        out = req.tmp(".bc")
+        cmd = [self.driver(req), *_x_args(req), *req.compile_args, *req.lang_args, f"-O{min(req.level, 3)}"]
+        if req.level == 0:
+            cmd += ["-Xclang", "-disable-O0-optnone"]
+        else:
+            cmd += ["-Xclang", "-disable-llvm-passes"]
+        cmd += ["-Qunused-arguments", "-c", "-emit-llvm", req.src, "-o", out]
+        run(cmd, capture=True, tool="clang")
+        with open(out, "rb") as fh:
+            return fh.read()
+
+
+class AssemblerFrontend(Frontend):
+    """Assembly goes straight to clang; the object carries no bitcode."""
+
+    langs = ("assembler", "assembler-with-cpp")
+    has_bitcode = False
+
+    def compile(self, req: CompileRequest) -> None:
+        cmd = [find_tool("clang"), *_x_args(req), *req.compile_args, *dependency_args(req),
+               "-c", req.src, "-o", req.out_obj]
+        run(cmd, tool="clang")

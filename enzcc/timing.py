@@ -1,0 +1,47 @@
+"""Per-stage compile-time accounting for ``--time-report``."""
+
+from __future__ import annotations
+
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+
+@dataclass
+class StageTimes:
+    """Wall-clock seconds spent in each named stage (frontend, link, optimize, ad, codegen, native-link)."""
+
+    entries: list[tuple[str, str, float]] = field(default_factory=list)
+    """(stage, what, seconds) in the order they ran."""
+
+    @contextmanager
+    def stage(self, name: str, what: str = ""):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.entries.append((name, what, time.perf_counter() - start))
+
+    def totals(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for name, _, secs in self.entries:
+            out[name] = out.get(name, 0.0) + secs
+        return out
+
+    def report(self, file=None) -> None:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title="enzcc time report")
+        table.add_column("stage")
+        table.add_column("what")
+        table.add_column("seconds", justify="right")
+        for name, what, secs in self.entries:
+            table.add_row(name, what, f"{secs:.4f}")
+        table.add_row("total", "", f"{sum(s for _, _, s in self.entries):.4f}", style="bold")
+        Console(file=file or sys.stderr, width=100).print(table)
+
+
+#: the process-wide accounting
+TIMES = StageTimes()

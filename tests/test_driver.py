@@ -1,0 +1,257 @@
+"""enzcc as a drop-in clang: real compiles, links and errors, end to end."""
+
+import ctypes
+import os
+import subprocess
+
+import pytest
+
+from conftest import need
+from enzcc.backend import embed as E
+
+pytestmark = need("clang-22", "llvm-objcopy-22")
+
+HELLO = '#include <stdio.h>\n#include <math.h>\nint main(void) { printf("%.6f\\n", sqrt(2.0) * K); return 0; }\n'
+
+
+def test_compile_and_run(enzcc):
+    enzcc.write("hello.c", HELLO)
+    enzcc("-O2", "-DK=3", "hello.c", "-lm", "-o", "hello")
+    assert enzcc.run("./hello").stdout == "4.242641\n"
+
+
+def test_no_output_name_gives_a_out(enzcc):
+    enzcc.write("hello.c", HELLO)
+    enzcc("-DK=1", "hello.c", "-lm")
+    assert enzcc.run("./a.out").stdout == "1.414214\n"
+
+
+def test_dash_c_writes_native_object_with_bitcode(enzcc):
+    enzcc.write("f.c", "double f(double x) { return x * x; }\n")
+    enzcc("-c", "-O1", "f.c")
+    data = (enzcc.cwd / "f.o").read_bytes()
+    assert data[:4] == b"\x7fELF"
+    recs = E.records_in_object(data, "f.o")
+    assert len(recs) == 1 and recs[0].lang == "c" and recs[0].opt == 1 and recs[0].bitcode[:2] == b"BC"
+    enzcc("-c", "f.c", "-o", "sub_f.o")
+    assert (enzcc.cwd / "sub_f.o").exists()
+    # no temporaries left beside the outputs
+    assert sorted(p.name for p in enzcc.cwd.iterdir()) == ["f.c", "f.o", "sub_f.o"]
+
+
+def test_several_sources_with_c(enzcc):
+    enzcc.write("a.c", "int a(void) { return 1; }\n")
+    enzcc.write("b.c", "int b(void) { return 2; }\n")
+    enzcc("-c", "a.c", "b.c")
+    assert (enzcc.cwd / "a.o").exists() and (enzcc.cwd / "b.o").exists()
+    r = enzcc("-c", "a.c", "b.c", "-o", "x.o", check=False)
+    assert r.returncode != 0 and "cannot specify -o" in r.stderr
+
+
+def test_objects_linked_by_plain_clang_still_work(enzcc):
+    """The section travels with the object but the object is an ordinary one."""
+    enzcc.write("f.c", "int twice(int x) { return 2 * x; }\n")
+    enzcc.write("m.c", "int twice(int); int main(void) { return twice(21) != 42; }\n")
+    enzcc("-c", "f.c", "m.c")
+    enzcc.run("clang-22", "f.o", "m.o", "-o", "plain")
+    assert enzcc.run("./plain").returncode == 0
+
+
+def test_mixed_native_and_bitcode_objects(enzcc):
+    enzcc.write("f.c", "int twice(int x) { return 2 * x; }\n")
+    enzcc.write("m.c", "int twice(int); int main(void) { return twice(21) != 42; }\n")
+    enzcc.run("clang-22", "-c", "f.c")  # no bitcode: goes to the native linker as is
+    enzcc("m.c", "f.o", "-o", "mixed")
+    assert enzcc.run("./mixed").returncode == 0
+
+
+def test_dash_S_and_dash_E(enzcc):
+    enzcc.write("f.c", "#define SQ(x) ((x)*(x))\ndouble f(double x) { return SQ(x); }\n")
+    enzcc("-S", "-O2", "f.c")
+    assert "f:" in (enzcc.cwd / "f.s").read_text()
+    out = enzcc("-E", "f.c").stdout
+    assert "((x)*(x))" in out and "#define" not in out
+
+
+def test_dependency_files_name_the_real_object(enzcc):
+    enzcc.write("inc/h.h", "#define V 7\n")
+    enzcc.write("src/f.c", '#include "h.h"\nint f(void) { return V; }\n')
+    enzcc.cwd.joinpath("obj").mkdir()
+    enzcc("-Iinc", "-MMD", "-MP", "-c", "src/f.c", "-o", "obj/f.o")
+    dep = (enzcc.cwd / "obj/f.d").read_text()
+    assert dep.startswith("obj/f.o: src/f.c inc/h.h") and "inc/h.h:" in dep  # -MP phony target
+    enzcc("-MD", "-MF", "custom.d", "-MT", "tgt", "-c", "src/f.c", "-Iinc")
+    assert (enzcc.cwd / "custom.d").read_text().startswith("tgt: src/f.c")
+    (enzcc.cwd / "f.o").unlink()
+    out = enzcc("-Iinc", "-M", "src/f.c").stdout  # plain -M prints rules and compiles nothing
+    assert out.startswith("f.o: src/f.c") and not (enzcc.cwd / "f.o").exists()
+
+
+def test_version_and_queries(enzcc):
+    out = enzcc("--version").stdout
+    assert "clang version 22" in out and "enzcc" in out
+    assert enzcc("-dumpversion").stdout.strip().startswith("22")
+    assert "x86_64" in enzcc("-dumpmachine").stdout
+    assert enzcc("-print-prog-name=ld").stdout.strip()
+    assert enzcc("-print-search-dirs").returncode == 0
+
+
+def test_response_file(enzcc):
+    enzcc.write("hello.c", HELLO)
+    enzcc.write("args.rsp", "-DK=2 hello.c -lm\n-o 'out file'\n")
+    enzcc("@args.rsp")
+    assert enzcc.run("./out file").stdout == "2.828427\n"
+
+
+def test_shared_library(enzcc):
+    enzcc.write("lib.c", "#include <math.h>\ndouble hyp(double a, double b) { return sqrt(a*a + b*b); }\n")
+    enzcc("-O2", "-shared", "-fPIC", "lib.c", "-lm", "-o", "libhyp.so")
+    lib = ctypes.CDLL(str(enzcc.cwd / "libhyp.so"))
+    lib.hyp.restype = ctypes.c_double
+    lib.hyp.argtypes = [ctypes.c_double, ctypes.c_double]
+    assert lib.hyp(3.0, 4.0) == 5.0
+
+
+def test_static_archive_and_dash_l(enzcc):
+    enzcc.write("p.c", "int p1(int x) { return x + 1; }\n")
+    enzcc.write("q.c", "int q_unused(void) { return 99; }\n")
+    enzcc.write("m.c", "int p1(int); int main(void) { return p1(41) != 42; }\n")
+    enzcc("-O2", "-c", "p.c", "q.c")
+    enzcc.run("ar", "rcs", "libpq.a", "p.o", "q.o")
+    enzcc.run("ranlib", "libpq.a")
+    enzcc("-O2", "m.c", "-L.", "-lpq", "-o", "m1")
+    enzcc("-O2", "m.c", "libpq.a", "-o", "m2")
+    assert enzcc.run("./m1").returncode == 0 and enzcc.run("./m2").returncode == 0
+    # only the member that was needed got linked, as an archive would do
+    syms = enzcc.run("nm", "m1").stdout
+    assert "p1" in syms and "q_unused" not in syms
+
+
+@need("clang++-22")
+def test_cxx(enzcc):
+    enzcc.write("v.cpp", '#include <vector>\n#include <cstdio>\n#include <numeric>\n'
+                         'int main() { std::vector<double> v{1, 2, 3.5}; '
+                         'std::printf("%g\\n", std::accumulate(v.begin(), v.end(), 0.0)); }\n')
+    enzcc("-O2", "v.cpp", "-o", "v")
+    assert enzcc.run("./v").stdout == "6.5\n"
+    enzcc("-O1", "v.cpp", "-o", "v2", cmd="enzcc++")
+    assert enzcc.run("./v2").stdout == "6.5\n"
+
+
+@need("flang-22")
+def test_fortran_program_with_io_and_lang_option(enzcc):
+    enzcc.write("p.f90", "program p\n  real(8) :: x\n  x = 2.0d0\n  print '(F8.4)', sqrt(x)\nend program\n")
+    enzcc("-O2", "p.f90", "-o", "p")
+    assert enzcc.run("./p").stdout.strip() == "1.4142"
+    enzcc.write("q.src", "program q\n  print '(A)', 'via --lang'\nend program\n")
+    enzcc("--lang", "fortran", "q.src", "-o", "q")
+    assert enzcc.run("./q").stdout.strip() == "via --lang"
+
+
+@need("flang-22", "rustc")
+def test_c_fortran_rust_on_one_command_line(enzcc):
+    enzcc.write("m.c", '#include <stdio.h>\ndouble fcube(double); double rhalf(double);\n'
+                       'int main(void) { printf("%g %g\\n", fcube(2), rhalf(3)); return 0; }\n')
+    enzcc.write("f.f90", 'function fcube(x) bind(c, name="fcube")\n  use iso_c_binding\n'
+                         '  real(c_double), value :: x\n  real(c_double) :: fcube\n  fcube = x**3\nend function\n')
+    enzcc.write("r.rs", '#[no_mangle]\npub extern "C" fn rhalf(x: f64) -> f64 { x / 2.0 }\n')
+    enzcc("-O2", "m.c", "f.f90", "r.rs", "-o", "all")
+    assert enzcc.run("./all").stdout == "8 1.5\n"
+
+
+def test_llvm_ir_inputs_from_other_producers(enzcc):
+    enzcc.write("f.c", "double f(double x) { return 3 * x; }\n")
+    enzcc.run("clang-22", "-O1", "-S", "-emit-llvm", "f.c", "-o", "f.ll")
+    enzcc.run("clang-22", "-O1", "-c", "-emit-llvm", "f.c", "-o", "fb.bc")
+    (enzcc.cwd / "fb.bc").write_bytes((enzcc.cwd / "fb.bc").read_bytes())
+    enzcc.write("m.c", '#include <stdio.h>\ndouble f(double);\nint main(void) { printf("%g\\n", f(2)); }\n')
+    enzcc("m.c", "f.ll", "-o", "from_ll")
+    assert enzcc.run("./from_ll").stdout == "6\n"
+    enzcc("-c", "f.ll", "-o", "f_ll.o")
+    assert E.records_in_object((enzcc.cwd / "f_ll.o").read_bytes(), "f_ll.o")[0].lang == "llvm"
+    enzcc.write("m2.c", '#include <stdio.h>\ndouble f(double);\nint main(void) { printf("%g\\n", f(5)); }\n')
+    (enzcc.cwd / "f.c").unlink()
+    (enzcc.cwd / "f.ll").rename(enzcc.cwd / "g.ll")
+    enzcc("m2.c", "g.ll", "-o", "from_ll2")
+    assert enzcc.run("./from_ll2").stdout == "15\n"
+
+
+@need("mlir-translate-22")
+def test_mlir_llvm_dialect(enzcc):
+    enzcc.write("f.mlir", """
+module {
+  llvm.func @triple_plus_one(%arg0: f64) -> f64 {
+    %0 = llvm.mlir.constant(3.0 : f64) : f64
+    %1 = llvm.mlir.constant(1.0 : f64) : f64
+    %2 = llvm.fmul %arg0, %0 : f64
+    %3 = llvm.fadd %2, %1 : f64
+    llvm.return %3 : f64
+  }
+}
+""")
+    enzcc.write("m.c", '#include <stdio.h>\ndouble triple_plus_one(double);\n'
+                       'int main(void) { printf("%g\\n", triple_plus_one(2)); }\n')
+    enzcc("-O2", "m.c", "f.mlir", "-o", "m")
+    assert enzcc.run("./m").stdout == "7\n"
+
+
+# -- errors ----------------------------------------------------------------------------------------
+
+
+def _one_line_error(proc):
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    lines = [l for l in proc.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+def test_compile_error_passes_exit_code_and_leaves_no_output(enzcc):
+    enzcc.write("bad.c", "int main(void) { return undeclared; }\n")
+    r = enzcc("-c", "bad.c", "-o", "bad.o", check=False)
+    assert r.returncode == 1 and "undeclared" in r.stderr and "Traceback" not in r.stderr
+    assert sorted(p.name for p in enzcc.cwd.iterdir()) == ["bad.c"]
+    r = enzcc("bad.c", "-o", "bad", check=False)
+    assert r.returncode == 1 and not (enzcc.cwd / "bad").exists()
+
+
+def test_link_error_passes_exit_code(enzcc):
+    enzcc.write("m.c", "int missing(void); int main(void) { return missing(); }\n")
+    r = enzcc("m.c", "-o", "m", check=False)
+    assert r.returncode != 0 and "missing" in r.stderr and not (enzcc.cwd / "m").exists()
+
+
+def test_missing_input(enzcc):
+    line = _one_line_error(enzcc("-c", "nope.c", check=False))
+    assert "nope.c" in line
+
+
+def test_missing_tool_names_the_package(enzcc):
+    enzcc.write("p.f90", "program p\nend program\n")
+    line = _one_line_error(enzcc("-c", "p.f90", check=False, env={"ENZCC_FLANG": "flang-does-not-exist"}))
+    assert "flang" in line and "not found" in line
+
+
+def test_broken_ir_is_one_line(enzcc):
+    enzcc.write("bad.ll", "define i32 @f() {\n  ret i64 0\n}\n")
+    line = _one_line_error(enzcc("-c", "bad.ll", check=False))
+    assert line.startswith("bad.ll: error:") and "invalid LLVM IR" in line
+    enzcc.write("garbage.bc", "BC\xc0\xdenot really")
+    line = _one_line_error(enzcc("-c", "garbage.bc", check=False))
+    assert "garbage.bc" in line
+
+
+def test_bad_flags_are_one_line(enzcc):
+    assert "missing" in _one_line_error(enzcc("x.c", "-o", check=False))
+    assert "unknown language" in _one_line_error(enzcc("--lang", "cobol", "x.cob", check=False))
+    assert "no input files" in _one_line_error(enzcc("-O2", check=False))
+
+
+def test_parallel_builds_do_not_collide(enzcc):
+    """Unique temporaries: many enzcc processes writing into one directory at once."""
+    for i in range(6):
+        enzcc.write(f"f{i}.c", f"int f{i}(void) {{ return {i}; }}\n")
+    procs = [subprocess.Popen(["enzcc", "-c", f"f{i}.c"], cwd=enzcc.cwd, env=enzcc.env) for i in range(6)]
+    assert all(p.wait() == 0 for p in procs)
+    for i in range(6):
+        assert E.records_in_object((enzcc.cwd / f"f{i}.o").read_bytes(), "x")[0].source == f"f{i}.c"
