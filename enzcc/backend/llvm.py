@@ -96,9 +96,12 @@ def target_machine(triple: str, opt_level: int, cpu: str | None = None, features
                                         reloc="pic" if pic else "static", codemodel="small")
 
 
-def optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, level: int) -> None:
+def optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, level: int, vectorize: bool = True) -> None:
     """Run LLVM's default per-module pipeline at ``-O<level>`` (new pass manager)."""
     pto = llvm.create_pipeline_tuning_options(speed_level=max(0, min(level, 3)))
+    if not vectorize:
+        pto.loop_vectorization = False
+        pto.slp_vectorization = False
     pb = llvm.create_pass_builder(tm, pto)
     pb.getModulePassManager().run(mod, pb)
 

@@ -1,0 +1,180 @@
+"""The AD engine: replaces ``__enzyme_autodiff`` / ``__enzyme_fwddiff`` calls with synthesized derivatives.
+
+Entry point: :func:`differentiate_text` (LLVM 22 text in, text out), used by the pipeline's ``ad`` stage.
+"""
+
+from __future__ import annotations
+
+from enzcc.ad.api import mode_of, parse_call
+from enzcc.ad.errors import ADError, ad_error
+from enzcc.ir import types as T
+from enzcc.ir.builder import IRBuilder
+from enzcc.ir.instructions import Call, Load
+from enzcc.ir.module import Module
+from enzcc.ir.parser import parse_module
+from enzcc.ir.values import ConstantFloat, GlobalRef
+
+ENZYME_PREFIX = "__enzyme_"
+
+
+def differentiate_text(text: str, target_machine=None) -> tuple[str, int]:
+    """Differentiate every ``__enzyme_*`` call in the module. Returns (new text, number of calls replaced).
+
+    Three steps: (1) for each function to differentiate, a private copy with every user call inlined;
+    (2) LLVM's SROA and CFG simplification on those copies only (promoting locals to SSA values, as Enzyme's
+    preprocessing does); (3) derivative synthesis from the simplified copies, which are then deleted.
+    """
+    module = parse_module(text)
+    calls = _enzyme_calls(module)
+    if not calls:
+        return text, 0
+    requests = [parse_call(c, module) for c in calls]
+    prep_names: dict[str, str] = {}
+    for dc in requests:
+        if dc.fn.name not in prep_names:
+            prep_names[dc.fn.name] = _make_prepared_copy(module, dc.fn)
+    text = _simplify(str(module), list(prep_names.values()), target_machine)
+    module = parse_module(text)
+    count = differentiate_module(module, prep_names)
+    for name in prep_names.values():
+        del module.functions[name]
+    return str(module), count
+
+
+def _enzyme_calls(module: Module) -> list[Call]:
+    if not any(n.startswith(ENZYME_PREFIX) for n in module.functions):
+        return []
+    calls = []
+    for fn in list(module.definitions()):
+        text = fn._body_text
+        if text is not None and ENZYME_PREFIX not in text:
+            continue  # not parsed at all: only functions that need work are
+        for inst in fn.instructions():
+            if isinstance(inst, Call) and (inst.callee_name or "").startswith(ENZYME_PREFIX):
+                calls.append(inst)
+    return calls
+
+
+def _make_prepared_copy(module: Module, fn) -> str:
+    from enzcc.ad.prepare import clone_body, new_derivative_function, prepare
+
+    copy = new_derivative_function(module, fn, f"__enzcc_prep_{fn.name}", [a.type for a in fn.args],
+                                   fn.return_type, [a.name for a in fn.args])
+    clone_body(fn, copy)
+    prepare(copy)
+    return copy.name
+
+
+def _simplify(text: str, names: list[str], tm) -> str:
+    import llvmlite.binding as llvm
+
+    from enzcc.backend.llvm import ensure_initialized, target_machine
+
+    ensure_initialized()
+    try:
+        mod = llvm.parse_assembly(text)
+        mod.verify()
+    except Exception as exc:
+        raise ADError(f"internal error while preparing the derivative: {str(exc).strip().splitlines()[0]}") from None
+    tm = tm or target_machine(mod.triple or llvm.get_default_triple(), 2)
+    pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=2))
+    fpm = llvm.create_new_function_pass_manager()
+    fpm.add_sroa_pass()
+    fpm.add_simplify_cfg_pass()
+    fpm.add_dead_code_elimination_pass()
+    for name in names:
+        fpm.run(mod.get_function(name), pb)
+    return str(mod)
+
+
+def differentiate_module(module: Module, prepared: dict[str, str] | None = None) -> int:
+    """Replace the ``__enzyme_*`` calls of an already prepared module (see :func:`differentiate_text`)."""
+    from enzcc.ad.forward import ForwardMode
+    from enzcc.ad.reverse import ReverseMode
+
+    prepared = prepared or {}
+    calls = _enzyme_calls(module)
+    generated: dict[tuple, object] = {}
+    for call in calls:
+        name = call.callee_name
+        mode = mode_of(name)
+        if mode is None:
+            raise ad_error(f"{name} is not supported (known: __enzyme_autodiff, __enzyme_fwddiff)", call)
+        dc = parse_call(call, module)
+        key = (mode, dc.fn.name, tuple(s.kind for s in dc.args))
+        G = generated.get(key)
+        if G is None:
+            body = module.functions[prepared[dc.fn.name]] if dc.fn.name in prepared else dc.fn
+            G = (ReverseMode if mode == "reverse" else ForwardMode)(dc, module, body).build()
+            generated[key] = G
+        _replace_call(dc, G)
+    return len(calls)
+
+
+def _replace_call(dc, G) -> None:
+    call = dc.call
+    b = IRBuilder.before(call)
+    args = []
+    for spec in dc.args:
+        args.append(_convert(b, spec.primal, spec.param.type))
+    for spec in dc.args:
+        if spec.shadow is not None and isinstance(spec.param.type, T.PointerType):
+            args.append(spec.shadow)
+    if dc.mode == "forward":
+        args = []
+        for spec in dc.args:
+            args.append(_convert(b, spec.primal, spec.param.type))
+            if spec.shadow is not None:
+                args.append(_convert(b, spec.shadow, spec.param.type))
+    result = b.call(G, args)
+    rt = G.return_type
+    want = call.type
+    if dc.sret is not None:
+        if isinstance(rt, T.StructType):
+            for i, ety in enumerate(rt.elements):
+                b.store(b.extract_value(result, [i]), b.struct_gep(rt, dc.sret, i))
+        elif not isinstance(rt, T.VoidType):
+            b.store(result, dc.sret)
+        value = None
+    elif isinstance(want, T.VoidType):
+        value = None
+    elif isinstance(rt, T.VoidType):
+        value = IRBuilder.const_zero(want)  # no derivative to return: the caller ignores it
+    elif rt == want:
+        value = result
+    elif isinstance(want, T.FloatType) and isinstance(rt, T.FloatType):
+        value = b.cast("fpext" if want.bits > rt.bits else "fptrunc", result, want)
+    elif isinstance(want, (T.StructType, T.NamedStructType, T.ArrayType)) and isinstance(rt, T.StructType) \
+            and len(_elements(want)) == len(rt.elements):
+        value = IRBuilder.poison(want)
+        for i, ety in enumerate(_elements(want)):
+            e = _convert(b, b.extract_value(result, [i]), ety)
+            value = b.insert_value(value, e, [i])
+    else:
+        n = len(rt.elements) if isinstance(rt, T.StructType) else 1
+        raise ad_error(f"{call.callee_name} is declared to return {want}, but differentiating "
+                       f"'{dc.fn.name}' gives {n} derivative(s) of type {rt}", call)
+    if value is not None:
+        call.replace_all_uses_with(value)
+    markers = [a for a in call.args if isinstance(a, Load) and isinstance(a.pointer, GlobalRef)]
+    call.erase()
+    for m in markers:  # loads of enzyme_dup & co. are dead now; they must not leave undefined symbols
+        if not m.has_uses():
+            m.erase()
+
+
+def _elements(ty):
+    return [ty.element] * ty.count if isinstance(ty, T.ArrayType) else list(ty.elements)
+
+
+def _convert(b: IRBuilder, v, ty):
+    if v.type == ty:
+        return v
+    if isinstance(ty, T.FloatType) and isinstance(v.type, T.FloatType):
+        return b.cast("fptrunc" if v.type.bits > ty.bits else "fpext", v, ty)
+    if isinstance(ty, T.IntType) and isinstance(v.type, T.IntType):
+        return b.cast("trunc" if v.type.bits > ty.bits else "sext", v, ty)
+    return v
+
+
+__all__ = ["differentiate_text", "differentiate_module", "ADError", "ConstantFloat"]

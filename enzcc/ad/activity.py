@@ -1,0 +1,188 @@
+"""Activity analysis: which values carry derivatives, so no work is spent on the others.
+
+* A *floating-point* value (scalar, vector, or aggregate of floats) is **active** when it is *varied* (depends on
+  an active input) and *useful* (influences an active output: the return value, or memory that has a shadow).
+* A *pointer* is **active** when it may point into memory that has a shadow: a ``dup`` argument, anything
+  derived from one (gep, casts, phi, select), a pointer loaded from shadowed memory, or a local allocation
+  that holds floating-point data. Active pointers get shadow pointers.
+* Integers never carry derivatives.
+"""
+
+from __future__ import annotations
+
+from enzcc.ad.api import CONST, DUP, DUPNONEED, OUT
+from enzcc.ir import types as T
+from enzcc.ir.instructions import (Alloca, Call, Cast, ExtractElement, ExtractValue, GetElementPtr, InsertElement,
+                                   InsertValue, Instruction, Load, Phi, Select, ShuffleVector, Store)
+from enzcc.ir.values import Argument, Value
+
+#: allocation functions whose result is fresh memory (shadowed when it holds floats)
+ALLOCATORS = {"malloc", "calloc", "_Znwm", "_Znam", "aligned_alloc", "posix_memalign_unused"}
+#: pointer-forwarding instructions
+_PTR_FORWARD = ("getelementptr", "bitcast", "addrspacecast", "phi", "select", "freeze")
+
+
+def has_float(ty: T.Type) -> bool:
+    """Whether a value of this type can carry a derivative."""
+    if isinstance(ty, T.FloatType):
+        return ty.kind in ("half", "bfloat", "float", "double", "fp128", "x86_fp80")
+    if isinstance(ty, T.VectorType):
+        return has_float(ty.element)
+    if isinstance(ty, T.ArrayType):
+        return has_float(ty.element)
+    if isinstance(ty, (T.StructType, T.NamedStructType)):
+        return any(has_float(e) for e in ty.elements)
+    return False
+
+
+class Activity:
+    """The result of the analysis for one function."""
+
+    def __init__(self, fn, arg_kinds: list[str], active_return: bool, mode: str = "reverse"):
+        self.fn = fn
+        self.mode = mode
+        self.active_ptrs: set[int] = set()
+        self.varied: set[int] = set()
+        self.useful: set[int] = set()
+        self._keep: list[Value] = []
+        self._analyze(arg_kinds, active_return)
+
+    # -- queries ------------------------------------------------------------------------------
+
+    def is_active_ptr(self, v: Value) -> bool:
+        return id(v) in self.active_ptrs
+
+    def is_active(self, v: Value) -> bool:
+        """An active floating-point value (needs an adjoint / a tangent)."""
+        return id(v) in self.varied and id(v) in self.useful
+
+    # -- analysis -----------------------------------------------------------------------------
+
+    def _mark(self, s: set[int], v: Value) -> bool:
+        if id(v) in s:
+            return False
+        s.add(id(v))
+        self._keep.append(v)
+        return True
+
+    def _analyze(self, arg_kinds: list[str], active_return: bool) -> None:
+        fn = self.fn
+        insts = list(fn.instructions())
+        # 1. active pointers: from dup arguments and float-holding allocations, forwarded to a fixpoint
+        for arg, kind in zip(fn.args, arg_kinds):
+            if kind in (DUP, DUPNONEED) and isinstance(arg.type, T.PointerType):
+                self._mark(self.active_ptrs, arg)
+        float_allocs = self._float_holding_allocations(insts)
+        for a in float_allocs:
+            self._mark(self.active_ptrs, a)
+        changed = True
+        while changed:
+            changed = False
+            for inst in insts:
+                if not isinstance(inst.type, T.PointerType) or id(inst) in self.active_ptrs:
+                    continue
+                if inst.opcode in _PTR_FORWARD:
+                    srcs = self._ptr_sources(inst)
+                    if any(id(s) in self.active_ptrs for s in srcs):
+                        changed |= self._mark(self.active_ptrs, inst)
+                elif isinstance(inst, Load) and id(inst.pointer) in self.active_ptrs:
+                    changed |= self._mark(self.active_ptrs, inst)
+        # 2. varied floats: forward from active arguments and loads of shadowed memory
+        for arg, kind in zip(fn.args, arg_kinds):
+            if has_float(arg.type) and (kind == OUT or (self.mode == "forward" and kind == DUP)):
+                self._mark(self.varied, arg)
+        changed = True
+        while changed:
+            changed = False
+            for inst in insts:
+                if id(inst) in self.varied or not has_float(inst.type):
+                    continue
+                if isinstance(inst, Load):
+                    if id(inst.pointer) in self.active_ptrs:
+                        changed |= self._mark(self.varied, inst)
+                elif isinstance(inst, Call):
+                    if any(id(a) in self.varied for a in inst.args) or self._reads_active_memory(inst):
+                        changed |= self._mark(self.varied, inst)
+                elif any(id(op) in self.varied for op in inst.operands):
+                    changed |= self._mark(self.varied, inst)
+        # 3. useful floats: backward from the return value and from stores into shadowed memory
+        work: list[Value] = []
+        for inst in insts:
+            if inst.opcode == "ret" and inst.operands and active_return:
+                work.append(inst.operands[0])
+            elif isinstance(inst, Store) and id(inst.pointer) in self.active_ptrs and has_float(inst.value.type):
+                work.append(inst.value)
+            elif isinstance(inst, Call) and inst.callee_name and inst.callee_name.startswith("llvm.vector.reduce"):
+                pass
+        while work:
+            v = work.pop()
+            if not has_float(v.type) or not self._mark(self.useful, v):
+                continue
+            if isinstance(v, Instruction):
+                for op in self._float_inputs(v):
+                    if id(op) not in self.useful:
+                        work.append(op)
+
+    def _ptr_sources(self, inst: Instruction) -> list[Value]:
+        if isinstance(inst, Select):
+            return [inst.true_value, inst.false_value]
+        if isinstance(inst, GetElementPtr):
+            return [inst.pointer]
+        return list(inst.operands)
+
+    def _float_inputs(self, inst: Instruction) -> list[Value]:
+        """Operands through which derivatives flow into ``inst``."""
+        if isinstance(inst, Select):
+            return [inst.true_value, inst.false_value]
+        if isinstance(inst, Call):
+            return list(inst.args)
+        if isinstance(inst, (ExtractElement, ExtractValue)):
+            return [inst.operands[0]]
+        if isinstance(inst, InsertElement):
+            return [inst.vector, inst.element]
+        if isinstance(inst, (InsertValue, ShuffleVector, Phi)):
+            return list(inst.operands)
+        if isinstance(inst, Cast):
+            return [inst.value]
+        return list(inst.operands)
+
+    def _reads_active_memory(self, call: Call) -> bool:
+        return any(id(a) in self.active_ptrs for a in call.args)
+
+    def _float_holding_allocations(self, insts: list[Instruction]) -> list[Instruction]:
+        """Allocas and heap allocations whose memory is accessed with floating-point types (or holds pointers
+        to such memory)."""
+        allocs = [i for i in insts if isinstance(i, Alloca) or
+                  (isinstance(i, Call) and i.callee_name in ALLOCATORS)]
+        out = []
+        for a in allocs:
+            seen = {id(a)}
+            stack = [a]
+            holds = False
+            while stack and not holds:
+                p = stack.pop()
+                for use in p.uses:
+                    u = use.user
+                    if isinstance(u, (Load,)) and has_float(u.type):
+                        holds = True
+                    elif isinstance(u, Store) and use.index == 1 and (has_float(u.value.type)
+                                                                      or isinstance(u.value.type, T.PointerType)):
+                        holds = True
+                    elif isinstance(u, Call) and u.callee_name and u.callee_name.startswith(("llvm.memcpy",
+                                                                                              "llvm.memmove")):
+                        holds = True
+                    elif u.opcode in _PTR_FORWARD and id(u) not in seen:
+                        seen.add(id(u))
+                        stack.append(u)
+            if holds:
+                out.append(a)
+        return out
+
+
+def arg_kinds_for(fn, specs) -> list[str]:
+    """The kind of each parameter of ``fn`` from the call's argument specs."""
+    kinds = {id(s.param): s.kind for s in specs}
+    return [kinds.get(id(a), CONST) for a in fn.args]
+
+
+__all__ = ["Activity", "ALLOCATORS", "has_float", "arg_kinds_for", "Argument"]

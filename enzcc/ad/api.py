@@ -1,0 +1,176 @@
+"""The user-facing API (Enzyme's C conventions): recognising ``__enzyme_*`` calls and their argument markers.
+
+``__enzyme_autodiff(fn, args...)``  reverse mode (combined forward and reverse sweep)
+``__enzyme_fwddiff(fn, args...)``   forward mode
+
+Markers are ``extern int enzyme_dup, enzyme_dupnoneed, enzyme_const, enzyme_out;`` passed by value before
+the argument they describe; in IR they are loads of those globals.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from enzcc.ad.errors import ad_error
+from enzcc.ir import types as T
+from enzcc.ir.instructions import Call, Load
+from enzcc.ir.values import Argument, GlobalRef, Value
+
+AUTODIFF = "__enzyme_autodiff"
+FWDDIFF = "__enzyme_fwddiff"
+MARKERS = ("enzyme_dupnoneed", "enzyme_dup", "enzyme_const", "enzyme_out")
+
+#: argument kinds
+CONST, DUP, DUPNONEED, OUT = "const", "dup", "dupnoneed", "out"
+
+
+def mode_of(callee: str | None) -> str | None:
+    """``reverse`` / ``forward`` for an ``__enzyme_*`` entry point (any suffix), else None."""
+    if not callee:
+        return None
+    if callee.startswith(FWDDIFF):
+        return "forward"
+    if callee.startswith(AUTODIFF):
+        return "reverse"
+    return None
+
+
+def is_float(ty: T.Type) -> bool:
+    return isinstance(ty, T.FloatType) or (isinstance(ty, T.VectorType) and isinstance(ty.element, T.FloatType))
+
+
+def marker_of(value: Value) -> str | None:
+    """``enzyme_dup`` etc. if ``value`` is a load of a marker global."""
+    if isinstance(value, Load) and isinstance(value.pointer, GlobalRef):
+        name = value.pointer.symbol
+        for m in MARKERS:
+            if name == m:
+                return m[len("enzyme_"):]
+    return None
+
+
+@dataclass
+class ArgSpec:
+    """How one parameter of the differentiated function is treated."""
+
+    param: Argument
+    """The parameter of the function being differentiated."""
+    kind: str
+    """``const``, ``dup``, ``dupnoneed`` or ``out``."""
+    primal: Value
+    """The value passed at the call site."""
+    shadow: Value | None = None
+    """The shadow (``dup``: a pointer to the derivative memory; forward mode scalars: the tangent)."""
+
+
+@dataclass
+class DiffCall:
+    """One ``__enzyme_*`` call, understood."""
+
+    call: Call
+    mode: str
+    """``reverse`` or ``forward``."""
+    fn: "object"
+    """The :class:`enzcc.ir.function.Function` to differentiate."""
+    args: list[ArgSpec] = field(default_factory=list)
+    sret: Value | None = None
+    """Where the caller wants the result written (C struct returns through a hidden pointer)."""
+
+    @property
+    def out_args(self) -> list[ArgSpec]:
+        return [a for a in self.args if a.kind == OUT]
+
+
+def parse_call(call: Call, module) -> DiffCall:
+    """Match the call's arguments to the function's parameters, following Enzyme's rules; every misuse is an
+    error naming the call's source line."""
+    callee = call.callee_name
+    mode = mode_of(callee)
+    args = list(call.args)
+    sret = None
+    if args and call.arg_attrs and any(a.startswith("sret") for a in call.arg_attrs[0]):
+        sret, args = args[0], args[1:]
+    if not args:
+        raise ad_error(f"{callee} needs the function to differentiate as its first argument", call)
+    target = args[0]
+    if not isinstance(target, GlobalRef) or target.symbol not in module.functions:
+        raise ad_error(f"the first argument of {callee} must be a function known at compile time, "
+                       f"not {_describe(target)}", call)
+    fn = module.functions[target.symbol]
+    if fn.is_declaration:
+        raise ad_error(f"cannot differentiate '{fn.name}': its body is not available (only a declaration is "
+                       "linked in)", call)
+    if fn.is_varargs:
+        raise ad_error(f"cannot differentiate variadic function '{fn.name}'", call)
+    rest = args[1:]
+    specs: list[ArgSpec] = []
+    pos = 0
+
+    def take(what: str, param: Argument) -> Value:
+        nonlocal pos
+        if pos >= len(rest):
+            raise ad_error(f"too few arguments to {callee} for '{fn.name}': missing {what} for parameter "
+                           f"{param.index + 1} ({param.type})", call)
+        v = rest[pos]
+        pos += 1
+        return v
+
+    for param in fn.args:
+        value = take("the value", param)
+        kind = marker_of(value)
+        if kind is not None:
+            value = take(f"the value after enzyme_{kind}", param)
+            if marker_of(value) is not None:
+                raise ad_error(f"enzyme_{kind} must be followed by a value, not another marker "
+                               f"(parameter {param.index + 1} of '{fn.name}')", call)
+        else:
+            if isinstance(param.type, T.PointerType):
+                kind = DUP
+            elif is_float(param.type):
+                kind = OUT if mode == "reverse" else DUP
+            else:
+                kind = CONST
+        value = _coerce(value, param, call, fn, callee)
+        shadow = None
+        if kind == OUT:
+            if mode == "forward":
+                raise ad_error(f"enzyme_out is not allowed with {callee} (forward mode passes value and "
+                               f"tangent: use enzyme_dup) for parameter {param.index + 1} of '{fn.name}'", call)
+            if not is_float(param.type):
+                raise ad_error(f"enzyme_out parameter {param.index + 1} of '{fn.name}' must be a floating-point "
+                               f"value, not {param.type}", call)
+        elif kind in (DUP, DUPNONEED):
+            if not isinstance(param.type, T.PointerType) and not (mode == "forward" and is_float(param.type)):
+                raise ad_error(f"enzyme_{kind} parameter {param.index + 1} of '{fn.name}' must be a pointer"
+                               f"{' or a floating-point value' if mode == 'forward' else ''}, not {param.type} "
+                               f"(use enzyme_out or enzyme_const)", call)
+            shadow = take("the shadow", param)
+            if marker_of(shadow) is not None:
+                raise ad_error(f"missing shadow after the value of parameter {param.index + 1} of '{fn.name}'",
+                               call)
+            shadow = _coerce(shadow, param, call, fn, callee, what="shadow of ")
+        specs.append(ArgSpec(param, kind, value, shadow))
+    if pos != len(rest):
+        raise ad_error(f"too many arguments to {callee} for '{fn.name}': it has {len(fn.args)} parameter(s), "
+                       f"{len(rest) - pos} argument(s) left over", call)
+    return DiffCall(call, mode, fn, specs, sret)
+
+
+def _describe(v: Value) -> str:
+    if isinstance(v, GlobalRef):
+        return f"@{v.symbol} (not a function)"
+    if isinstance(v, Argument):
+        return f"a function pointer passed in as parameter {v.index + 1}"
+    return f"a {v.type} value computed at run time"
+
+
+def _coerce(value: Value, param: Argument, call: Call, fn, callee: str, what: str = "") -> Value:
+    """C varargs promote float to double: accept that (the caller converts back); other mismatches are errors."""
+    if value.type == param.type:
+        return value
+    if isinstance(param.type, T.FloatType) and isinstance(value.type, T.FloatType):
+        return value  # converted at the call site (fptrunc/fpext)
+    if isinstance(param.type, T.IntType) and isinstance(value.type, T.IntType):
+        return value  # integer promotion: converted at the call site
+    raise ad_error(f"{what}argument for parameter {param.index + 1} of '{fn.name}' has type {value.type}, "
+                   f"expected {param.type}", call)

@@ -1,0 +1,79 @@
+"""Source locations from LLVM debug info (``!dbg`` attachments), for error messages."""
+
+from __future__ import annotations
+
+import re
+
+from enzcc.errors import SourceLocation
+
+_REF = r"!(\d+)"
+
+
+def _field(text: str, name: str) -> str | None:
+    m = re.search(rf"\b{name}:\s*(\"(?:[^\"\\]|\\.)*\"|[^,)]+)", text)
+    if not m:
+        return None
+    value = m.group(1).strip()
+    return value[1:-1] if value.startswith('"') else value
+
+
+def _md(module, ref: str | None) -> str | None:
+    if not ref:
+        return None
+    m = re.fullmatch(_REF, ref.strip())
+    if not m:
+        return None
+    return module.metadata.get(int(m.group(1)))
+
+
+def _file_of(module, node: str | None, depth: int = 0) -> str | None:
+    """File name of a DISubprogram / DILexicalBlock / DIFile chain."""
+    if node is None or depth > 32:
+        return None
+    if "DIFile(" in node:
+        return _field(node, "filename")
+    f = _md(module, _field(node, "file"))
+    if f and "DIFile(" in f:
+        return _field(f, "filename")
+    return _file_of(module, _md(module, _field(node, "scope")), depth + 1)
+
+
+def instruction_location(inst) -> SourceLocation | None:
+    """``file:line:col`` of an instruction with a ``!dbg`` attachment."""
+    module = inst.module
+    if module is None:
+        return None
+    loc = _md(module, inst.get_metadata("dbg"))
+    if not loc or "DILocation(" not in loc:
+        return None
+    line = _field(loc, "line")
+    col = _field(loc, "column")
+    filename = _file_of(module, _md(module, _field(loc, "scope"))) or (module.source_filename or "")
+    if not filename:
+        return None
+    return SourceLocation(filename, int(line) if line and line.isdigit() else None,
+                          int(col) if col and col.isdigit() else None)
+
+
+def function_location(fn) -> SourceLocation | None:
+    """Where a function is defined (its DISubprogram), if known."""
+    module = fn.module
+    if module is None:
+        return None
+    for kind, ref in fn.metadata:
+        if kind == "dbg":
+            sp = _md(module, ref)
+            if sp:
+                line = _field(sp, "line")
+                filename = _file_of(module, sp) or module.source_filename
+                if filename:
+                    return SourceLocation(filename, int(line) if line and line.isdigit() else None)
+    return None
+
+
+def locate(inst) -> SourceLocation | None:
+    """Best location for an instruction: its own, or its function's."""
+    loc = instruction_location(inst)
+    if loc is None and inst.function is not None:
+        loc = function_location(inst.function)
+    return loc

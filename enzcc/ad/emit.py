@@ -1,0 +1,177 @@
+"""IR emission helpers shared by forward and reverse mode: derivative rules as IR, zeros, aggregate sums."""
+
+from __future__ import annotations
+
+from enzcc.ad.rules import evaluate, load_rules
+from enzcc.ir import types as T
+from enzcc.ir.builder import IRBuilder, const_float, const_zero
+from enzcc.ir.values import ConstantFloat, ConstantSplat, ConstantZero, Value
+
+
+def splat(ty: T.Type, x: float) -> Value:
+    """The constant ``x`` of a float or float-vector type."""
+    if isinstance(ty, T.VectorType):
+        return ConstantSplat(ty, ConstantFloat(ty.element, float(x)))
+    return const_float(ty, x)
+
+
+def is_zero_const(v: Value) -> bool:
+    if isinstance(v, ConstantZero):
+        return True
+    if isinstance(v, ConstantFloat):
+        return v.value == 0.0
+    if isinstance(v, ConstantSplat):
+        return is_zero_const(v.element)
+    return False
+
+
+def const_value(v: Value) -> float | None:
+    if isinstance(v, ConstantFloat):
+        return v.value
+    if isinstance(v, ConstantSplat) and isinstance(v.element, ConstantFloat):
+        return v.element.value
+    return None
+
+
+def add_values(b: IRBuilder, x: Value, y: Value) -> Value:
+    """``x + y`` for floats, float vectors and aggregates of them."""
+    if is_zero_const(x):
+        return y
+    if is_zero_const(y):
+        return x
+    ty = x.type
+    if isinstance(ty, (T.StructType, T.NamedStructType, T.ArrayType)):
+        elems = ty.elements if not isinstance(ty, T.ArrayType) else [ty.element] * ty.count
+        out = x
+        for i, _ in enumerate(elems):
+            s = add_values(b, b.extract_value(x, [i]), b.extract_value(y, [i]))
+            out = b.insert_value(out, s, [i])
+        return out
+    return b.fadd(x, y)
+
+
+def zero(ty: T.Type) -> Value:
+    return const_zero(ty)
+
+
+class IRRuleBackend:
+    """Evaluates derivative-rule expressions by emitting IR at a builder's insertion point.
+
+    ``ty`` is the floating-point (vector) type of the rule's result; numeric literals become constants of it.
+    Simple algebra is folded at generation time (x*1, x*0, 0+x, --x).
+    """
+
+    def __init__(self, b: IRBuilder, ty: T.Type):
+        self.b = b
+        self.ty = ty
+
+    def const(self, x: float) -> Value:
+        return splat(self.ty, x)
+
+    def fadd(self, a, b):
+        if is_zero_const(a):
+            return b
+        if is_zero_const(b):
+            return a
+        return self.b.fadd(a, b)
+
+    def fsub(self, a, b):
+        if is_zero_const(b):
+            return a
+        return self.b.fsub(a, b)
+
+    def fmul(self, a, b):
+        for x, y in ((a, b), (b, a)):
+            c = const_value(x)
+            if c == 1.0:
+                return y
+            if c == 0.0:
+                return splat(y.type, 0.0)
+            if c == -1.0:
+                return self.fneg(y)
+        return self.b.fmul(a, b)
+
+    def fdiv(self, a, b):
+        if const_value(b) == 1.0:
+            return a
+        return self.b.fdiv(a, b)
+
+    def fneg(self, a):
+        c = const_value(a)
+        if c is not None:
+            return splat(a.type, -c)
+        return self.b.fneg(a)
+
+    def select(self, c, a, b):
+        return self.b.select(c, a, b)
+
+    def fcmp(self, pred, a, b):
+        return self.b.fcmp(pred, a, b)
+
+    def sitofp(self, n):
+        elem = self.ty.element if isinstance(self.ty, T.VectorType) else self.ty
+        v = self.b.sitofp(n, elem)
+        if isinstance(self.ty, T.VectorType):
+            vec = self.b.insert_element(const_zero(self.ty), v, 0)
+            return self.b.shuffle_vector(vec, const_zero(self.ty), [0] * self.ty.count)
+        return v
+
+    def isub(self, a, b: int):
+        return self.b.sub(a, b)
+
+    def call(self, name: str, args: list[Value]) -> Value:
+        return call_math(self.b, name, args)
+
+
+def call_math(b: IRBuilder, rule_name: str, args: list[Value]) -> Value:
+    """Call the primal of rule ``rule_name`` (``cos``, ``pow``...) on IR values: the LLVM intrinsic when there is
+    one (works for vectors too), else the C library function (scalarized for vectors)."""
+    rule = load_rules().functions[rule_name]
+    ty = args[0].type
+    if rule.intrinsic:
+        overloads = [ty] + ([args[1].type] if rule_name == "powi" else [])
+        return b.call_intrinsic(rule.intrinsic, args, overload_types=overloads)
+    elem = ty.element if isinstance(ty, T.VectorType) else ty
+    cname = _c_name(rule, elem)
+    module = b.module
+    fn = module.get_or_insert_function(cname, T.FunctionType(elem, tuple(a.type.element if isinstance(a.type, T.VectorType)
+                                                                           else a.type for a in args)))
+    if isinstance(ty, T.VectorType):
+        out = const_zero(ty)
+        for i in range(ty.count):
+            lanes = [b.extract_element(a, i) if isinstance(a.type, T.VectorType) else a for a in args]
+            out = b.insert_element(out, b.call(fn, lanes), i)
+        return out
+    return b.call(fn, args)
+
+
+def _c_name(rule, elem: T.Type) -> str:
+    names = list(rule.names)
+    if not names:
+        raise KeyError(f"no C function for rule '{rule.name}'")
+    if isinstance(elem, T.FloatType) and elem.kind == "float":
+        for n in names:
+            if n.endswith("f"):
+                return n
+    return names[0]
+
+
+def emit_partial(b: IRBuilder, rule, arg: str, env: dict, ty: T.Type) -> Value:
+    """IR for d(result)/d(arg) of ``rule``, with ``env`` mapping argument names (and ``ret``) to IR values or to
+    zero-argument callables producing them (so primal values are only materialized when the rule needs them)."""
+    return evaluate(rule.partial(arg), _LazyEnv(env), IRRuleBackend(b, ty))
+
+
+class _LazyEnv(dict):
+    def __init__(self, src: dict):
+        super().__init__()
+        self._src = src
+
+    def __contains__(self, key):
+        return key in self._src
+
+    def __getitem__(self, key):
+        if not dict.__contains__(self, key):
+            v = self._src[key]
+            dict.__setitem__(self, key, v() if callable(v) else v)
+        return dict.__getitem__(self, key)

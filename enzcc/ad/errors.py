@@ -1,0 +1,23 @@
+"""AD errors: always naming the function and, when debug info has it, the source line."""
+
+from __future__ import annotations
+
+from enzcc.ad.debuginfo import locate
+from enzcc.errors import EnzccError
+
+
+class ADError(EnzccError):
+    """Something in user code cannot be differentiated (or the AD API is misused)."""
+
+
+def ad_error(message: str, inst=None, fn=None) -> ADError:
+    """An :class:`ADError` for ``message`` about instruction ``inst`` (in function ``fn``)."""
+    where = None
+    if inst is not None:
+        where = locate(inst)
+        fn = fn or inst.function
+    if fn is not None:
+        name = getattr(fn, "primal_name", fn.name)
+        if f"'{name}'" not in message:
+            message = f"in function '{name}': {message}"
+    return ADError(message, where)

@@ -1,0 +1,235 @@
+"""Forward mode: the primal computation with a tangent carried next to every active value.
+
+The derivative function takes each parameter followed, for ``enzyme_dup`` parameters, by its tangent (a
+scalar for floats, a shadow pointer for memory) and returns the tangent of the result.
+"""
+
+from __future__ import annotations
+
+from enzcc.ad.activity import ALLOCATORS, Activity, has_float
+from enzcc.ad.api import DUP, DUPNONEED, DiffCall, is_float
+from enzcc.ad.emit import add_values, emit_partial, splat, zero
+from enzcc.ad.errors import ad_error
+from enzcc.ad.memory import MemoryTypes
+from enzcc.ad.prepare import clone_body, finalize, new_derivative_function, prepare, return_block
+from enzcc.ad.reverse import _IGNORED_INTRINSICS, INACTIVE_CALLS, IRBuilderFold
+from enzcc.ad.rules import load_rules
+from enzcc.ad.shadow import Shadows
+from enzcc.ir import types as T
+from enzcc.ir.builder import IRBuilder
+from enzcc.ir.cfg import reverse_post_order
+from enzcc.ir.instructions import (BinaryOp, Call, Cast, ExtractElement, ExtractValue, Freeze, InsertElement,
+                                   InsertValue, Instruction, Load, Phi, Ret, Select, ShuffleVector, Store, UnaryOp)
+from enzcc.ir.values import Argument, Constant, Value
+
+
+class ForwardMode:
+    """Builds the tangent function for one ``__enzyme_fwddiff`` call."""
+
+    def __init__(self, dc: DiffCall, module, body=None):
+        self.dc = dc
+        self.module = module
+        self.rules = load_rules()
+        primal = dc.fn
+        params, names, self.tangent_index = [], [], {}
+        for spec in dc.args:
+            params.append(spec.param.type)
+            names.append(spec.param.name)
+            if spec.kind in (DUP, DUPNONEED):
+                self.tangent_index[spec.param.index] = len(params)
+                params.append(spec.param.type)
+                names.append(f"d_{spec.param.name or spec.param.index}")
+        ret = primal.return_type
+        self.G = new_derivative_function(module, primal, f"fwddiffe_{primal.name}", params, ret, names)
+        # the primal's parameters are the non-tangent parameters of G
+        self.primal_args = [a for i, a in enumerate(self.G.args) if i not in set(self.tangent_index.values())]
+        from enzcc.ad.clone import ValueMap, clone_blocks
+
+        vmap = ValueMap()
+        body = body or primal
+        for a, b in zip(body.args, self.primal_args):
+            vmap[a] = b
+        clone_blocks(body.blocks, self.G, vmap)
+        self.kinds = [s.kind for s in dc.args]
+        self.tangents: dict[int, Value] = {}
+        self._keep: list[Value] = []
+
+    def build(self):
+        G = self.G
+        prepare(G)
+        # rewrite the kinds in terms of G's primal argument positions
+        activity = Activity(_PrimalView(G, self.primal_args), self.kinds, is_float(self.dc.fn.return_type),
+                            "forward")
+        self.activity = activity
+        self.memtypes = MemoryTypes(G)
+        arg_shadows = {}
+        for spec in self.dc.args:
+            if spec.param.index in self.tangent_index:
+                arg = self.primal_args[spec.param.index]
+                t = G.args[self.tangent_index[spec.param.index]]
+                if isinstance(arg.type, T.PointerType):
+                    arg_shadows[id(arg)] = t
+                else:
+                    self._set(arg, t)
+        self.shadows = Shadows(G, activity, arg_shadows)
+        self.shadows.build()
+        pending: list[tuple[Phi, Phi]] = []
+        for block in reverse_post_order(G):
+            for inst in list(block.instructions):
+                self._tangent_of_instruction(inst, pending)
+        for phi, tphi in pending:
+            for v, blk in phi.incoming:
+                tphi.add_incoming(self._t(v), blk)
+        finalize(G)
+        return G
+
+    # -----------------------------------------------------------------------------------------
+
+    def _set(self, v: Value, t: Value) -> None:
+        self.tangents[id(v)] = t
+        self._keep.append(v)
+
+    def _t(self, v: Value) -> Value:
+        """Tangent of ``v`` (zero for inactive values)."""
+        t = self.tangents.get(id(v))
+        if t is not None:
+            return t
+        return zero(v.type)
+
+    def _active(self, v: Value) -> bool:
+        return id(v) in self.tangents or self.activity.is_active(v)
+
+    def _tangent_of_instruction(self, inst: Instruction, pending) -> None:
+        act = self.activity
+        if isinstance(inst, Ret):
+            if inst.operands and is_float(inst.operands[0].type):
+                t = self._t(inst.operands[0])
+                inst.set_operand(0, t)
+            elif inst.operands:
+                inst.set_operand(0, zero(inst.operands[0].type))
+            return
+        if isinstance(inst, Store):
+            if act.is_active_ptr(inst.pointer) and has_float(inst.value.type):
+                IRBuilder.after(inst).store(self._t(inst.value), self.shadows.of(inst.pointer, inst), align=inst.align)
+            return
+        if isinstance(inst, Call):
+            self._tangent_of_call(inst)
+            return
+        if not has_float(inst.type) or not act.is_active(inst):
+            return
+        if isinstance(inst, Phi):
+            tphi = Phi(inst.type)
+            tphi.insert_after(inst)
+            self._set(inst, tphi)
+            pending.append((inst, tphi))
+            return
+        b = IRBuilder.after(inst)
+        if isinstance(inst, (BinaryOp, UnaryOp)) and inst.opcode in self.rules.instructions:
+            rule = self.rules.instructions[inst.opcode]
+            env = dict(zip(rule.args, inst.operands), ret=inst)
+            total = None
+            for name, v in zip(rule.args, inst.operands):
+                if name in rule.inactive or id(v) not in self.tangents:
+                    continue
+                term = IRBuilderFold(b).mul(emit_partial(b, rule, name, env, inst.type), self._t(v))
+                total = term if total is None else b.fadd(total, term)
+            if total is not None:
+                self._set(inst, total)
+        elif isinstance(inst, Load):
+            self._set(inst, b.load(inst.type, self.shadows.of(inst.pointer, inst), align=inst.align))
+        elif isinstance(inst, Cast):
+            if inst.opcode in ("fpext", "fptrunc", "bitcast") and has_float(inst.value.type):
+                self._set(inst, b.cast(inst.opcode, self._t(inst.value), inst.type))
+        elif isinstance(inst, Select):
+            self._set(inst, b.select(inst.condition, self._t(inst.true_value), self._t(inst.false_value)))
+        elif isinstance(inst, Freeze):
+            self._set(inst, self._t(inst.value))
+        elif isinstance(inst, ExtractValue):
+            self._set(inst, b.extract_value(self._t(inst.aggregate), list(inst.indices)))
+        elif isinstance(inst, InsertValue):
+            self._set(inst, b.insert_value(self._t(inst.aggregate), self._t(inst.value), list(inst.indices)))
+        elif isinstance(inst, ExtractElement):
+            self._set(inst, b.extract_element(self._t(inst.vector), inst.index_operand))
+        elif isinstance(inst, InsertElement):
+            self._set(inst, b.insert_element(self._t(inst.vector), self._t(inst.element), inst.index_operand))
+        elif isinstance(inst, ShuffleVector):
+            self._set(inst, b.shuffle_vector(self._t(inst.operands[0]), self._t(inst.operands[1]), inst.mask))
+        else:
+            raise ad_error(f"cannot differentiate instruction '{inst.opcode}'", inst)
+
+    def _tangent_of_call(self, inst: Call) -> None:
+        name = inst.callee_name or ""
+        act = self.activity
+        if name.startswith(_IGNORED_INTRINSICS):
+            return
+        if name.startswith("llvm.memset"):
+            if act.is_active_ptr(inst.args[0]):
+                b = IRBuilder.after(inst)
+                b.memset(self.shadows.of(inst.args[0], inst), 0, inst.args[2])
+            return
+        if name.startswith(("llvm.memcpy", "llvm.memmove")):
+            dest, src = inst.args[0], inst.args[1]
+            if act.is_active_ptr(dest):
+                b = IRBuilder.after(inst)
+                if act.is_active_ptr(src):
+                    b.call(inst.callee.resolve() if hasattr(inst.callee, "resolve") else inst.callee,
+                           [self.shadows.of(dest, inst), self.shadows.of(src, inst), inst.args[2], inst.args[3]])
+                else:
+                    b.memset(self.shadows.of(dest, inst), 0, inst.args[2])
+            return
+        if name in ALLOCATORS:
+            return  # the shadow allocation was made with the shadows
+        if name == "free":
+            p = inst.args[0]
+            if act.is_active_ptr(p):
+                for call, shadow in self.shadows.allocations:
+                    if self.shadows.has(p) and self.shadows.of(p) is shadow:
+                        IRBuilder.after(inst).call(inst.callee.resolve(), [shadow])
+            return
+        if name.startswith("llvm.vector.reduce.fadd"):
+            if any(id(a) in self.tangents for a in inst.args):
+                b = IRBuilder.after(inst)
+                start, vec = inst.args
+                self._set(inst, b.call_intrinsic("llvm.vector.reduce.fadd", [self._t(start), self._t(vec)],
+                                                 overload_types=[vec.type]))
+            return
+        rule = self.rules.for_call(name) if name else None
+        has_tangent_args = any(id(a) in self.tangents for a in inst.args)
+        if rule is not None:
+            if not has_tangent_args or not has_float(inst.type):
+                return
+            b = IRBuilder.after(inst)
+            env = dict(zip(rule.args, inst.args), ret=inst)
+            total = None
+            for n, v in zip(rule.args, inst.args):
+                if n in rule.inactive or id(v) not in self.tangents:
+                    continue
+                term = IRBuilderFold(b).mul(emit_partial(b, rule, n, env, inst.type), self._t(v))
+                total = term if total is None else add_values(b, total, term)
+            if total is not None:
+                self._set(inst, total)
+            return
+        active_ptr_args = [a for a in inst.args if act.is_active_ptr(a)]
+        if not has_tangent_args and not active_ptr_args:
+            return
+        if name in INACTIVE_CALLS:
+            return
+        what = f"'{name}'" if name else "a function pointer"
+        raise ad_error(f"no derivative rule for call to {what}", inst)
+
+
+class _PrimalView:
+    """The derivative function seen with only its primal parameters (for the activity analysis)."""
+
+    def __init__(self, fn, args):
+        self._fn = fn
+        self.args = args
+
+    def instructions(self):
+        return self._fn.instructions()
+
+    def __getattr__(self, name):
+        return getattr(self._fn, name)
+
+
+__all__ = ["ForwardMode", "Argument", "Constant", "splat", "return_block"]

@@ -1,0 +1,88 @@
+"""Inlining every call to a user function inside the code being differentiated.
+
+Combined-mode reverse AD then sees one function body: values of callees are cached like any other, and no
+split (augmented forward / reverse) versions of callees are needed. Recursion cannot be inlined and is
+reported as an error.
+"""
+
+from __future__ import annotations
+
+from enzcc.ad.clone import ValueMap, clone_blocks
+from enzcc.ad.errors import ad_error
+from enzcc.ir.instructions import Alloca, Br, Call, Invoke, Phi, Ret
+from enzcc.ir.values import ConstantInt
+
+MAX_INLINED_CALLS = 20000
+
+
+def inline_all(fn, is_user_function) -> None:
+    """Inline, repeatedly, every call in ``fn`` whose callee satisfies ``is_user_function(callee_fn)``."""
+    module = fn.module
+    count = 0
+    # (call instruction -> chain of function names it was inlined through)
+    chain: dict[int, tuple[str, ...]] = {}
+    while True:
+        call = next((i for i in fn.instructions() if isinstance(i, Call) and _inlinable(i, module, is_user_function)),
+                    None)
+        if call is None:
+            return
+        callee = module.functions[call.callee_name]
+        through = chain.get(id(call), (fn.name,))
+        if callee.name in through:
+            raise ad_error(f"cannot differentiate recursive function '{callee.name}' "
+                           f"(call chain {' -> '.join(through + (callee.name,))})", call)
+        if isinstance(call, Invoke):
+            raise ad_error(f"cannot differentiate through invoke of '{callee.name}' (C++ exceptions)", call)
+        count += 1
+        if count > MAX_INLINED_CALLS:
+            raise ad_error("too many calls to inline while preparing the derivative", call)
+        new_calls = inline_call(call, callee)
+        for c in new_calls:
+            chain[id(c)] = through + (callee.name,)
+
+
+def _inlinable(call: Call, module, is_user_function) -> bool:
+    name = call.callee_name
+    if not name or name not in module.functions:
+        return False
+    callee = module.functions[name]
+    return not callee.is_declaration and is_user_function(callee)
+
+
+def inline_call(call: Call, callee) -> list[Call]:
+    """Replace ``call`` by a copy of ``callee``'s body. Returns the calls inside the copy."""
+    caller = call.function
+    block = call.parent
+    after = block.split_before(call)
+    vmap = ValueMap()
+    for formal, actual in zip(callee.args, call.args):
+        vmap[formal] = actual
+    new_blocks = clone_blocks(callee.blocks, caller, vmap, after=block, suffix=f".i")
+    # enter the copy instead of the continuation
+    block.terminator.erase()
+    block.append(Br(new_blocks[0]))
+    # returns go to the continuation
+    results = []
+    for nb in new_blocks:
+        term = nb.terminator
+        if isinstance(term, Ret):
+            if term.operands:
+                results.append((term.operands[0], nb))
+            term.erase()
+            nb.append(Br(after))
+    if call.has_uses():
+        if len(results) == 1:
+            call.replace_all_uses_with(results[0][0])
+        else:
+            phi = Phi(call.type, results)
+            after.insert(0, phi)
+            call.replace_all_uses_with(phi)
+    call.erase()
+    # static allocas of the callee belong in the caller's entry block (not re-executed in loops)
+    entry = caller.entry_block
+    first = entry.first_non_phi
+    for nb in new_blocks:
+        for inst in list(nb.instructions):
+            if isinstance(inst, Alloca) and (inst.num_elements is None or isinstance(inst.num_elements, ConstantInt)):
+                inst.move_before(first)
+    return [i for nb in new_blocks for i in nb.instructions if isinstance(i, Call)]

@@ -1,0 +1,140 @@
+"""Preparing a copy of the function to differentiate: clone into the derivative's signature, inline user calls,
+one return block, no debug intrinsics; and checks that the control flow can be reversed."""
+
+from __future__ import annotations
+
+from enzcc.ad.clone import ValueMap, clone_blocks
+from enzcc.ad.errors import ad_error
+from enzcc.ad.inline import inline_all
+from enzcc.ir import types as T
+from enzcc.ir.builder import IRBuilder
+from enzcc.ir.cfg import DominatorTree, reverse_post_order
+from enzcc.ir.function import Function
+from enzcc.ir.instructions import Call, Phi, Ret
+
+#: attributes of the primal function that do not hold for its derivative
+_DROP_ATTR_PREFIXES = ("memory(", "readnone", "readonly", "writeonly", "nofree", "nosync", "argmemonly",
+                       "speculatable", "willreturn", "norecurse", "nounwind", "optnone", "noinline",
+                       "alwaysinline", "mustprogress", "allockind", "allocsize", "\"enzyme")
+
+_STRIP_METADATA = ("dbg", "llvm.loop", "alias.scope", "noalias", "heapallocsite")
+
+
+def derivative_attributes(module, primal: Function) -> list[str]:
+    """Function attributes for a derivative: the primal's target attributes, none of its memory claims."""
+    attrs: list[str] = []
+    for a in primal.fn_attrs:
+        if a.startswith("#"):
+            text = module.attribute_groups.get(int(a[1:]), "")
+            kept = [t for t in _split_attrs(text) if not t.startswith(_DROP_ATTR_PREFIXES)]
+            if kept:
+                attrs.append(module.add_attribute_group(" ".join(kept)))
+        elif not a.startswith(_DROP_ATTR_PREFIXES):
+            attrs.append(a)
+    return attrs
+
+
+def _split_attrs(text: str) -> list[str]:
+    """Split attribute-group text on spaces outside quotes and parentheses."""
+    out, cur, depth, quoted = [], "", 0, False
+    for ch in text:
+        if ch == '"':
+            quoted = not quoted
+        elif not quoted and ch == "(":
+            depth += 1
+        elif not quoted and ch == ")":
+            depth -= 1
+        if ch == " " and not quoted and depth == 0:
+            if cur:
+                out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    if cur:
+        out.append(cur)
+    return out
+
+
+def new_derivative_function(module, primal: Function, name: str, params: list[T.Type], ret: T.Type,
+                            arg_names: list[str | None]) -> Function:
+    fn = Function(module.unique_function_name(name), T.FunctionType(ret, tuple(params)), arg_names)
+    fn.linkage = "internal"
+    fn.fn_attrs = derivative_attributes(module, primal)
+    fn.primal_name = getattr(primal, "primal_name", primal.name)
+    """The user's function this one derives from (named in error messages)."""
+    module.add_function(fn)
+    return fn
+
+
+def clone_body(primal: Function, target: Function) -> ValueMap:
+    """Copy ``primal``'s body into ``target`` whose first parameters correspond to ``primal``'s."""
+    vmap = ValueMap()
+    for a, b in zip(primal.args, target.args):
+        vmap[a] = b
+    clone_blocks(primal.blocks, target, vmap)
+    return vmap
+
+
+def prepare(fn: Function) -> None:
+    """Inline user calls, drop debug intrinsics and metadata that would not survive the transform, and give
+    the function a single return block."""
+    inline_all(fn, lambda callee: True)
+    for inst in list(fn.instructions()):
+        for rec in inst.debug_records:
+            rec.detach()
+        inst.debug_records = []
+        if isinstance(inst, Call) and (inst.callee_name or "").startswith(("llvm.dbg.", "llvm.lifetime.")):
+            inst.erase()
+    # unreachable blocks would confuse the analyses: drop them
+    reachable = {id(b) for b in reverse_post_order(fn)}
+    for b in list(fn.blocks):
+        if id(b) not in reachable:
+            for inst in list(b.instructions):
+                for use in list(inst.uses):
+                    use.user.set_operand(use.index, IRBuilder.poison(inst.type))
+            for succ in b.successors:
+                for phi in succ.phis():
+                    while b in phi.incoming_blocks:
+                        phi.remove_incoming(phi.incoming_blocks.index(b))
+            b.erase()
+    rets = [b for b in fn.blocks if isinstance(b.terminator, Ret)]
+    if not rets:
+        raise ad_error(f"'{fn.name}' never returns", fn=fn)
+    if len(rets) > 1:
+        unified = fn.append_block("ret.unified")
+        b = IRBuilder.at_end(unified)
+        phi = None
+        if not isinstance(fn.return_type, T.VoidType):
+            phi = b.phi(fn.return_type)
+        for r in rets:
+            term = r.terminator
+            if phi is not None:
+                phi.add_incoming(term.operands[0], r)
+            term.erase()
+            IRBuilder.at_end(r).br(unified)
+        b.ret(phi) if phi is not None else b.ret_void()
+    check_reducible(fn)
+
+
+def finalize(fn: Function) -> None:
+    """Drop metadata that refers to the primal's debug scopes or loops (kept until now for error messages)."""
+    for inst in fn.instructions():
+        for kind in _STRIP_METADATA:
+            inst.set_metadata(kind, None)
+
+
+def return_block(fn: Function):
+    return next(b for b in fn.blocks if isinstance(b.terminator, Ret))
+
+
+def check_reducible(fn: Function) -> None:
+    """Reverse mode reverses loops through their natural-loop structure: irreducible cycles are refused."""
+    dt = DominatorTree(fn)
+    order = {id(b): i for i, b in enumerate(dt.rpo)}
+    for b in dt.rpo:
+        for s in b.successors:
+            if order.get(id(s), -1) <= order[id(b)] and not dt.dominates(s, b):
+                raise ad_error("irreducible control flow cannot be differentiated", b.terminator, fn=fn)
+
+
+__all__ = ["prepare", "finalize", "new_derivative_function", "clone_body", "return_block", "Phi"]

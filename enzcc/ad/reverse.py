@@ -1,0 +1,525 @@
+"""Reverse mode (combined forward + reverse sweep in one function), on a prepared copy of the function.
+
+Layout of the derivative function ``G``:
+
+* the forward code: the primal body, with shadow computations for active pointers, caching of the primal
+  values the reverse sweep needs, and *edge blocks* that push loop-iteration data and control-flow choices
+  on a tape;
+* the reverse code: one block ``rev.B`` per primal block ``B`` (its instructions' adjoints in reverse order),
+  and one block per CFG edge ``P -> B`` that propagates phi adjoints, pops the tape and continues in
+  ``rev.P``; the entry's reverse block jumps to the exit that returns the derivatives of ``enzyme_out``
+  arguments.
+
+Caching: a value needed in the reverse sweep whose block always executes and is in no loop is used directly
+(SSA dominance holds). Any other value gets a stack slot written where it is defined; values defined inside
+a loop are pushed on the tape when each iteration ends and popped back into the slot when the reverse sweep
+starts that iteration, so loops of unknown trip count are reversed exactly. The tape is a growable buffer
+freed before returning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from enzcc.ad.activity import ALLOCATORS, Activity, has_float
+from enzcc.ad.api import DUP, DUPNONEED, OUT, DiffCall, is_float
+from enzcc.ad.emit import add_values, emit_partial, splat, zero
+from enzcc.ad.errors import ad_error
+from enzcc.ad.memory import MemoryTypes
+from enzcc.ad.prepare import clone_body, finalize, new_derivative_function, prepare, return_block
+from enzcc.ad.rules import load_rules
+from enzcc.ad.shadow import Shadows
+from enzcc.ad.tape import Tape
+from enzcc.ir import types as T
+from enzcc.ir.block import BasicBlock
+from enzcc.ir.builder import IRBuilder
+from enzcc.ir.cfg import DominatorTree, LoopInfo, reverse_post_order
+from enzcc.ir.instructions import (Alloca, BinaryOp, Br, Call, Cast, CondBr, ExtractElement, ExtractValue, FCmp,
+                                   Freeze, GetElementPtr, ICmp, InsertElement, InsertValue, Instruction, Load, Phi,
+                                   Ret, Select, ShuffleVector, Store, Switch, UnaryOp, Unreachable)
+from enzcc.ir.values import Argument, Constant, ConstantInt, Value
+
+#: calls that never carry derivatives and are kept in the forward sweep as they are
+INACTIVE_CALLS = {"printf", "fprintf", "puts", "putchar", "fputs", "fflush", "abort", "exit", "free", "fwrite",
+                  "time", "clock", "rand", "srand", "assert", "__assert_fail", "omp_get_thread_num", "sprintf",
+                  "snprintf", "__cxa_guard_acquire", "__cxa_guard_release", "_ZdlPv", "_ZdaPv", "_ZdlPvm"}
+#: intrinsics with nothing to do in the reverse sweep
+_IGNORED_INTRINSICS = ("llvm.lifetime.", "llvm.assume", "llvm.experimental.noalias.scope.decl", "llvm.dbg.",
+                       "llvm.prefetch", "llvm.stacksave", "llvm.stackrestore", "llvm.invariant.", "llvm.trap",
+                       "llvm.umax", "llvm.umin", "llvm.smax", "llvm.smin", "llvm.abs", "llvm.ctpop", "llvm.ctlz",
+                       "llvm.cttz", "llvm.fshl", "llvm.fshr", "llvm.bswap", "llvm.is.fpclass", "llvm.sadd.",
+                       "llvm.uadd.", "llvm.ssub.", "llvm.usub.", "llvm.smul.", "llvm.umul.", "llvm.expect",
+                       "llvm.objectsize", "llvm.vscale")
+
+
+@dataclass
+class _Cached:
+    """A primal value the reverse sweep reads from a slot."""
+
+    value: Value
+    slot: Instruction
+    use_blocks: list[BasicBlock] = field(default_factory=list)
+    """Primal blocks whose reverse code reads it."""
+
+
+class ReverseMode:
+    """Builds the gradient function for one ``__enzyme_autodiff`` call."""
+
+    def __init__(self, dc: DiffCall, module, body=None):
+        self.dc = dc
+        self.module = module
+        self.rules = load_rules()
+        primal = dc.fn
+        shadow_specs = [s for s in dc.args if s.kind in (DUP, DUPNONEED)]
+        params = [a.type for a in primal.args] + [T.ptr] * len(shadow_specs)
+        names = [a.name for a in primal.args] + [f"d_{s.param.name or s.param.index}" for s in shadow_specs]
+        outs = dc.out_args
+        if not outs:
+            ret = T.void
+        elif len(outs) == 1:
+            ret = outs[0].param.type
+        else:
+            ret = T.StructType(tuple(s.param.type for s in outs))
+        self.ret_type = ret
+        self.G = new_derivative_function(module, primal, f"diffe_{primal.name}", params, ret, names)
+        clone_body(body or primal, self.G)
+        self.nprimal = len(primal.args)
+        self.kinds = [s.kind for s in dc.args]
+        arg_shadows = {}
+        for n, s in enumerate(shadow_specs):
+            arg_shadows[id(self.G.args[s.param.index])] = self.G.args[self.nprimal + n]
+        self.arg_shadows = arg_shadows
+        self.adjoint_slots: dict[int, Instruction] = {}
+        self.cached: dict[int, _Cached] = {}
+        self._keep: list[Value] = []
+
+    # ---------------------------------------------------------------------------------------------
+
+    def build(self):
+        G = self.G
+        prepare(G)
+        self.ret_block = return_block(G)
+        primal_ret = self.dc.fn.return_type
+        self.active_return = is_float(primal_ret)
+        self.activity = Activity(G, self.kinds, self.active_return, "reverse")
+        self.memtypes = MemoryTypes(G)
+        self.dt = DominatorTree(G)
+        self.loops = LoopInfo(G, self.dt)
+        self.blocks = reverse_post_order(G)
+        self.orig_insts = {id(b): list(b.instructions) for b in self.blocks}
+        self.orig_preds = {id(b): b.predecessors for b in self.blocks}
+        self.always = self._always_executed_blocks()
+        # forward code: shadows (emitted next to their primals)
+        self.shadows = Shadows(G, self.activity, self.arg_shadows)
+        self.shadows.build()
+        self.tape = Tape(self.module, G)
+        # reverse code
+        self.rev = {}
+        for b in self.blocks:
+            self.rev[id(b)] = BasicBlock(f"rev.{b.name}" if b.name else None)
+        for b in reversed(self.blocks):
+            self.rev[id(b)].parent = None
+            self.rev[id(b)].move_after(G.blocks[-1])
+        self.exit_block = BasicBlock("rev.exit")
+        self.exit_block.move_after(G.blocks[-1])
+        self.edges: dict[tuple[int, int], BasicBlock] = {}
+        self._seed_and_jump()
+        for b in self.blocks:
+            self._reverse_block(b)
+        self._emit_exit()
+        self._emit_caches()
+        finalize(G)
+        return G
+
+    # -- structure ------------------------------------------------------------------------------
+
+    def _always_executed_blocks(self) -> set[int]:
+        """Blocks that dominate the return block and are in no loop: their values are available everywhere in
+        the reverse sweep."""
+        out = set()
+        for b in self.blocks:
+            if self.dt.dominates(b, self.ret_block) and self.loops.loop_for(b) is None:
+                out.add(id(b))
+        return out
+
+    def _seed_and_jump(self) -> None:
+        ret = self.ret_block.terminator
+        value = ret.operands[0] if ret.operands else None
+        ret.erase()
+        b = IRBuilder.at_end(self.ret_block)
+        if value is not None and self.active_return and self.activity.is_active(value):
+            self._add_adjoint(b, value, splat(value.type, 1.0))
+        b.br(self.rev[id(self.ret_block)])
+
+    # -- adjoints -------------------------------------------------------------------------------
+
+    def _slot(self, v: Value) -> Instruction:
+        s = self.adjoint_slots.get(id(v))
+        if s is None:
+            b = IRBuilder.at_start(self.G.entry_block)
+            s = b.alloca(v.type, in_entry=True)
+            # zero it right after the allocas
+            first = next(i for i in self.G.entry_block.instructions if not isinstance(i, Alloca))
+            IRBuilder.before(first).store(zero(v.type), s)
+            self.adjoint_slots[id(v)] = s
+            self._keep.append(v)
+        return s
+
+    def _add_adjoint(self, b: IRBuilder, v: Value, contribution: Value) -> None:
+        """``adjoint(v) += contribution`` (nothing for constants and inactive values)."""
+        if isinstance(v, Constant) or not (self.activity.is_active(v) or
+                                           (isinstance(v, Argument) and self._is_out_arg(v))):
+            return
+        slot = self._slot(v)
+        old = b.load(v.type, slot)
+        b.store(add_values(b, old, contribution), slot)
+
+    def _is_out_arg(self, v: Argument) -> bool:
+        return v.index < self.nprimal and self.kinds[v.index] == OUT
+
+    def _take_adjoint(self, b: IRBuilder, v: Value) -> Value:
+        """Load and reset ``adjoint(v)`` (reset matters in loops)."""
+        slot = self._slot(v)
+        d = b.load(v.type, slot)
+        b.store(zero(v.type), slot)
+        return d
+
+    # -- primal values in the reverse sweep --------------------------------------------------------
+
+    def _primal(self, v: Value, block: BasicBlock, b: IRBuilder) -> Value:
+        """``v`` as available at the current reverse position (reverse of primal ``block``)."""
+        if not isinstance(v, Instruction):
+            return v
+        if id(v.parent) in self.always:
+            return v
+        c = self.cached.get(id(v))
+        if c is None:
+            slot = IRBuilder.at_start(self.G.entry_block).alloca(v.type, in_entry=True)
+            c = self.cached[id(v)] = _Cached(v, slot)
+            self._keep.append(v)
+        if not any(u is block for u in c.use_blocks):
+            c.use_blocks.append(block)
+        return b.load(v.type, c.slot)
+
+    def _shadow(self, p: Value, block: BasicBlock, b: IRBuilder, user: Instruction) -> Value:
+        return self._primal(self.shadows.of(p, user), block, b)
+
+    # -- one block ----------------------------------------------------------------------------------
+
+    def _reverse_block(self, block: BasicBlock) -> None:
+        rb = self.rev[id(block)]
+        b = IRBuilder.at_end(rb)
+        insts = self.orig_insts[id(block)]
+        for inst in reversed(insts):
+            if inst.is_terminator or isinstance(inst, Phi):
+                continue
+            self._reverse_instruction(inst, block, b)
+        # phi adjoints are handed to the incoming values on the edges
+        phi_adjoints = [(phi, self._take_adjoint(b, phi)) for phi in block.phis()
+                        if any(phi is i for i in insts) and self.activity.is_active(phi)]
+        preds = self.orig_preds[id(block)]
+        if block is self.G.entry_block:
+            b.br(self.exit_block)
+            return
+        targets = [self._edge_block(p, block, phi_adjoints) for p in preds]
+        if len(targets) == 1:
+            b.br(targets[0])
+        else:
+            idx = self.tape.pop_value(b, T.i32)
+            b.switch(idx, targets[0], [(ConstantInt(T.i32, i), t) for i, t in enumerate(targets)][1:])
+
+    def _edge_block(self, pred: BasicBlock, block: BasicBlock, phi_adjoints) -> BasicBlock:
+        eb = BasicBlock(f"rev.{pred.name or ''}.{block.name or ''}")
+        eb.move_after(self.rev[id(block)])
+        b = IRBuilder.at_end(eb)
+        for phi, d in phi_adjoints:
+            incoming = phi.incoming_value_for(pred)
+            self._add_adjoint(b, incoming, d)
+        b.br(self.rev[id(pred)])
+        self.edges[(id(pred), id(block))] = eb
+        return eb
+
+    # -- one instruction ----------------------------------------------------------------------------
+
+    def _reverse_instruction(self, inst: Instruction, block: BasicBlock, b: IRBuilder) -> None:
+        act = self.activity
+        if isinstance(inst, Store):
+            self._reverse_store(inst, block, b)
+            return
+        if isinstance(inst, Call):
+            self._reverse_call(inst, block, b)
+            return
+        if not act.is_active(inst):
+            return
+        P = lambda v: self._primal(v, block, b)  # noqa: E731
+        if isinstance(inst, (BinaryOp, UnaryOp)) and inst.opcode in self.rules.instructions:
+            rule = self.rules.instructions[inst.opcode]
+            d = self._take_adjoint(b, inst)
+            env = {name: (lambda v=v: P(v)) for name, v in zip(rule.args, inst.operands)}
+            env["ret"] = lambda: P(inst)
+            for name, v in zip(rule.args, inst.operands):
+                if name in rule.inactive or not act.is_active(v) and not self._is_out(v):
+                    continue
+                partial = emit_partial(b, rule, name, env, inst.type)
+                self._add_adjoint(b, v, IRBuilderFold(b).mul(partial, d))
+        elif isinstance(inst, Load):
+            d = self._take_adjoint(b, inst)
+            if self.activity.is_active_ptr(inst.pointer):
+                sp = self._shadow(inst.pointer, block, b, inst)
+                old = b.load(inst.type, sp, align=inst.align)
+                b.store(add_values(b, old, d), sp, align=inst.align)
+        elif isinstance(inst, Cast):
+            d = self._take_adjoint(b, inst)
+            if inst.opcode in ("fpext", "fptrunc"):
+                self._add_adjoint(b, inst.value, b.cast("fptrunc" if inst.opcode == "fpext" else "fpext", d,
+                                                        inst.value.type))
+            elif inst.opcode == "bitcast" and has_float(inst.value.type):
+                self._add_adjoint(b, inst.value, b.bitcast(d, inst.value.type))
+            else:
+                raise ad_error(f"cannot differentiate '{inst.opcode}' of a value with derivatives", inst)
+        elif isinstance(inst, Select):
+            d = self._take_adjoint(b, inst)
+            c = P(inst.condition)
+            z = zero(inst.type)
+            self._add_adjoint(b, inst.true_value, b.select(c, d, z))
+            self._add_adjoint(b, inst.false_value, b.select(c, z, d))
+        elif isinstance(inst, Freeze):
+            self._add_adjoint(b, inst.value, self._take_adjoint(b, inst))
+        elif isinstance(inst, ExtractValue):
+            d = self._take_adjoint(b, inst)
+            agg = inst.aggregate
+            self._add_adjoint(b, agg, b.insert_value(zero(agg.type), d, list(inst.indices)))
+        elif isinstance(inst, InsertValue):
+            d = self._take_adjoint(b, inst)
+            self._add_adjoint(b, inst.value, b.extract_value(d, list(inst.indices)))
+            self._add_adjoint(b, inst.aggregate, b.insert_value(d, zero(inst.value.type), list(inst.indices)))
+        elif isinstance(inst, ExtractElement):
+            d = self._take_adjoint(b, inst)
+            vec = inst.vector
+            self._add_adjoint(b, vec, b.insert_element(zero(vec.type), d, P(inst.index_operand)))
+        elif isinstance(inst, InsertElement):
+            d = self._take_adjoint(b, inst)
+            idx = P(inst.index_operand)
+            self._add_adjoint(b, inst.element, b.extract_element(d, idx))
+            self._add_adjoint(b, inst.vector, b.insert_element(d, splat(inst.element.type, 0.0), idx))
+        elif isinstance(inst, ShuffleVector):
+            d = self._take_adjoint(b, inst)
+            self._reverse_shuffle(inst, d, b)
+        elif isinstance(inst, (FCmp, ICmp, GetElementPtr, Alloca)):
+            return
+        else:
+            raise ad_error(f"cannot differentiate instruction '{inst.opcode}'", inst)
+
+    def _is_out(self, v: Value) -> bool:
+        return isinstance(v, Argument) and self._is_out_arg(v)
+
+    def _reverse_shuffle(self, inst: ShuffleVector, d: Value, b: IRBuilder) -> None:
+        a, c = inst.operands[0], inst.operands[1]
+        n = a.type.count
+        mask = [e.value if isinstance(e, ConstantInt) else -1 for e in getattr(inst.mask, "elements", [])]
+        if not mask:
+            raise ad_error("cannot differentiate shufflevector with this mask", inst)
+        da, dc = zero(a.type), zero(c.type)
+        for j, m in enumerate(mask):
+            if m < 0:
+                continue
+            lane = b.extract_element(d, j)
+            if m < n:
+                da = b.insert_element(da, b.fadd(b.extract_element(da, m), lane), m)
+            else:
+                dc = b.insert_element(dc, b.fadd(b.extract_element(dc, m - n), lane), m - n)
+        self._add_adjoint(b, a, da)
+        self._add_adjoint(b, c, dc)
+
+    def _reverse_store(self, inst: Store, block: BasicBlock, b: IRBuilder) -> None:
+        if not self.activity.is_active_ptr(inst.pointer):
+            if self.activity.is_active(inst.value):
+                pass  # written into memory without derivatives (an enzyme_const buffer): the derivative stops
+            return
+        ty = inst.value.type
+        if not has_float(ty):
+            if isinstance(ty, T.IntType) and self.memtypes.float_bytes(inst.pointer, ty):
+                raise ad_error("a floating-point value copied as an integer cannot be differentiated yet", inst)
+            return
+        sp = self._shadow(inst.pointer, block, b, inst)
+        d = b.load(ty, sp, align=inst.align)
+        b.store(zero(ty), sp, align=inst.align)
+        self._add_adjoint(b, inst.value, d)
+
+    def _reverse_call(self, inst: Call, block: BasicBlock, b: IRBuilder) -> None:
+        name = inst.callee_name or ""
+        act = self.activity
+        if name.startswith(_IGNORED_INTRINSICS):
+            return
+        if name.startswith(("llvm.memset",)):
+            dest = inst.args[0]
+            if act.is_active_ptr(dest):
+                b.memset(self._shadow(dest, block, b, inst), 0, self._primal(inst.args[2], block, b))
+            return
+        if name.startswith(("llvm.memcpy", "llvm.memmove")):
+            self._reverse_memcpy(inst, block, b)
+            return
+        if name in ALLOCATORS:
+            for call, shadow in self.shadows.allocations:
+                if call is inst:
+                    free = self.module.get_or_insert_function("free", T.FunctionType(T.void, (T.ptr,)))
+                    b.call(free, [self._primal(shadow, block, b)])
+            return
+        if name.startswith("llvm.vector.reduce.fadd"):
+            if act.is_active(inst):
+                d = self._take_adjoint(b, inst)
+                start, vec = inst.args
+                self._add_adjoint(b, start, d)
+                v = b.insert_element(zero(vec.type), d, 0)
+                self._add_adjoint(b, vec, b.shuffle_vector(v, zero(vec.type), [0] * vec.type.count))
+            return
+        rule = self.rules.for_call(name) if name else None
+        if rule is not None and (act.is_active(inst) or not any(act.is_active(a) for a in inst.args)):
+            if not act.is_active(inst):
+                return
+            d = self._take_adjoint(b, inst)
+            P = lambda v: self._primal(v, block, b)  # noqa: E731
+            env = {n: (lambda v=v: P(v)) for n, v in zip(rule.args, inst.args)}
+            env["ret"] = lambda: P(inst)
+            for n, v in zip(rule.args, inst.args):
+                if n in rule.inactive or not (act.is_active(v) or self._is_out(v)):
+                    continue
+                partial = emit_partial(b, rule, n, env, inst.type)
+                self._add_adjoint(b, v, IRBuilderFold(b).mul(partial, d))
+            return
+        active_args = [a for a in inst.args if act.is_active(a) or act.is_active_ptr(a) or self._is_out(a)]
+        if not active_args and not act.is_active(inst):
+            return  # no derivatives flow through this call
+        if name in INACTIVE_CALLS:
+            return
+        what = f"'{name}'" if name else "a function pointer"
+        raise ad_error(f"no derivative rule for call to {what}", inst)
+
+    def _reverse_memcpy(self, inst: Call, block: BasicBlock, b: IRBuilder) -> None:
+        dest, src, size = inst.args[0], inst.args[1], inst.args[2]
+        act = self.activity
+        if not act.is_active_ptr(dest) and not act.is_active_ptr(src):
+            return
+        kind = self.memtypes.copy_kind(inst)
+        if kind is None or isinstance(kind, T.PointerType) or isinstance(kind, T.IntType):
+            return  # pointers were copied into the shadow in the forward sweep; integers carry nothing
+        n = self._primal(size, block, b)
+        ddest = self._shadow(dest, block, b, inst) if act.is_active_ptr(dest) else None
+        dsrc = self._shadow(src, block, b, inst) if act.is_active_ptr(src) else None
+        if ddest is None:
+            return
+        helper = self.tape.memcpy_adjoint_helper(kind)
+        b.call(helper, [ddest, dsrc if dsrc is not None else ddest, n,
+                        ConstantInt(T.i1, int(dsrc is not None))])
+
+    # -- exit -----------------------------------------------------------------------------------
+
+    def _emit_exit(self) -> None:
+        b = IRBuilder.at_end(self.exit_block)
+        outs = [s for s in self.dc.args if s.kind == OUT]
+        vals = []
+        for s in outs:
+            arg = self.G.args[s.param.index]
+            vals.append(b.load(arg.type, self._slot(arg)))
+        self.tape.free(b)
+        if not outs:
+            b.ret_void()
+        elif len(outs) == 1:
+            b.ret(vals[0])
+        else:
+            agg = IRBuilder.poison(self.ret_type)
+            for i, v in enumerate(vals):
+                agg = b.insert_value(agg, v, [i])
+            b.ret(agg)
+
+    # -- caches and tape pushes --------------------------------------------------------------------
+
+    def _emit_caches(self) -> None:
+        loops = self.loops
+        push_sets: dict[int, list[_Cached]] = {}
+        for c in self.cached.values():
+            v = c.value
+            # store the value into its slot where it is defined
+            if isinstance(v, Phi):
+                anchor = v.parent.first_non_phi
+                IRBuilder.before(anchor).store(v, c.slot)
+            else:
+                IRBuilder.after(v).store(v, c.slot)
+            # which loops' iterations must save and restore it
+            chain = []
+            loop = loops.loop_for(v.parent)
+            while loop is not None:
+                chain.append(loop)
+                loop = loop.parent
+            for j, L in enumerate(chain):
+                if j == 0 or any(not chain[j - 1].contains(u) for u in c.use_blocks):
+                    push_sets.setdefault(id(L.header), []).append(c)
+        # forward edge blocks push; reverse edge blocks pop
+        for block in self.blocks:
+            preds = self.orig_preds[id(block)]
+            for i, pred in enumerate(preds):
+                ended = self._loops_ended(pred, block)
+                items: list[tuple[Value | None, T.Type, _Cached | None]] = []
+                for L in ended:
+                    for c in push_sets.get(id(L.header), []):
+                        items.append((None, c.value.type, c))
+                need_index = len(preds) > 1
+                if not items and not need_index:
+                    continue
+                fwd = self._split_edge(pred, block)
+                fb = IRBuilder.before(fwd.terminator)
+                values = [fb.load(t, c.slot) for _, t, c in items]
+                types = [t for _, t, _ in items]
+                if need_index:
+                    values.append(ConstantInt(T.i32, i))
+                    types.append(T.i32)
+                self.tape.push_values(fb, values, types)
+                if items:
+                    eb = self.edges[(id(pred), id(block))]
+                    rb = IRBuilder.before(eb.terminator)
+                    popped = self.tape.pop_values(rb, [t for _, t, _ in items])
+                    for (_, _, c), v in zip(items, popped):
+                        rb.store(v, c.slot)
+
+    def _loops_ended(self, pred: BasicBlock, block: BasicBlock):
+        """Loops whose current iteration ends on the edge ``pred -> block``, innermost first."""
+        out = []
+        loop = self.loops.loop_for(pred)
+        while loop is not None:
+            if not loop.contains(block) or loop.header is block:
+                out.append(loop)
+                if loop.header is block:
+                    break
+            else:
+                break
+            loop = loop.parent
+        return out
+
+    def _split_edge(self, pred: BasicBlock, block: BasicBlock) -> BasicBlock:
+        eb = BasicBlock(f"{pred.name or ''}.to.{block.name or ''}")
+        eb.move_after(pred)
+        IRBuilder.at_end(eb).br(block)
+        term = pred.terminator
+        for i, op in enumerate(term.operands):
+            if op is block:
+                term.set_operand(i, eb)
+        for phi in block.phis():
+            phi.replace_incoming_block(pred, eb)
+        return eb
+
+
+class IRBuilderFold:
+    """Multiplication with constant folding (partial * adjoint)."""
+
+    def __init__(self, b: IRBuilder):
+        from enzcc.ad.emit import IRRuleBackend
+
+        self._backend = IRRuleBackend(b, None)
+
+    def mul(self, a: Value, d: Value) -> Value:
+        if a.type != d.type and isinstance(d.type, T.VectorType) and not isinstance(a.type, T.VectorType):
+            raise TypeError("scalar partial for a vector adjoint")
+        return self._backend.fmul(a, d)
+
+
+__all__ = ["ReverseMode", "INACTIVE_CALLS", "Alloca", "Br", "CondBr", "Ret", "Switch", "Unreachable"]

@@ -1,0 +1,131 @@
+"""Shadow pointers: for every active pointer, a pointer to the memory holding its derivatives.
+
+Shadows are computed in the forward code next to their primal: arguments come from the caller (``enzyme_dup``),
+``getelementptr``/casts/``select``/``phi`` mirror the primal on shadows, pointers loaded from shadowed memory
+are loaded from the shadow memory, and allocations get zero-filled shadow allocations.
+"""
+
+from __future__ import annotations
+
+from enzcc.ad.activity import ALLOCATORS, Activity
+from enzcc.ad.errors import ad_error
+from enzcc.ir import types as T
+from enzcc.ir.builder import IRBuilder
+from enzcc.ir.cfg import reverse_post_order
+from enzcc.ir.instructions import (Alloca, Call, Cast, Freeze, GetElementPtr, Instruction, Load, Phi, Select,
+                                   Store)
+from enzcc.ir.values import ConstantInt, ConstantNull, ConstantPoison, ConstantUndef, Value
+
+
+class Shadows:
+    """Shadow values of one function's active pointers."""
+
+    def __init__(self, fn, activity: Activity, arg_shadows: dict[int, Value]):
+        self.fn = fn
+        self.activity = activity
+        self._map: dict[int, Value] = dict(arg_shadows)
+        self._keep: list[Value] = []
+        self.allocations: list[tuple[Instruction, Value]] = []
+        """(primal allocation call, shadow) for heap allocations in the function."""
+
+    def has(self, v: Value) -> bool:
+        return id(v) in self._map
+
+    def of(self, v: Value, user: Instruction | None = None) -> Value:
+        s = self._map.get(id(v))
+        if s is not None:
+            return s
+        if isinstance(v, (ConstantNull, ConstantPoison, ConstantUndef)):
+            return v
+        raise ad_error(f"no shadow for pointer {v.ref() if hasattr(v, 'ref') else v}: it is not derived from "
+                       "an enzyme_dup argument or an allocation in the differentiated code", user, fn=self.fn)
+
+    def _set(self, v: Value, s: Value) -> None:
+        self._map[id(v)] = s
+        self._keep.append(v)
+
+    def build(self) -> None:
+        """Emit the shadow computations into the forward code."""
+        dl = self.fn.module.data_layout
+        pending_phis: list[tuple[Phi, Phi]] = []
+        for block in reverse_post_order(self.fn):
+            for inst in list(block.instructions):
+                if not self.activity.is_active_ptr(inst) or self.has(inst):
+                    if isinstance(inst, Store) and self.activity.is_active_ptr(inst.pointer) and \
+                            isinstance(inst.value.type, T.PointerType):
+                        self._store_pointer(inst)
+                    continue
+                if isinstance(inst, Phi):
+                    sp = Phi(inst.type)
+                    sp.insert_after(inst)
+                    self._set(inst, sp)
+                    pending_phis.append((inst, sp))
+                elif isinstance(inst, GetElementPtr):
+                    g = GetElementPtr(inst.source_type, self.of(inst.pointer, inst), inst.indices, flags=inst.flags)
+                    g.insert_after(inst)
+                    self._set(inst, g)
+                elif isinstance(inst, Cast) and inst.opcode in ("bitcast", "addrspacecast"):
+                    self._set(inst, IRBuilder.after(inst).cast(inst.opcode, self.of(inst.value, inst), inst.type))
+                elif isinstance(inst, Freeze):
+                    self._set(inst, self.of(inst.value, inst))
+                elif isinstance(inst, Select):
+                    s = IRBuilder.after(inst).select(inst.condition, self._of_operand(inst.true_value, inst),
+                                                     self._of_operand(inst.false_value, inst))
+                    self._set(inst, s)
+                elif isinstance(inst, Load):
+                    s = IRBuilder.after(inst).load(inst.type, self.of(inst.pointer, inst), align=inst.align)
+                    self._set(inst, s)
+                elif isinstance(inst, Alloca):
+                    b = IRBuilder.after(inst)
+                    s = b.alloca(inst.allocated_type, inst.num_elements, align=inst.align)
+                    size = dl.alloc_size(inst.allocated_type)
+                    count = inst.num_elements
+                    nbytes = ConstantInt(T.i64, size) if count is None else \
+                        b.mul(_to_i64(b, count), ConstantInt(T.i64, size))
+                    b.memset(s, 0, nbytes)
+                    self._set(inst, s)
+                elif isinstance(inst, Call) and inst.callee_name in ALLOCATORS:
+                    self._set(inst, self._shadow_allocation(inst))
+                else:
+                    raise ad_error(f"cannot compute the shadow of pointer produced by '{inst.opcode}'", inst,
+                                   fn=self.fn)
+        for phi, sp in pending_phis:
+            for v, blk in phi.incoming:
+                sp.add_incoming(self._of_operand(v, phi), blk)
+
+    def _of_operand(self, v: Value, user: Instruction) -> Value:
+        if self.has(v) or isinstance(v, (ConstantNull, ConstantPoison, ConstantUndef)):
+            return self.of(v, user)
+        raise ad_error(f"pointer {v.ref() if hasattr(v, 'ref') else v} mixes memory with and without derivatives "
+                       f"in a {user.opcode}", user, fn=self.fn)
+
+    def _store_pointer(self, store: Store) -> None:
+        """Storing a pointer into shadowed memory stores its shadow into the shadow memory."""
+        val = store.value
+        shadow_val = self._map.get(id(val))
+        if shadow_val is None:
+            # a pointer without derivatives: its shadow slot holds null
+            shadow_val = ConstantNull(val.type)
+        dest = self.of(store.pointer, store)
+        IRBuilder.after(store).store(shadow_val, dest, align=store.align)
+
+    def _shadow_allocation(self, call: Call) -> Value:
+        """A zero-filled shadow allocation of the same size."""
+        name = call.callee_name
+        b = IRBuilder.after(call)
+        module = self.fn.module
+        if name == "calloc":
+            s = b.call(module.get_or_insert_function("calloc", T.FunctionType(T.ptr, (T.i64, T.i64))),
+                       list(call.args))
+        else:
+            size = call.args[-1] if name == "aligned_alloc" else call.args[0]
+            s = b.call(module.get_or_insert_function(name, call.function_type), list(call.args))
+            b.memset(s, 0, size)
+        self.allocations.append((call, s))
+        return s
+
+
+def _to_i64(b: IRBuilder, v: Value) -> Value:
+    if v.type == T.i64:
+        return v
+    return b.zext(v, T.i64) if v.type.bits < 64 else b.trunc(v, T.i64)

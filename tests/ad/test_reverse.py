@@ -1,0 +1,232 @@
+"""Reverse mode (__enzyme_autodiff) on small C programs at -O0..-O3, against analytic values and finite
+differences computed by the same program."""
+
+import pytest
+
+from adharness import assert_close, build_and_run
+from conftest import need
+
+pytestmark = need("clang-22", "llvm-objcopy-22")
+
+# A finite-difference gradient of f(x, n) for arrays: defines fd_grad(f, x, n, g)
+FD_ARRAY = r"""
+static void fd_grad(double (*f)(double *, int), double *x, int n, double *g) {
+  for (int i = 0; i < n; i++) {
+    double h = 1e-6 * (fabs(x[i]) > 1 ? fabs(x[i]) : 1), keep = x[i];
+    x[i] = keep + h; double up = f(x, n);
+    x[i] = keep - h; double down = f(x, n);
+    x[i] = keep; g[i] = (up - down) / (2 * h);
+  }
+}
+/* a macro, so that the function given to __enzyme_autodiff is known at compile time even at -O0 */
+#define CHECK_ARRAY(tag, f, x, n) do { \
+  double *g = calloc(n, sizeof(double)), *fd = calloc(n, sizeof(double)); \
+  __enzyme_autodiff((void *)f, enzyme_dup, x, g, enzyme_const, n); \
+  fd_grad(f, x, n, fd); \
+  char name[64]; \
+  for (int i = 0; i < n; i++) { \
+    snprintf(name, sizeof name, "ad.%s.%d", tag, i); report(name, g[i]); \
+    snprintf(name, sizeof name, "fd.%s.%d", tag, i); report(name, fd[i]); \
+  } \
+  free(g); free(fd); } while (0)
+"""
+
+ARRAY_FUNCTIONS = {
+    "sumsq": "double F(double *x, int n) { double s = 0; for (int i = 0; i < n; i++) s += x[i] * x[i]; return s; }",
+    "libm": """double F(double *x, int n) {
+        double s = 0;
+        for (int i = 0; i < n; i++) {
+          double a = x[i];
+          s += sin(a) + cos(a) * tan(a / 4) + exp(a / 3) + log(a * a + 1) + log10(a * a + 2) + pow(fabs(a) + 1, 1.5)
+             + sqrt(a * a + 1) + cbrt(a + 10) + fabs(a) + fmax(a, 0.3) + fmin(a, -0.2) + tanh(a) + sinh(a / 2)
+             + cosh(a / 3) + atan(a) + atan2(a, 2.0) + asin(a / 5) + acos(a / 6) + erf(a) + hypot(a, 1.5)
+             + expm1(a / 7) + log1p(a * a) + exp2(a / 5) + log2(a * a + 3) + copysign(a * a, a);
+        }
+        return s; }""",
+    "while_unknown_trips": """double F(double *x, int n) {
+        /* data-dependent trip count: halve until small; every iteration overwrites y */
+        double y = x[0] * x[0] + 1.0, s = 0; int it = 0;
+        while (y > 1e-3 && it < 1000) { s += sin(y) * y; y = y * 0.5 + x[1] * 1e-4; it++; }
+        return s + y * x[2]; }""",
+    "nested_loops": """double F(double *x, int n) {
+        double s = 0;
+        for (int i = 0; i < n; i++) { double r = 0;
+          for (int j = 0; j <= i; j++) r += x[j] * sin(x[i] - x[j] + j);
+          s += r * r; }
+        return s; }""",
+    "branches": """double F(double *x, int n) {
+        double s = 0;
+        for (int i = 0; i < n; i++) {
+          if (x[i] > 0.5) s += x[i] * x[i]; else if (x[i] < -0.5) s -= exp(x[i]); else s += 3 * x[i];
+          switch (i % 3) { case 0: s *= 1.1; break; case 1: s += x[i] / 3; break; default: s = s - x[i] * s * 0.01; }
+        }
+        return s; }""",
+    "in_place_overwrite": """double F(double *x0, int n) {
+        double *x = malloc(n * sizeof(double));
+        memcpy(x, x0, n * sizeof(double));
+        for (int k = 0; k < 3; k++) for (int i = 1; i < n; i++) x[i] = x[i] * x[i - 1] * 0.5 + sin(x[i]);
+        double s = 0; for (int i = 0; i < n; i++) s += x[i];
+        free(x); return s; }""",
+    "struct_array": """typedef struct { double pos, vel; } particle;
+        double F(double *x, int n) {
+          particle p[8]; int m = n < 8 ? n : 8;
+          for (int i = 0; i < m; i++) { p[i].pos = x[i]; p[i].vel = x[(i + 1) % m] * 2; }
+          double e = 0;
+          for (int step = 0; step < 4; step++) for (int i = 0; i < m; i++) { p[i].pos += 0.1 * p[i].vel; p[i].vel -= 0.1 * p[i].pos * p[i].pos; }
+          for (int i = 0; i < m; i++) e += 0.5 * p[i].vel * p[i].vel + p[i].pos;
+          return e; }""",
+    "helper_calls": """__attribute__((noinline)) static double sq(double a) { return a * a; }
+        __attribute__((noinline)) double dist(const double *a, const double *b) { return sqrt(sq(a[0] - b[0]) + sq(a[1] - b[1])); }
+        double F(double *x, int n) { double s = 0; for (int i = 0; i + 3 < n; i += 2) s += dist(x + i, x + i + 2) * sq(x[i]); return s; }""",
+    "memset_calloc": """double F(double *x, int n) {
+        double *acc = calloc(n, sizeof(double)); double tmp[4];
+        memset(tmp, 0, sizeof tmp);
+        for (int i = 0; i < n; i++) { acc[i] = x[i] * x[(i + 1) % n]; tmp[i % 4] += acc[i]; }
+        double s = tmp[0] * tmp[1] + tmp[2] - tmp[3] * x[0];
+        free(acc); return s; }""",
+    "select_fabs_fmax": """double F(double *x, int n) {
+        double m = -1e300, s = 0;
+        for (int i = 0; i < n; i++) { m = x[i] > m ? x[i] : m; s += fabs(x[i] - 0.1) * fmax(x[i], 0.2); }
+        return m * 2 + s; }""",
+}
+
+XS = "double x[6] = {0.9, -0.35, 1.3, 0.45, -1.1, 0.7};"
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O2"])
+@pytest.mark.parametrize("name", sorted(ARRAY_FUNCTIONS))
+def test_array_function_matches_finite_differences(enzcc, name, opt):
+    src = ARRAY_FUNCTIONS[name] + FD_ARRAY + f"int main(void) {{ {XS} CHECK_ARRAY(\"g\", F, x, 6); return 0; }}\n"
+    values = build_and_run(enzcc, src, opt)
+    assert_close(values, "ad.g.", "fd.g.", rel=2e-5, abs_=2e-6)
+
+
+@pytest.mark.parametrize("opt", ["-O1", "-O3"])
+@pytest.mark.parametrize("name", ["nested_loops", "while_unknown_trips", "struct_array", "in_place_overwrite"])
+def test_other_levels(enzcc, name, opt):
+    src = ARRAY_FUNCTIONS[name] + FD_ARRAY + f"int main(void) {{ {XS} CHECK_ARRAY(\"g\", F, x, 6); return 0; }}\n"
+    assert_close(build_and_run(enzcc, src, opt), "ad.g.", "fd.g.", rel=2e-5, abs_=2e-6)
+
+
+def test_before_opt_mode_gives_the_same_gradient(enzcc):
+    src = ARRAY_FUNCTIONS["nested_loops"] + FD_ARRAY + f"int main(void) {{ {XS} CHECK_ARRAY(\"g\", F, x, 6); return 0; }}\n"
+    after = build_and_run(enzcc, src, "-O2", name="after")
+    before = build_and_run(enzcc, src, "-O2", extra=("--ad-mode=before-opt",), name="before")
+    assert_close(after, "ad.g.", "fd.g.", rel=2e-5, abs_=2e-6)
+    for k, v in after.items():
+        assert before[k] == pytest.approx(v, rel=1e-12, abs=1e-14)
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O1", "-O2", "-O3"])
+def test_scalar_out_arguments_analytic(enzcc, opt):
+    src = r"""
+typedef struct { double dx, dy; } grad2;
+grad2 __enzyme_autodiff_2(void *, ...);
+double f(double x, double y) { return x * y + sin(x) / y; }
+double g(double x) { return x * x * x; }
+int main(void) {
+  double x = 1.3, y = 0.7;
+  grad2 d = __enzyme_autodiff_2((void *)f, enzyme_out, x, enzyme_out, y);
+  report("ad.dx", d.dx); report("an.dx", y + cos(x) / y);
+  report("ad.dy", d.dy); report("an.dy", x - sin(x) / (y * y));
+  double dg = __enzyme_autodiff((void *)g, x);   /* no marker: a double defaults to enzyme_out */
+  report("ad.dg", dg); report("an.dg", 3 * x * x);
+  return 0;
+}
+"""
+    assert_close(build_and_run(enzcc, src, opt), "ad.", "an.", rel=1e-12, abs_=1e-14)
+
+
+def test_mixed_out_const_dup(enzcc):
+    src = r"""
+double f(double a, const double *v, double *w, int n, double c) {
+  double s = 0; for (int i = 0; i < n; i++) s += a * v[i] * w[i] + c * w[i]; return s;
+}
+int main(void) {
+  double v[3] = {1, 2, 3}, w[3] = {0.5, -1, 2}, dw[3] = {0}, a = 1.5, c = 0.25;
+  double da = __enzyme_autodiff((void *)f, enzyme_out, a, enzyme_const, v, enzyme_dup, w, dw, enzyme_const, 3,
+                                enzyme_const, c);
+  report("ad.da", da); report("an.da", 0.5 * 1 - 1 * 2 + 2 * 3);
+  for (int i = 0; i < 3; i++) { char k[16]; snprintf(k, 16, "ad.w%d", i); report(k, dw[i]);
+                                snprintf(k, 16, "an.w%d", i); report(k, a * v[i] + c); }
+  return 0;
+}
+"""
+    assert_close(build_and_run(enzcc, src, "-O2"), "ad.", "an.", rel=1e-12)
+
+
+def test_output_buffer_seed_and_accumulation(enzcc):
+    """dup on an output buffer: its shadow holds the seed and is consumed; input shadows accumulate (+=)."""
+    src = r"""
+void f(const double *x, double *out, int n) {
+  for (int i = 0; i < n; i++) out[i] = 0;
+  for (int i = 0; i < n; i++) out[i] += x[i] * x[(i + 1) % n];
+}
+int main(void) {
+  double x[3] = {1, 2, 3}, out[3], dx[3] = {10, 10, 10}, dout[3] = {1, 0, 0};
+  __enzyme_autodiff((void *)f, enzyme_dup, x, dx, enzyme_dupnoneed, out, dout, enzyme_const, 3);
+  /* d out0 / dx = (x1, x0, 0), added to the initial 10s */
+  report("ad.dx0", dx[0]); report("an.dx0", 10 + 2);
+  report("ad.dx1", dx[1]); report("an.dx1", 10 + 1);
+  report("ad.dx2", dx[2]); report("an.dx2", 10);
+  report("ad.dout0", dout[0]); report("an.dout0", 0);
+  report("ad.out0", out[0]); report("an.out0", 2);
+  return 0;
+}
+"""
+    assert_close(build_and_run(enzcc, src, "-O2"), "ad.", "an.", rel=1e-12)
+
+
+def test_float_function(enzcc):
+    src = r"""
+float __enzyme_autodiff_f(void *, ...);
+float f(float x) { return sinf(x) * x * x; }
+int main(void) {
+  float x = 0.8f;
+  report("ad.d", __enzyme_autodiff_f((void *)f, enzyme_out, x));
+  report("an.d", cosf(x) * x * x + 2 * x * sinf(x));
+  return 0;
+}
+"""
+    assert_close(build_and_run(enzcc, src, "-O2"), "ad.", "an.", rel=1e-5)
+
+
+def test_single_precision_inside_double_function(enzcc):
+    src = r"""
+double F(double *x, int n) {
+  float s = 0; for (int i = 0; i < n; i++) { float a = (float)x[i]; s += sinf(a) * a + expf(a / 4); }
+  return (double)s; }
+int main(void) {
+  double x[3] = {0.5, -1.0, 2.0}, g[3] = {0};
+  __enzyme_autodiff((void *)F, enzyme_dup, x, g, enzyme_const, 3);
+  for (int i = 0; i < 3; i++) { char k[16]; snprintf(k, 16, "ad.%d", i); report(k, g[i]);
+    float a = (float)x[i]; snprintf(k, 16, "an.%d", i); report(k, cosf(a) * a + sinf(a) + expf(a / 4) / 4); }
+  return 0; }
+"""
+    assert_close(build_and_run(enzcc, src, "-O2"), "ad.", "an.", rel=1e-5)
+    assert_close(build_and_run(enzcc, src, "-O0", name="t0"), "ad.", "an.", rel=1e-5)
+
+
+def test_several_calls_and_separate_files(enzcc):
+    """CC=enzcc style: the differentiated function lives in another translation unit."""
+    enzcc.write("model.c", "#include <math.h>\ndouble model(double *p, int n) { double s = 0; "
+                           "for (int i = 0; i < n; i++) s += exp(p[i]) * (i + 1); return s; }\n")
+    src = r"""
+double model(double *, int);
+int main(void) {
+  double p[3] = {0.1, 0.2, 0.3}, dp[3] = {0}, dq[3] = {0};
+  __enzyme_autodiff((void *)model, enzyme_dup, p, dp, enzyme_const, 3);
+  __enzyme_autodiff((void *)model, p, dq, 3);   /* markers are optional */
+  for (int i = 0; i < 3; i++) { char k[16]; snprintf(k, 16, "ad.p%d", i); report(k, dp[i]);
+    snprintf(k, 16, "an.p%d", i); report(k, exp(p[i]) * (i + 1));
+    snprintf(k, 16, "ad.q%d", i); report(k, dq[i]); snprintf(k, 16, "an.q%d", i); report(k, exp(p[i]) * (i + 1)); }
+  return 0;
+}
+"""
+    enzcc.write("main.c", __import__("adharness").PRELUDE + src)
+    enzcc("-O2", "-c", "model.c")
+    enzcc("-O2", "-c", "main.c")
+    enzcc("main.o", "model.o", "-lm", "-o", "prog")
+    out = enzcc.run("./prog").stdout
+    values = {l.split()[0]: float(l.split()[1]) for l in out.splitlines()}
+    assert_close(values, "ad.", "an.", rel=1e-12)
