@@ -35,6 +35,17 @@ def has_float(ty: T.Type) -> bool:
     return False
 
 
+def has_pointer(ty: T.Type) -> bool:
+    """Whether a value of this type is or contains a pointer."""
+    if isinstance(ty, T.PointerType):
+        return True
+    if isinstance(ty, T.ArrayType):
+        return has_pointer(ty.element)
+    if isinstance(ty, (T.StructType, T.NamedStructType)):
+        return any(has_pointer(e) for e in ty.elements)
+    return False
+
+
 class Activity:
     """The result of the analysis for one function."""
 
@@ -79,9 +90,20 @@ class Activity:
         while changed:
             changed = False
             for inst in insts:
-                if not isinstance(inst.type, T.PointerType) or id(inst) in self.active_ptrs:
+                if id(inst) in self.active_ptrs:
                     continue
-                if inst.opcode in _PTR_FORWARD:
+                if isinstance(inst, InsertValue) and has_pointer(inst.type):
+                    # aggregates carrying pointers (Rust slices, Fortran descriptors) carry their shadows
+                    if id(inst.aggregate) in self.active_ptrs or id(inst.value) in self.active_ptrs:
+                        changed |= self._mark(self.active_ptrs, inst)
+                    continue
+                if isinstance(inst, ExtractValue) and has_pointer(inst.type):
+                    if id(inst.aggregate) in self.active_ptrs:
+                        changed |= self._mark(self.active_ptrs, inst)
+                    continue
+                if not isinstance(inst.type, T.PointerType):
+                    continue
+                if inst.opcode in _PTR_FORWARD or (isinstance(inst, (Phi, Select)) and has_pointer(inst.type)):
                     srcs = self._ptr_sources(inst)
                     if any(id(s) in self.active_ptrs for s in srcs):
                         changed |= self._mark(self.active_ptrs, inst)

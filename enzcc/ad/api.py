@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 
 from enzcc.ad.errors import ad_error
 from enzcc.ir import types as T
-from enzcc.ir.instructions import Call, Load
-from enzcc.ir.values import Argument, GlobalRef, Value
+from enzcc.ad.memory import base_object
+from enzcc.ir.instructions import Alloca, Call, Cast, GetElementPtr, Load, Store
+from enzcc.ir.values import Argument, ConstantExpr, ConstantInt, GlobalRef, Value
 
 AUTODIFF = "__enzyme_autodiff"
 FWDDIFF = "__enzyme_fwddiff"
@@ -92,7 +93,7 @@ def parse_call(call: Call, module) -> DiffCall:
         sret, args = args[0], args[1:]
     if not args:
         raise ad_error(f"{callee} needs the function to differentiate as its first argument", call)
-    target = args[0]
+    target = resolve_function(args[0])
     if not isinstance(target, GlobalRef) or target.symbol not in module.functions:
         raise ad_error(f"the first argument of {callee} must be a function known at compile time, "
                        f"not {_describe(target)}", call)
@@ -154,6 +155,50 @@ def parse_call(call: Call, module) -> DiffCall:
         raise ad_error(f"too many arguments to {callee} for '{fn.name}': it has {len(fn.args)} parameter(s), "
                        f"{len(rest) - pos} argument(s) left over", call)
     return DiffCall(call, mode, fn, specs, sret)
+
+
+def resolve_function(v: Value, depth: int = 0) -> Value:
+    """See through casts and a pointer parked in a local variable (as unoptimized C and Fortran code does with
+    ``c_funloc``) to the function itself."""
+    if depth > 16 or isinstance(v, GlobalRef):
+        return v
+    if isinstance(v, ConstantExpr) and v.opcode in ("ptrtoint", "inttoptr", "bitcast", "addrspacecast"):
+        return resolve_function(v.operands[0], depth + 1)
+    if isinstance(v, Cast) and v.opcode in ("ptrtoint", "inttoptr", "bitcast", "addrspacecast"):
+        return resolve_function(v.value, depth + 1)
+    if isinstance(v, Load) and v.parent is not None:
+        base = base_object(v.pointer)
+        if isinstance(base, Alloca):
+            stores = [u.user for p in _derived(base) for u in p.uses
+                      if isinstance(u.user, Store) and u.index == 1]
+            others = [u.user for p in _derived(base) for u in p.uses
+                      if not isinstance(u.user, (Store, Load, GetElementPtr))]
+            if len(stores) == 1 and not others and _same_address(stores[0].pointer, v.pointer) and \
+                    stores[0].parent is v.parent and stores[0].index < v.index:
+                return resolve_function(stores[0].value, depth + 1)
+    return v
+
+
+def _derived(base: Value) -> list[Value]:
+    out, stack = [base], [base]
+    while stack:
+        p = stack.pop()
+        for u in p.uses:
+            if isinstance(u.user, GetElementPtr) and u.index == 0:
+                out.append(u.user)
+                stack.append(u.user)
+    return out
+
+
+def _same_address(a: Value, b: Value) -> bool:
+    if a is b:
+        return True
+    if isinstance(a, GetElementPtr) and isinstance(b, GetElementPtr):
+        return (_same_address(a.pointer, b.pointer) and a.source_type == b.source_type and
+                len(a.indices) == len(b.indices) and
+                all(isinstance(x, ConstantInt) and isinstance(y, ConstantInt) and x.value == y.value
+                    for x, y in zip(a.indices, b.indices)))
+    return False
 
 
 def _describe(v: Value) -> str:

@@ -22,6 +22,7 @@ def inline_all(fn, is_user_function) -> None:
     # (call instruction -> chain of function names it was inlined through)
     chain: dict[int, tuple[str, ...]] = {}
     while True:
+        invokes_to_calls(fn)
         call = next((i for i in fn.instructions() if isinstance(i, Call) and _inlinable(i, module, is_user_function)),
                     None)
         if call is None:
@@ -31,14 +32,33 @@ def inline_all(fn, is_user_function) -> None:
         if callee.name in through:
             raise ad_error(f"cannot differentiate recursive function '{callee.name}' "
                            f"(call chain {' -> '.join(through + (callee.name,))})", call)
-        if isinstance(call, Invoke):
-            raise ad_error(f"cannot differentiate through invoke of '{callee.name}' (C++ exceptions)", call)
         count += 1
         if count > MAX_INLINED_CALLS:
             raise ad_error("too many calls to inline while preparing the derivative", call)
         new_calls = inline_call(call, callee)
         for c in new_calls:
             chain[id(c)] = through + (callee.name,)
+
+
+def invokes_to_calls(fn) -> None:
+    """Derivatives do not unwind: every ``invoke`` becomes a ``call`` followed by a branch to its normal
+    destination (an exception or panic raised inside differentiated code is not caught there)."""
+    for inst in list(fn.instructions()):
+        if not isinstance(inst, Invoke):
+            continue
+        normal, unwind = inst.normal_dest, inst.unwind_dest
+        call = Call(inst.callee, list(inst.args), inst.function_type, flags=inst.flags, arg_attrs=inst.arg_attrs,
+                    cconv=inst.cconv, ret_attrs=inst.ret_attrs, fn_attrs=inst.fn_attrs)
+        call.metadata = list(inst.metadata)
+        call.insert_before(inst)
+        if inst.has_uses():
+            inst.replace_all_uses_with(call)
+        block = inst.parent
+        for phi in unwind.phis():
+            while block in phi.incoming_blocks:
+                phi.remove_incoming(phi.incoming_blocks.index(block))
+        inst.erase()
+        block.append(Br(normal))
 
 
 def _inlinable(call: Call, module, is_user_function) -> bool:

@@ -87,16 +87,19 @@ def prepare(fn: Function) -> None:
             inst.erase()
     # unreachable blocks would confuse the analyses: drop them
     reachable = {id(b) for b in reverse_post_order(fn)}
-    for b in list(fn.blocks):
-        if id(b) not in reachable:
-            for inst in list(b.instructions):
-                for use in list(inst.uses):
-                    use.user.set_operand(use.index, IRBuilder.poison(inst.type))
-            for succ in b.successors:
-                for phi in succ.phis():
-                    while b in phi.incoming_blocks:
-                        phi.remove_incoming(phi.incoming_blocks.index(b))
-            b.erase()
+    dead = [b for b in fn.blocks if id(b) not in reachable]
+    for b in dead:
+        for inst in list(b.instructions):
+            for use in list(inst.uses):
+                use.user.set_operand(use.index, IRBuilder.poison(inst.type))
+        for succ in b.successors:
+            for phi in succ.phis():
+                while b in phi.incoming_blocks:
+                    phi.remove_incoming(phi.incoming_blocks.index(b))
+        if b.terminator is not None:
+            b.terminator.erase()
+    for b in dead:
+        b.erase()
     rets = [b for b in fn.blocks if isinstance(b.terminator, Ret)]
     if not rets:
         raise ad_error(f"'{fn.name}' never returns", fn=fn)

@@ -7,13 +7,13 @@ are loaded from the shadow memory, and allocations get zero-filled shadow alloca
 
 from __future__ import annotations
 
-from enzcc.ad.activity import ALLOCATORS, Activity
+from enzcc.ad.activity import ALLOCATORS, Activity, has_pointer
 from enzcc.ad.errors import ad_error
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.cfg import reverse_post_order
-from enzcc.ir.instructions import (Alloca, Call, Cast, Freeze, GetElementPtr, Instruction, Load, Phi, Select,
-                                   Store)
+from enzcc.ir.instructions import (Alloca, Call, Cast, ExtractValue, Freeze, GetElementPtr, InsertValue, Instruction,
+                                   Load, Phi, Select, Store)
 from enzcc.ir.values import ConstantInt, ConstantNull, ConstantPoison, ConstantUndef, Value
 
 
@@ -84,6 +84,19 @@ class Shadows:
                         b.mul(_to_i64(b, count), ConstantInt(T.i64, size))
                     b.memset(s, 0, nbytes)
                     self._set(inst, s)
+                elif isinstance(inst, InsertValue):
+                    base = self._map.get(id(inst.aggregate))
+                    if base is None:
+                        base = inst.aggregate if not isinstance(inst.aggregate, Instruction) else \
+                            ConstantUndef(inst.type)
+                    member = inst.value
+                    if has_pointer(member.type):
+                        member = self._map.get(id(member)) or ConstantNull(member.type) \
+                            if isinstance(member.type, T.PointerType) else self._map.get(id(member), member)
+                    self._set(inst, IRBuilder.after(inst).insert_value(base, member, list(inst.indices)))
+                elif isinstance(inst, ExtractValue):
+                    self._set(inst, IRBuilder.after(inst).extract_value(self.of(inst.aggregate, inst),
+                                                                        list(inst.indices)))
                 elif isinstance(inst, Call) and inst.callee_name in ALLOCATORS:
                     self._set(inst, self._shadow_allocation(inst))
                 else:
