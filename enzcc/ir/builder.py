@@ -6,9 +6,8 @@ Example::
     y = b.fmul(inst, 2.0, name="twice")          # Python numbers become constants
     b.call_intrinsic("llvm.sin", [y])            # declares llvm.sin.f64 on demand
 
-The insertion point is a block plus a position; each created instruction is
-inserted there and the position advances past it, so consecutive calls emit
-instructions in program order.
+The insertion point is a block plus an anchor instruction (insert before it,
+or at the block end); consecutive calls emit instructions in program order.
 """
 
 from __future__ import annotations
@@ -113,13 +112,18 @@ def _type_of(*values) -> T.Type:
 
 
 class IRBuilder:
-    """Creates instructions at an insertion point (block + index)."""
+    """Creates instructions at an insertion point.
 
-    def __init__(self, block: BasicBlock | None = None, index: int | None = None):
+    The insertion point is a block plus an *anchor*: new instructions go right
+    before the anchor instruction (or at the end of the block when the anchor
+    is None), so the point stays valid while other code edits the block.
+    """
+
+    def __init__(self, block: BasicBlock | None = None, anchor: Instruction | None = None):
         self.block: BasicBlock | None = block
         """Block receiving new instructions."""
-        self.index: int | None = index
-        """Position in :attr:`block` (None = append at the end)."""
+        self.anchor: Instruction | None = anchor
+        """Instruction before which new instructions are inserted (None = block end)."""
         self.debug_loc: str | None = None
         """If set (e.g. ``"!42"``), attached as ``!dbg`` to each new instruction."""
         self.default_flags: list[str] = []
@@ -154,26 +158,26 @@ class IRBuilder:
 
     def position_at_end(self, block: BasicBlock) -> None:
         """Append subsequent instructions to ``block``."""
-        self.block, self.index = block, None
+        self.block, self.anchor = block, None
 
     def position_at_start(self, block: BasicBlock) -> None:
         """Insert after the leading phis of ``block``."""
-        self.block, self.index = block, len(block.phis())
+        self.block, self.anchor = block, block.first_non_phi
 
     def position_before(self, inst: Instruction) -> None:
         """Insert before ``inst``."""
         if inst.parent is None:
             raise IRError("instruction is not in a block")
-        self.block, self.index = inst.parent, inst.index
+        self.block, self.anchor = inst.parent, inst
 
     def position_after(self, inst: Instruction) -> None:
-        """Insert after ``inst`` (after the phis if ``inst`` is a phi)."""
+        """Insert after ``inst`` (after all phis if ``inst`` is a phi)."""
         if inst.parent is None:
             raise IRError("instruction is not in a block")
         if isinstance(inst, Phi):
             self.position_at_start(inst.parent)
         else:
-            self.block, self.index = inst.parent, inst.index + 1
+            self.block, self.anchor = inst.parent, inst.next
 
     @property
     def function(self) -> Function | None:
@@ -194,11 +198,12 @@ class IRBuilder:
             inst.name = name
         if self.debug_loc is not None and inst.get_metadata("dbg") is None:
             inst.set_metadata("dbg", self.debug_loc)
-        if self.index is None:
+        if self.anchor is None:
             self.block.append(inst)
         else:
-            self.block.insert(self.index, inst)
-            self.index += 1
+            if self.anchor.parent is not self.block:
+                raise IRError("the builder's anchor instruction left its block")
+            self.block.insert(self.anchor.index, inst)
         return inst
 
     # -- arithmetic -------------------------------------------------------------
@@ -319,10 +324,7 @@ class IRBuilder:
         blk = self.block
         if blk is None:
             raise IRError("builder has no insertion point")
-        pos = len(blk.phis())
-        blk.insert(pos, phi)
-        if self.index is not None and self.index >= pos:
-            self.index += 1
+        blk.insert(len(blk.phis()), phi)
         return phi
 
     # -- terminators ------------------------------------------------------------
@@ -371,8 +373,6 @@ class IRBuilder:
             if name is not None:
                 inst.name = name
             entry.insert(pos, inst)
-            if entry is self.block and self.index is not None and self.index >= pos:
-                self.index += 1
             return inst
         return self.insert(inst, name)
 

@@ -6,7 +6,7 @@ All analyses are snapshots: recompute them after changing the CFG.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Hashable, Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from .block import BasicBlock
 from .function import Function

@@ -127,6 +127,19 @@ class Module:
         self.functions[fn.name] = fn
         return fn
 
+    def remove_function(self, name: str) -> Function:
+        """Remove ``@name`` from the module (IRError if parsed code still refers to it)."""
+        fn = self.get_function(name)
+        ref = self._global_refs.get(name)
+        if ref is not None and ref.has_uses():
+            raise IRError(f"@{name} is still used by {ref.num_uses} instruction operand(s)")
+        for block in list(fn._blocks):
+            for inst in block.instructions:
+                inst.drop_all_references()
+        del self.functions[name]
+        fn.module = None
+        return fn
+
     def get_or_insert_function(self, name: str, function_type: T.FunctionType) -> Function:
         """Existing function ``@name`` or a new declaration with the given type."""
         fn = self.functions.get(name)

@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from conftest import llvm_check
+from ir_helpers import llvm_check
 from enzcc.ir import (
     BasicBlock, Br, Call, ConstantPoison, Function, Instruction, IRBuilder, IRError, Phi,
     const_float,
@@ -408,7 +408,7 @@ def test_function_clone(tmp_path):
 
 
 def test_clone_with_debug_info(tmp_path):
-    from conftest import compile_to_ir
+    from ir_helpers import compile_to_ir
     text = compile_to_ir("c", ["-O2", "-g"], tmp_path)
     mod = parse_module(text)
     for fn in list(mod.definitions())[:6]:
@@ -416,4 +416,57 @@ def test_clone_with_debug_info(tmp_path):
         assert not any(i.debug_records or i.get_metadata("dbg") for i in copy.instructions())
         mod.add_function(copy)
     mod.verify()
+    llvm_check(str(mod))
+
+
+def test_fresh_module_globals_and_removal():
+    from enzcc.ir import Module, X86_64_LINUX_LAYOUT, const_array
+    mod = Module("grad.c", X86_64_LINUX_LAYOUT, "x86_64-unknown-linux-gnu")
+    shadow = mod.add_global("shadow", T.ArrayType(4, T.f64), align=16)
+    table = mod.add_global("table", T.ArrayType(2, T.f64),
+                           const_array(T.f64, [const_float(T.f64, 0.5), const_float(T.f64, 0.1)]),
+                           constant=True, linkage="private")
+    assert shadow.text == "@shadow = internal global [4 x double] zeroinitializer, align 16"
+    assert table.text == ("@table = private constant [2 x double] "
+                          "[double 5.000000e-01, double 1.000000e-01]")
+    fn = mod.add_function(Function("get", T.FunctionType(T.f64, (T.i64,)), ["i"]))
+    b = IRBuilder.at_end(fn.append_block("entry"))
+    p = b.gep(T.ArrayType(2, T.f64), mod.global_ref("table"), [0, fn.args[0]], name="p",
+              inbounds=True)
+    v = b.load(T.f64, p, align=8, name="v")
+    b.store(v, b.gep(T.f64, mod.global_ref("shadow"), [fn.args[0]]), align=8)
+    b.ret(v)
+    helper = mod.add_function(Function("unused", T.FunctionType(T.void, ())))
+    assert helper.is_declaration
+    text = str(mod)
+    assert text.startswith('source_filename = "grad.c"\ntarget datalayout = "e-m:e')
+    assert "declare void @unused()" in text
+    llvm_check(text)
+    mod.verify()
+    assert {u.user.function.name for u in mod.global_ref("table").uses} == {"get"}
+    mod.remove_function("unused")
+    with pytest.raises(IRError):
+        mod.add_function(Function("get", T.FunctionType(T.void, ())))
+    callee = mod.add_function(Function("callee", T.FunctionType(T.void, ())))
+    IRBuilder.before(fn.entry_block.terminator).call(callee, [])
+    with pytest.raises(IRError):
+        mod.remove_function("callee")
+    assert "unused" not in str(mod)
+    llvm_check(str(mod))
+
+
+def test_builders_keep_their_position_when_block_changes():
+    mod = parse_module(SIMPLE)
+    fn = mod.get_function("f")
+    a, b, dead, ret = fn.entry_block.instructions
+    top = IRBuilder.at_start(fn.entry_block)
+    bottom = IRBuilder.before(ret)
+    x1 = top.fadd(fn.args[0], 1.0, name="x1")
+    y1 = bottom.fadd(b, 1.0, name="y1")
+    x2 = top.fadd(x1, 1.0, name="x2")
+    y2 = bottom.fadd(y1, 1.0, name="y2")
+    assert [i.name for i in fn.entry_block] == ["x1", "x2", "a", "b", "dead", "y1", "y2", None]
+    dead.erase()
+    bottom.fadd(y2, x2, name="y3")
+    assert [i.name for i in fn.entry_block][-2:] == ["y3", None]
     llvm_check(str(mod))

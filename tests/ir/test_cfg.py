@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import textwrap
 
-from conftest import compile_to_ir
+from ir_helpers import compile_to_ir
 from enzcc.ir import (
     DominatorTree, LoopInfo, PostDominatorTree, parse_module, post_order, reverse_post_order,
 )

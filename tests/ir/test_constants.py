@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from conftest import llvm_check
+from ir_helpers import llvm_check
 from enzcc.ir import ConstantFloat, ConstantInt, types as T
 from enzcc.ir.floats import format_float, parse_float_text
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from conftest import assert_roundtrip, llvm_check
+from ir_helpers import assert_roundtrip, llvm_check
 from enzcc.ir import (
     AtomicRMW, Call, CmpXchg, ConstantExpr, ConstantFloat, ConstantSplat, ConstantString,
-    DebugRecord, GlobalRef, InlineAsm, Invoke, LandingPad, Load, MetadataValue, OpaqueConstant,
+    DebugRecord, GlobalRef, InlineAsm, Invoke, LandingPad, MetadataValue, OpaqueConstant,
     Phi, Store, Switch, VAArg, parse_module, types as T,
 )
 

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from conftest import assert_roundtrip, compile_to_ir, llvm_check
+from ir_helpers import assert_roundtrip, compile_to_ir, llvm_check
 from enzcc.ir import parse_module
 
 CONFIGS = [
