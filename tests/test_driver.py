@@ -1,12 +1,10 @@
 """enzcc as a drop-in clang: real compiles, links and errors, end to end."""
 
 import ctypes
-import os
 import subprocess
 
-import pytest
 
-from conftest import need
+from enzcc_testing import need
 from enzcc.backend import embed as E
 
 pytestmark = need("clang-22", "llvm-objcopy-22")

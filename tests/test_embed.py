@@ -4,7 +4,7 @@ import subprocess
 
 import pytest
 
-from conftest import need
+from enzcc_testing import need
 from enzcc.backend import embed as E
 from enzcc.errors import EnzccError
 

@@ -4,9 +4,8 @@ import ctypes
 import shutil
 import subprocess
 
-import pytest
 
-from conftest import PROJECTS, have, need
+from enzcc_testing import PROJECTS, have, need
 from enzcc.backend import embed as E
 
 
@@ -96,7 +95,7 @@ def test_ptx_is_accepted_by_ptxas(enzcc, tmp_path):
 
 def test_example_config_documents_every_key():
     from enzcc.buildconfig import BUILD_KEYS, OUTPUT_KEYS, _toml
-    from conftest import ROOT
+    from enzcc_testing import ROOT
 
     with open(ROOT / "enzcc.toml.example", "rb") as fh:
         data = _toml.load(fh)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import subprocess
 
 PRELUDE = r"""
 #include <math.h>

@@ -3,7 +3,7 @@
 import pytest
 
 from adharness import PRELUDE
-from conftest import need
+from enzcc_testing import need
 
 pytestmark = need("clang-22", "llvm-objcopy-22")
 

@@ -3,7 +3,7 @@
 import pytest
 
 from adharness import assert_close, build_and_run
-from conftest import need
+from enzcc_testing import need
 
 pytestmark = need("clang-22", "llvm-objcopy-22")
 

@@ -1,13 +1,11 @@
 """AD across languages (Fortran and Rust, as callee and as caller) and through every driver path
 (one command, CC=enzcc make over several files, enzcc build)."""
 
-import math
-import shutil
 import subprocess
 
 import pytest
 
-from conftest import need
+from enzcc_testing import need
 
 FORTRAN_ENERGY = """function energy(x, n) bind(c, name="energy") result(e)
   use iso_c_binding

@@ -4,7 +4,7 @@ differences computed by the same program."""
 import pytest
 
 from adharness import assert_close, build_and_run
-from conftest import need
+from enzcc_testing import need
 
 pytestmark = need("clang-22", "llvm-objcopy-22")
 
@@ -84,6 +84,45 @@ ARRAY_FUNCTIONS = {
         for (int i = 0; i < n; i++) { acc[i] = x[i] * x[(i + 1) % n]; tmp[i % 4] += acc[i]; }
         double s = tmp[0] * tmp[1] + tmp[2] - tmp[3] * x[0];
         free(acc); return s; }""",
+    "linked_list_malloc_free": """typedef struct node { double w; struct node *next; } node;
+        double F(double *x, int n) {
+          node *head = NULL;
+          for (int i = 0; i < n; i++) { node *nd = malloc(sizeof(node)); nd->w = x[i] * x[i]; nd->next = head; head = nd; }
+          double s = 0; int k = 1;
+          while (head) { node *nx = head->next; s += head->w * k++; free(head); head = nx; }
+          return s; }""",
+    "lstm_like": """static double sigmoid(double z) { return 1.0 / (1.0 + exp(-z)); }
+        double F(double *x, int n) {
+          double h = 0, c = 0;
+          for (int t = 0; t < n; t++) {
+            double f = sigmoid(0.5 * x[t] + 0.3 * h), i = sigmoid(0.2 * x[t] - 0.1 * h), o = sigmoid(x[t] + h);
+            double g = tanh(0.7 * x[t] + 0.2 * h);
+            c = f * c + i * g; h = o * tanh(c);
+          }
+          return h + c; }""",
+    "struct_copy_with_int_field": """typedef struct { double a[3]; int tag; } rec;
+        double F(double *x, int n) {
+          rec r[4], tmp;
+          for (int i = 0; i < 4; i++) { for (int j = 0; j < 3; j++) r[i].a[j] = x[(i + j) % n]; r[i].tag = i; }
+          for (int i = 0; i < 3; i++) { tmp = r[i]; r[i] = r[i + 1]; r[i + 1] = tmp; }
+          double s = 0; for (int i = 0; i < 4; i++) s += r[i].a[0] * r[i].a[1] * (r[i].tag + 1) - r[i].a[2];
+          return s; }""",
+    "rk4_ode": """static void rhs(const double *y, double *dy, double k) { dy[0] = y[1]; dy[1] = -k * sin(y[0]); }
+        double F(double *x, int n) {
+          double y[2] = {x[0], x[1]}, k1[2], k2[2], k3[2], k4[2], t[2], h = 0.05;
+          for (int s = 0; s < 40; s++) {
+            rhs(y, k1, x[2]); for (int i = 0; i < 2; i++) t[i] = y[i] + 0.5 * h * k1[i];
+            rhs(t, k2, x[2]); for (int i = 0; i < 2; i++) t[i] = y[i] + 0.5 * h * k2[i];
+            rhs(t, k3, x[2]); for (int i = 0; i < 2; i++) t[i] = y[i] + h * k3[i];
+            rhs(t, k4, x[2]); for (int i = 0; i < 2; i++) y[i] += h / 6 * (k1[i] + 2 * k2[i] + 2 * k3[i] + k4[i]);
+          }
+          return y[0] * y[0] + y[1] + x[3] * x[4] * x[5]; }""",
+    "intrinsics": """double F(double *x, int n) {
+          double s = 0;
+          for (int i = 0; i < n; i++)
+            s += __builtin_powi(x[i], 3) + copysign(x[i] * x[i], x[(i + 1) % n]) + fmax(x[i], 0.05) * fmin(x[i], 2.5)
+               + fma(x[i], x[i], 1.0);
+          return s; }""",
     "select_fabs_fmax": """double F(double *x, int n) {
         double m = -1e300, s = 0;
         for (int i = 0; i < n; i++) { m = x[i] > m ? x[i] : m; s += fabs(x[i] - 0.1) * fmax(x[i], 0.2); }

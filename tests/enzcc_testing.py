@@ -1,0 +1,48 @@
+"""Helpers shared by the tests: tool checks, paths, and a runner for enzcc and built programs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PROJECTS = Path(__file__).resolve().parent / "projects"
+
+
+def have(tool: str) -> bool:
+    if tool == "rustc":
+        return bool(shutil.which("rustc") or os.access(os.path.expanduser("~/.cargo/bin/rustc"), os.X_OK))
+    return shutil.which(tool) is not None
+
+
+def need(*tools: str):
+    missing = [t for t in tools if not have(t)]
+    return pytest.mark.skipif(bool(missing), reason=f"needs {', '.join(missing)} (not installed)")
+
+
+class Runner:
+    """Runs enzcc (and programs) in a directory, returning CompletedProcess with text output."""
+
+    def __init__(self, cwd: Path, env: dict):
+        self.cwd = cwd
+        self.env = env
+
+    def __call__(self, *args: str, check: bool = True, env: dict | None = None, cmd: str = "enzcc"):
+        proc = subprocess.run([cmd, *args], cwd=self.cwd, env={**self.env, **(env or {})},
+                              capture_output=True, text=True)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"{cmd} {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    def run(self, *args: str, check: bool = True, env: dict | None = None):
+        return self(*args[1:], check=check, env=env, cmd=args[0])
+
+    def write(self, name: str, text: str) -> Path:
+        p = self.cwd / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+        return p
