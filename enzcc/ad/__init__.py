@@ -12,7 +12,7 @@ from enzcc.ir.builder import IRBuilder
 from enzcc.ir.instructions import Call, Load
 from enzcc.ir.module import Module
 from enzcc.ir.parser import parse_module
-from enzcc.ir.values import ConstantFloat, GlobalRef
+from enzcc.ir.values import GlobalRef
 
 ENZYME_PREFIX = "__enzyme_"
 
@@ -177,4 +177,4 @@ def _convert(b: IRBuilder, v, ty):
     return v
 
 
-__all__ = ["differentiate_text", "differentiate_module", "ADError", "ConstantFloat"]
+__all__ = ["differentiate_text", "differentiate_module", "ADError"]

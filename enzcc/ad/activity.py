@@ -10,11 +10,11 @@
 
 from __future__ import annotations
 
-from enzcc.ad.api import CONST, DUP, DUPNONEED, OUT
+from enzcc.ad.api import DUP, DUPNONEED, OUT
 from enzcc.ir import types as T
 from enzcc.ir.instructions import (Alloca, Call, Cast, ExtractElement, ExtractValue, GetElementPtr, InsertElement,
                                    InsertValue, Instruction, Load, Phi, Select, ShuffleVector, Store)
-from enzcc.ir.values import Argument, Value
+from enzcc.ir.values import Value
 
 #: allocation functions whose result is fresh memory (shadowed when it holds floats)
 ALLOCATORS = {"malloc", "calloc", "_Znwm", "_Znam", "aligned_alloc", "posix_memalign_unused"}
@@ -201,10 +201,4 @@ class Activity:
         return out
 
 
-def arg_kinds_for(fn, specs) -> list[str]:
-    """The kind of each parameter of ``fn`` from the call's argument specs."""
-    kinds = {id(s.param): s.kind for s in specs}
-    return [kinds.get(id(a), CONST) for a in fn.args]
-
-
-__all__ = ["Activity", "ALLOCATORS", "has_float", "arg_kinds_for", "Argument"]
+__all__ = ["Activity", "ALLOCATORS", "has_float", "has_pointer"]

@@ -134,8 +134,8 @@ def call_math(b: IRBuilder, rule_name: str, args: list[Value]) -> Value:
     elem = ty.element if isinstance(ty, T.VectorType) else ty
     cname = _c_name(rule, elem)
     module = b.module
-    fn = module.get_or_insert_function(cname, T.FunctionType(elem, tuple(a.type.element if isinstance(a.type, T.VectorType)
-                                                                           else a.type for a in args)))
+    scalar_types = tuple(a.type.element if isinstance(a.type, T.VectorType) else a.type for a in args)
+    fn = module.get_or_insert_function(cname, T.FunctionType(elem, scalar_types))
     if isinstance(ty, T.VectorType):
         out = const_zero(ty)
         for i in range(ty.count):

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from enzcc.ad.activity import ALLOCATORS, Activity, has_float
 from enzcc.ad.api import DUP, DUPNONEED, DiffCall, is_float
-from enzcc.ad.emit import add_values, emit_partial, splat, zero
+from enzcc.ad.emit import add_values, emit_partial, zero
 from enzcc.ad.errors import ad_error
 from enzcc.ad.memory import MemoryTypes
-from enzcc.ad.prepare import clone_body, finalize, new_derivative_function, prepare, return_block
+from enzcc.ad.prepare import finalize, new_derivative_function, prepare
 from enzcc.ad.reverse import _IGNORED_INTRINSICS, INACTIVE_CALLS, IRBuilderFold
 from enzcc.ad.rules import load_rules
 from enzcc.ad.shadow import Shadows
@@ -20,7 +20,7 @@ from enzcc.ir.builder import IRBuilder
 from enzcc.ir.cfg import reverse_post_order
 from enzcc.ir.instructions import (BinaryOp, Call, Cast, ExtractElement, ExtractValue, Freeze, InsertElement,
                                    InsertValue, Instruction, Load, Phi, Ret, Select, ShuffleVector, Store, UnaryOp)
-from enzcc.ir.values import Argument, Constant, Value
+from enzcc.ir.values import Value
 
 
 class ForwardMode:
@@ -108,8 +108,14 @@ class ForwardMode:
             elif inst.operands:
                 inst.set_operand(0, zero(inst.operands[0].type))
             return
+        if isinstance(inst, Load) and isinstance(inst.type, T.IntType) and act.is_active_ptr(inst.pointer) and \
+                self.memtypes.float_of_width(inst.pointer, inst.type) is not None:
+            # a float copied as an integer: copy its tangent's bits too
+            self._set(inst, IRBuilder.after(inst).load(inst.type, self.shadows.of(inst.pointer, inst),
+                                                       align=inst.align))
+            return
         if isinstance(inst, Store):
-            if act.is_active_ptr(inst.pointer) and has_float(inst.value.type):
+            if act.is_active_ptr(inst.pointer) and (has_float(inst.value.type) or id(inst.value) in self.tangents):
                 IRBuilder.after(inst).store(self._t(inst.value), self.shadows.of(inst.pointer, inst), align=inst.align)
             return
         if isinstance(inst, Call):
@@ -232,4 +238,4 @@ class _PrimalView:
         return getattr(self._fn, name)
 
 
-__all__ = ["ForwardMode", "Argument", "Constant", "splat", "return_block"]
+__all__ = ["ForwardMode"]

@@ -77,7 +77,7 @@ def inline_call(call: Call, callee) -> list[Call]:
     vmap = ValueMap()
     for formal, actual in zip(callee.args, call.args):
         vmap[formal] = actual
-    new_blocks = clone_blocks(callee.blocks, caller, vmap, after=block, suffix=f".i")
+    new_blocks = clone_blocks(callee.blocks, caller, vmap, after=block, suffix=".i")
     # enter the copy instead of the continuation
     block.terminator.erase()
     block.append(Br(new_blocks[0]))

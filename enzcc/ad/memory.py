@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from enzcc.ir import types as T
-from enzcc.ir.instructions import Call, Cast, GetElementPtr, Load, Phi, Select, Store
+from enzcc.ir.instructions import Call, Cast, GetElementPtr, Load, Store
 from enzcc.ir.values import Value
 
 _TBAA_FLOATS = {"double": T.FloatType("double"), "float": T.FloatType("float"),
@@ -51,9 +51,16 @@ class MemoryTypes:
     def kinds(self, p: Value) -> set:
         return self._types.get(id(base_object(p)), set())
 
-    def float_bytes(self, p: Value, access: T.Type) -> bool:
-        """Whether an integer access through ``p`` may be moving floating-point data."""
-        return any(isinstance(k, T.FloatType) for k in self.kinds(p))
+    def float_of_width(self, p: Value, access: T.Type):
+        """The floating-point type an integer access through ``p`` may really be moving (optimizers copy a
+        ``double`` as an ``i64``), or None. Integers in the same object are harmless to treat so: their
+        shadow bytes stay zero."""
+        if not isinstance(access, T.IntType):
+            return None
+        for k in self.kinds(p):
+            if isinstance(k, T.FloatType) and k.bits == access.bits:
+                return k
+        return None
 
     def copy_kind(self, call: Call):
         """What a memcpy/memmove copies: a FloatType, ``T.ptr``, an IntType, or None when unknown."""
@@ -118,4 +125,4 @@ def _tbaa_type_name(module, tag_text: str | None, depth: int = 0) -> str | None:
     return None
 
 
-__all__ = ["MemoryTypes", "base_object", "Phi", "Select"]
+__all__ = ["MemoryTypes", "base_object"]

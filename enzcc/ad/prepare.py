@@ -10,7 +10,7 @@ from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.cfg import DominatorTree, reverse_post_order
 from enzcc.ir.function import Function
-from enzcc.ir.instructions import Call, Phi, Ret
+from enzcc.ir.instructions import Call, Ret
 
 #: attributes of the primal function that do not hold for its derivative
 _DROP_ATTR_PREFIXES = ("memory(", "readnone", "readonly", "writeonly", "nofree", "nosync", "argmemonly",
@@ -140,4 +140,4 @@ def check_reducible(fn: Function) -> None:
                 raise ad_error("irreducible control flow cannot be differentiated", b.terminator, fn=fn)
 
 
-__all__ = ["prepare", "finalize", "new_derivative_function", "clone_body", "return_block", "Phi"]
+__all__ = ["prepare", "finalize", "new_derivative_function", "clone_body", "return_block"]

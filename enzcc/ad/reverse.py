@@ -34,9 +34,9 @@ from enzcc.ir import types as T
 from enzcc.ir.block import BasicBlock
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.cfg import DominatorTree, LoopInfo, reverse_post_order
-from enzcc.ir.instructions import (Alloca, BinaryOp, Br, Call, Cast, CondBr, ExtractElement, ExtractValue, FCmp,
-                                   Freeze, GetElementPtr, ICmp, InsertElement, InsertValue, Instruction, Load, Phi,
-                                   Ret, Select, ShuffleVector, Store, Switch, UnaryOp, Unreachable)
+from enzcc.ir.instructions import (Alloca, BinaryOp, Call, Cast, ExtractElement, ExtractValue, FCmp, Freeze,
+                                   GetElementPtr, ICmp, InsertElement, InsertValue, Instruction, Load, Phi, Select,
+                                   ShuffleVector, Store, UnaryOp)
 from enzcc.ir.values import Argument, Constant, ConstantInt, Value
 
 #: calls that never carry derivatives and are kept in the forward sweep as they are
@@ -153,14 +153,15 @@ class ReverseMode:
 
     # -- adjoints -------------------------------------------------------------------------------
 
-    def _slot(self, v: Value) -> Instruction:
+    def _slot(self, v: Value, ty: T.Type | None = None) -> Instruction:
         s = self.adjoint_slots.get(id(v))
         if s is None:
+            ty = ty or v.type
             b = IRBuilder.at_start(self.G.entry_block)
-            s = b.alloca(v.type, in_entry=True)
+            s = b.alloca(ty, in_entry=True)
             # zero it right after the allocas
             first = next(i for i in self.G.entry_block.instructions if not isinstance(i, Alloca))
-            IRBuilder.before(first).store(zero(v.type), s)
+            IRBuilder.before(first).store(zero(ty), s)
             self.adjoint_slots[id(v)] = s
             self._keep.append(v)
         return s
@@ -177,12 +178,19 @@ class ReverseMode:
     def _is_out_arg(self, v: Argument) -> bool:
         return v.index < self.nprimal and self.kinds[v.index] == OUT
 
-    def _take_adjoint(self, b: IRBuilder, v: Value) -> Value:
+    def _take_adjoint(self, b: IRBuilder, v: Value, ty: T.Type | None = None) -> Value:
         """Load and reset ``adjoint(v)`` (reset matters in loops)."""
-        slot = self._slot(v)
-        d = b.load(v.type, slot)
-        b.store(zero(v.type), slot)
+        ty = ty or v.type
+        slot = self._slot(v, ty)
+        d = b.load(ty, slot)
+        b.store(zero(ty), slot)
         return d
+
+    def _bits_type(self, v: Value):
+        """For an integer loaded from floating-point memory (a float copied as bits): that float type."""
+        if isinstance(v, Load) and isinstance(v.type, T.IntType) and self.activity.is_active_ptr(v.pointer):
+            return self.memtypes.float_of_width(v.pointer, v.type)
+        return None
 
     # -- primal values in the reverse sweep --------------------------------------------------------
 
@@ -248,6 +256,12 @@ class ReverseMode:
             return
         if isinstance(inst, Call):
             self._reverse_call(inst, block, b)
+            return
+        bits = self._bits_type(inst)
+        if bits is not None:  # the reverse of copying a float as an integer: its adjoint goes back to memory
+            d = self._take_adjoint(b, inst, bits)
+            sp = self._shadow(inst.pointer, block, b, inst)
+            b.store(b.fadd(b.load(bits, sp, align=inst.align), d), sp, align=inst.align)
             return
         if not act.is_active(inst):
             return
@@ -337,10 +351,16 @@ class ReverseMode:
                 pass  # written into memory without derivatives (an enzyme_const buffer): the derivative stops
             return
         ty = inst.value.type
-        if not has_float(ty):
-            if isinstance(ty, T.IntType) and self.memtypes.float_bytes(inst.pointer, ty):
-                raise ad_error("a floating-point value copied as an integer cannot be differentiated yet", inst)
+        bits = self._bits_type(inst.value)
+        if bits is not None:
+            sp = self._shadow(inst.pointer, block, b, inst)
+            d = b.load(bits, sp, align=inst.align)
+            b.store(zero(bits), sp, align=inst.align)
+            slot = self._slot(inst.value, bits)
+            b.store(b.fadd(b.load(bits, slot), d), slot)
             return
+        if not has_float(ty):
+            return  # integers and pointers carry no adjoint (pointer shadows were stored going forward)
         sp = self._shadow(inst.pointer, block, b, inst)
         d = b.load(ty, sp, align=inst.align)
         b.store(zero(ty), sp, align=inst.align)
@@ -522,4 +542,4 @@ class IRBuilderFold:
         return self._backend.fmul(a, d)
 
 
-__all__ = ["ReverseMode", "INACTIVE_CALLS", "Alloca", "Br", "CondBr", "Ret", "Switch", "Unreachable"]
+__all__ = ["ReverseMode", "INACTIVE_CALLS"]
