@@ -164,8 +164,23 @@ class Driver:
             return []
         with TIMES.stage("frontend", f"{inp.path} (bitcode)"):
             rec = self.record_for(req, fe.bitcode(req))
+        if b"__enzyme_" in rec.bitcode:
+            self._differentiate_translation_unit(rec, out_obj)
         E.embed(out_obj, [rec], self.workdir)
         return [rec]
+
+    def _differentiate_translation_unit(self, rec: E.BitcodeRecord, out_obj: str) -> None:
+        """When everything a translation unit differentiates is defined in it, its native object gets the
+        derivatives right away, so the object also works with a plain linker. Otherwise AD waits for the link
+        (which always redoes it on the whole program)."""
+        from enzcc.ad.errors import MissingBodyError
+
+        try:
+            data = build([rec], self.pipeline_options([rec]), "object", rec.source)
+        except MissingBodyError:
+            return
+        with open(out_obj, "wb") as fh:
+            fh.write(data)
 
     def default_object_name(self, inp: Input) -> str:
         return os.path.splitext(os.path.basename(inp.path))[0] + ".o"

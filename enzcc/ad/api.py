@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from enzcc.ad.errors import ad_error
+from enzcc.ad.errors import MissingBodyError, ad_error
 from enzcc.ir import types as T
 from enzcc.ad.memory import base_object
 from enzcc.ir.instructions import Alloca, Call, Cast, GetElementPtr, Load, Store
@@ -100,7 +100,7 @@ def parse_call(call: Call, module) -> DiffCall:
     fn = module.functions[target.symbol]
     if fn.is_declaration:
         raise ad_error(f"cannot differentiate '{fn.name}': its body is not available (only a declaration is "
-                       "linked in)", call)
+                       "linked in)", call, cls=MissingBodyError)
     if fn.is_varargs:
         raise ad_error(f"cannot differentiate variadic function '{fn.name}'", call)
     rest = args[1:]

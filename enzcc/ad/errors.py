@@ -10,7 +10,11 @@ class ADError(EnzccError):
     """Something in user code cannot be differentiated (or the AD API is misused)."""
 
 
-def ad_error(message: str, inst=None, fn=None) -> ADError:
+class MissingBodyError(ADError):
+    """The function to differentiate is defined in another translation unit: AD waits for the link."""
+
+
+def ad_error(message: str, inst=None, fn=None, cls=ADError) -> ADError:
     """An :class:`ADError` for ``message`` about instruction ``inst`` (in function ``fn``)."""
     where = None
     if inst is not None:
@@ -20,4 +24,4 @@ def ad_error(message: str, inst=None, fn=None) -> ADError:
         name = getattr(fn, "primal_name", fn.name)
         if f"'{name}'" not in message:
             message = f"in function '{name}': {message}"
-    return ADError(message, where)
+    return cls(message, where)

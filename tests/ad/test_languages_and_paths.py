@@ -160,3 +160,18 @@ def test_enzcc_build_with_gradients(tmp_path, env):
                        text=True)
     assert r.returncode == 0, r.stderr
     _pairs_close(subprocess.run(["./grad"], cwd=tmp_path, capture_output=True, text=True, check=True).stdout)
+
+
+@need("clang-22")
+def test_dash_c_object_with_gradients_links_with_plain_clang(enzcc):
+    """A translation unit that differentiates its own functions gets the derivatives in its -c object."""
+    enzcc.write("g.c", "#include <math.h>\n#include <stdio.h>\n"
+                       "double __enzyme_autodiff(void *, ...);\n"
+                       "double f(double x) { return x * exp(x); }\n"
+                       "int main(void) { printf(\"%.15g %.15g\\n\", __enzyme_autodiff((void *)f, 0.5),"
+                       " 1.5 * exp(0.5)); return 0; }\n")
+    enzcc("-O2", "-c", "g.c")
+    nm = enzcc.run("nm", "g.o").stdout
+    assert "__enzyme_autodiff" not in nm
+    enzcc.run("clang-22", "g.o", "-lm", "-o", "plain")
+    _pairs_close(enzcc.run("./plain").stdout)
