@@ -38,6 +38,7 @@ from enzcc.ir.instructions import (Alloca, BinaryOp, Call, Cast, ExtractElement,
                                    GetElementPtr, ICmp, InsertElement, InsertValue, Instruction, Load, Phi, Select,
                                    ShuffleVector, Store, UnaryOp)
 from enzcc.ir.values import Argument, Constant, ConstantInt, Value
+from enzcc.ir.values import GlobalRef as GlobalRefType
 
 #: calls that never carry derivatives and are kept in the forward sweep as they are
 INACTIVE_CALLS = {"printf", "fprintf", "puts", "putchar", "fputs", "fflush", "abort", "exit", "free", "fwrite",
@@ -113,6 +114,8 @@ class ReverseMode:
         self.shadows = Shadows(G, self.activity, self.arg_shadows)
         self.shadows.build()
         self.tape = Tape(self.module, G)
+        self.memory_is_read_only = self._arguments_never_written()
+        self._add_loop_counters()
         # reverse code
         self.rev = {}
         for b in self.blocks:
@@ -195,11 +198,11 @@ class ReverseMode:
     # -- primal values in the reverse sweep --------------------------------------------------------
 
     def _primal(self, v: Value, block: BasicBlock, b: IRBuilder) -> Value:
-        """``v`` as available at the current reverse position (reverse of primal ``block``)."""
-        if not isinstance(v, Instruction):
-            return v
-        if id(v.parent) in self.always:
-            return v
+        """``v`` as available at the current reverse position (reverse of primal ``block``): used directly,
+        recomputed from values that are free to get, or read from its cache."""
+        free = self._free(v, block, b, 0)
+        if free is not None:
+            return free
         c = self.cached.get(id(v))
         if c is None:
             slot = IRBuilder.at_start(self.G.entry_block).alloca(v.type, in_entry=True)
@@ -208,6 +211,135 @@ class ReverseMode:
         if not any(u is block for u in c.use_blocks):
             c.use_blocks.append(block)
         return b.load(v.type, c.slot)
+
+    #: instructions cheap enough to recompute in the reverse sweep rather than cache
+    _RECOMPUTABLE = (BinaryOp, UnaryOp, Cast, ICmp, FCmp, Select, GetElementPtr, ExtractValue, ExtractElement,
+                     InsertValue, InsertElement, Freeze)
+    _MAX_RECOMPUTE_DEPTH = 6
+
+    def _free(self, v: Value, block: BasicBlock, b: IRBuilder, depth: int) -> Value | None:
+        """``v`` in the reverse sweep without any cache, or None: constants and arguments; values of blocks that
+        always run outside loops; loop induction variables (from the reverse iteration counter); cheap
+        instructions and loads from never-written memory whose operands are themselves free."""
+        if not isinstance(v, Instruction):
+            return v
+        if id(v.parent) in self.always:
+            return v
+        key = (id(v), id(b.block))
+        memo = self._recomputed.get(key)
+        if memo is not None:
+            return memo
+        out = None
+        iv = self.induction.get(id(v))
+        if iv is not None:
+            loop, init, step = iv
+            if loop.contains(block):
+                init_v = self._free(init, block, b, depth + 1) if depth < self._MAX_RECOMPUTE_DEPTH else None
+                step_v = self._free(step, block, b, depth + 1) if depth < self._MAX_RECOMPUTE_DEPTH else None
+                if init_v is not None and step_v is not None:
+                    k = b.load(T.i64, self.rev_counter[id(loop.header)])
+                    k = k if v.type == T.i64 else b.trunc(k, v.type) if v.type.bits < 64 else b.zext(k, v.type)
+                    out = b.add(init_v, b.mul(k, step_v))
+        elif depth < self._MAX_RECOMPUTE_DEPTH and (
+                isinstance(v, self._RECOMPUTABLE) or (isinstance(v, Load) and self._load_recomputable(v))):
+            ops = []
+            for op in v.operands:
+                if isinstance(op, BasicBlock):
+                    return None
+                fo = self._free(op, block, b, depth + 1)
+                if fo is None:
+                    return None
+                ops.append(fo)
+            c = v.clone()
+            for i, op in enumerate(ops):
+                c.set_operand(i, op)
+            out = b.insert(c)
+        if out is not None:
+            self._recomputed[key] = out
+        return out
+
+    def _load_recomputable(self, load: Load) -> bool:
+        """A load can be repeated in the reverse sweep when nothing in the function writes primal memory it
+        could read: the function writes no memory reachable from its arguments."""
+        from enzcc.ad.memory import base_object
+
+        return not load.volatile and load.ordering is None and self.memory_is_read_only and \
+            isinstance(base_object(load.pointer), (Argument, GlobalRefType))
+
+    def _arguments_never_written(self) -> bool:
+        """True when the function's writes all go to memory it allocated itself (so argument and global memory
+        is the same in the reverse sweep as in the forward one)."""
+        from enzcc.ad.memory import base_object
+
+        local = set()
+        for inst in self.G.instructions():
+            if isinstance(inst, Alloca) or (isinstance(inst, Call) and inst.callee_name in ALLOCATORS):
+                local.add(id(inst))
+        for inst in self.G.instructions():
+            if isinstance(inst, Store):
+                if id(base_object(inst.pointer)) not in local:
+                    return False
+            elif isinstance(inst, Call):
+                name = inst.callee_name or ""
+                if name.startswith(("llvm.memcpy", "llvm.memmove", "llvm.memset")):
+                    if id(base_object(inst.args[0])) not in local:
+                        return False
+                elif name in ALLOCATORS or name == "free" or name.startswith(_IGNORED_INTRINSICS) or \
+                        self.rules.for_call(name) is not None:
+                    continue
+                else:
+                    return False
+            elif inst.opcode in ("atomicrmw", "cmpxchg", "va_arg"):
+                return False
+        return True
+
+    # -- loops ------------------------------------------------------------------------------------
+
+    def _add_loop_counters(self) -> None:
+        """Every loop gets an iteration counter (forward) and a reverse counter slot: the reverse sweep counts
+        iterations down instead of recording each back edge, and recomputes induction variables from it."""
+        self.counter: dict[int, Instruction] = {}
+        self.rev_counter: dict[int, Instruction] = {}
+        self.induction: dict[int, tuple] = {}
+        self._recomputed: dict[tuple, Value] = {}
+        for loop in self.loops.loops:
+            h = loop.header
+            preds = self.orig_preds[id(h)]
+            phi = Phi(T.i64)
+            h.insert(0, phi)
+            nxt = BinaryOp("add", phi, ConstantInt(T.i64, 1))
+            nxt.insert_after(h.phis()[-1])
+            for p in preds:
+                phi.add_incoming(nxt if loop.contains(p) else ConstantInt(T.i64, 0), p)
+            self.counter[id(h)] = phi
+            self.rev_counter[id(h)] = IRBuilder.at_start(self.G.entry_block).alloca(T.i64, in_entry=True)
+            for hp in self.orig_insts[id(h)]:
+                if isinstance(hp, Phi) and isinstance(hp.type, T.IntType):
+                    iv = self._affine(hp, loop, preds)
+                    if iv is not None:
+                        self.induction[id(hp)] = (loop,) + iv
+                        self._keep.append(hp)
+
+    def _affine(self, phi: Phi, loop, preds):
+        """(init, step) when ``phi`` is ``init`` on entry and ``phi + step`` on every back edge."""
+        init = step = None
+        for v, p in phi.incoming:
+            if loop.contains(p):
+                if not (isinstance(v, BinaryOp) and v.opcode == "add" and phi in v.operands):
+                    return None
+                other = v.rhs if v.lhs is phi else v.lhs
+                if isinstance(other, Instruction) and loop.contains(other.parent):
+                    return None
+                if step is not None and step is not other:
+                    return None
+                step = other
+            else:
+                if init is not None and init is not v:
+                    return None
+                init = v
+        if init is None or step is None:
+            return None
+        return init, step
 
     def _shadow(self, p: Value, block: BasicBlock, b: IRBuilder, user: Instruction) -> Value:
         return self._primal(self.shadows.of(p, user), block, b)
@@ -229,7 +361,27 @@ class ReverseMode:
         if block is self.G.entry_block:
             b.br(self.exit_block)
             return
-        targets = [self._edge_block(p, block, phi_adjoints) for p in preds]
+        targets = {id(p): self._edge_block(p, block, phi_adjoints) for p in preds}
+        loop = self.loops.loop_for(block)
+        if loop is not None and loop.header is block:
+            # the reverse of a loop header: more iterations to undo, or back out of the loop
+            outside = [p for p in preds if not loop.contains(p)]
+            latches = [p for p in preds if loop.contains(p)]
+            slot = self.rev_counter[id(block)]
+            k = b.load(T.i64, slot)
+            out_b, back_b = BasicBlock(), BasicBlock()
+            back_b.move_after(rb)
+            out_b.move_after(rb)
+            b.cond_br(b.icmp("eq", k, ConstantInt(T.i64, 0)), out_b, back_b)
+            bb = IRBuilder.at_end(back_b)
+            bb.store(bb.sub(k, ConstantInt(T.i64, 1)), slot)
+            self._dispatch(bb, [targets[id(p)] for p in latches])
+            self._dispatch(IRBuilder.at_end(out_b), [targets[id(p)] for p in outside])
+        else:
+            self._dispatch(b, [targets[id(p)] for p in preds])
+
+    def _dispatch(self, b: IRBuilder, targets: list[BasicBlock]) -> None:
+        """Branch to the one target, or to the one whose index the forward sweep recorded."""
         if len(targets) == 1:
             b.br(targets[0])
         else:
@@ -477,29 +629,38 @@ class ReverseMode:
         # forward edge blocks push; reverse edge blocks pop
         for block in self.blocks:
             preds = self.orig_preds[id(block)]
-            for i, pred in enumerate(preds):
+            loop = self.loops.loop_for(block)
+            if loop is not None and loop.header is block:
+                groups = [[p for p in preds if not loop.contains(p)], [p for p in preds if loop.contains(p)]]
+            else:
+                groups = [preds]
+            for pred in preds:
+                group = next(g for g in groups if any(x is pred for x in g))
                 ended = self._loops_ended(pred, block)
-                items: list[tuple[Value | None, T.Type, _Cached | None]] = []
+                # (value in the forward code, type, where the reverse sweep puts it back)
+                items: list[tuple] = []
                 for L in ended:
                     for c in push_sets.get(id(L.header), []):
-                        items.append((None, c.value.type, c))
-                need_index = len(preds) > 1
-                if not items and not need_index:
+                        items.append(("slot", c.value.type, c.slot))
+                    if not L.contains(block):  # leaving L: its iteration count starts the reverse count
+                        items.append(("counter", T.i64, L))
+                if not items and len(group) == 1:
                     continue
                 fwd = self._split_edge(pred, block)
                 fb = IRBuilder.before(fwd.terminator)
-                values = [fb.load(t, c.slot) for _, t, c in items]
+                values = [fb.load(t, where) if kind == "slot" else self.counter[id(where.header)]
+                          for kind, t, where in items]
                 types = [t for _, t, _ in items]
-                if need_index:
-                    values.append(ConstantInt(T.i32, i))
+                if len(group) > 1:
+                    values.append(ConstantInt(T.i32, [id(x) for x in group].index(id(pred))))
                     types.append(T.i32)
                 self.tape.push_values(fb, values, types)
                 if items:
                     eb = self.edges[(id(pred), id(block))]
                     rb = IRBuilder.before(eb.terminator)
-                    popped = self.tape.pop_values(rb, [t for _, t, _ in items])
-                    for (_, _, c), v in zip(items, popped):
-                        rb.store(v, c.slot)
+                    popped = self.tape.pop_values(rb, types[:len(items)])
+                    for (kind, _, where), v in zip(items, popped):
+                        rb.store(v, where if kind == "slot" else self.rev_counter[id(where.header)])
 
     def _loops_ended(self, pred: BasicBlock, block: BasicBlock):
         """Loops whose current iteration ends on the edge ``pred -> block``, innermost first."""
