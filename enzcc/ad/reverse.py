@@ -197,12 +197,21 @@ class ReverseMode:
 
     # -- primal values in the reverse sweep --------------------------------------------------------
 
-    def _primal(self, v: Value, block: BasicBlock, b: IRBuilder) -> Value:
+    def _primal(self, v: Value, block: BasicBlock, b: IRBuilder, depth: int = 0) -> Value:
         """``v`` as available at the current reverse position (reverse of primal ``block``): used directly,
         recomputed from values that are free to get, or read from its cache."""
         free = self._free(v, block, b, 0)
         if free is not None:
             return free
+        if depth < 4 and isinstance(v, self._RECOMPUTABLE) and id(v) not in self.cached:
+            # caching one operand instead of v costs the same and the operand is often needed anyway
+            ops = [(op, self._free(op, block, b, 1)) for op in v.operands]
+            missing = [op for op, f in ops if f is None]
+            if len(missing) == 1 and not isinstance(missing[0], BasicBlock) and has_float(missing[0].type):
+                c = v.clone()
+                for i, (op, f) in enumerate(ops):
+                    c.set_operand(i, f if f is not None else self._primal(op, block, b, depth + 1))
+                return b.insert(c)
         c = self.cached.get(id(v))
         if c is None:
             slot = IRBuilder.at_start(self.G.entry_block).alloca(v.type, in_entry=True)
