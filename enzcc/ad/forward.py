@@ -43,9 +43,9 @@ class ForwardMode:
         self.G = new_derivative_function(module, primal, f"fwddiffe_{primal.name}", params, ret, names)
         # the primal's parameters are the non-tangent parameters of G
         self.primal_args = [a for i, a in enumerate(self.G.args) if i not in set(self.tangent_index.values())]
-        from enzcc.ad.clone import ValueMap, clone_blocks
+        from enzcc.ir.clone import clone_blocks
 
-        vmap = ValueMap()
+        vmap: dict = {}
         body = body or primal
         for a, b in zip(body.args, self.primal_args):
             vmap[a] = b
@@ -131,16 +131,7 @@ class ForwardMode:
             return
         b = IRBuilder.after(inst)
         if isinstance(inst, (BinaryOp, UnaryOp)) and inst.opcode in self.rules.instructions:
-            rule = self.rules.instructions[inst.opcode]
-            env = dict(zip(rule.args, inst.operands), ret=inst)
-            total = None
-            for name, v in zip(rule.args, inst.operands):
-                if name in rule.inactive or id(v) not in self.tangents:
-                    continue
-                term = IRBuilderFold(b).mul(emit_partial(b, rule, name, env, inst.type), self._t(v))
-                total = term if total is None else b.fadd(total, term)
-            if total is not None:
-                self._set(inst, total)
+            self._rule_tangent(b, self.rules.instructions[inst.opcode], inst.operands, inst)
         elif isinstance(inst, Load):
             self._set(inst, b.load(inst.type, self.shadows.of(inst.pointer, inst), align=inst.align))
         elif isinstance(inst, Cast):
@@ -162,6 +153,18 @@ class ForwardMode:
             self._set(inst, b.shuffle_vector(self._t(inst.operands[0]), self._t(inst.operands[1]), inst.mask))
         else:
             raise ad_error(f"cannot differentiate instruction '{inst.opcode}'", inst)
+
+    def _rule_tangent(self, b: IRBuilder, rule, operands, inst: Instruction) -> None:
+        """tangent(inst) = sum over arguments with tangents of partial * tangent(argument)."""
+        env = dict(zip(rule.args, operands), ret=inst)
+        total = None
+        for name, v in zip(rule.args, operands):
+            if name in rule.inactive or id(v) not in self.tangents:
+                continue
+            term = IRBuilderFold(b).mul(emit_partial(b, rule, name, env, inst.type), self._t(v))
+            total = term if total is None else add_values(b, total, term)
+        if total is not None:
+            self._set(inst, total)
 
     def _tangent_of_call(self, inst: Call) -> None:
         name = inst.callee_name or ""
@@ -204,16 +207,7 @@ class ForwardMode:
         if rule is not None:
             if not has_tangent_args or not has_float(inst.type):
                 return
-            b = IRBuilder.after(inst)
-            env = dict(zip(rule.args, inst.args), ret=inst)
-            total = None
-            for n, v in zip(rule.args, inst.args):
-                if n in rule.inactive or id(v) not in self.tangents:
-                    continue
-                term = IRBuilderFold(b).mul(emit_partial(b, rule, n, env, inst.type), self._t(v))
-                total = term if total is None else add_values(b, total, term)
-            if total is not None:
-                self._set(inst, total)
+            self._rule_tangent(IRBuilder.after(inst), rule, inst.args, inst)
             return
         active_ptr_args = [a for a in inst.args if act.is_active_ptr(a)]
         if not has_tangent_args and not active_ptr_args:

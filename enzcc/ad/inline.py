@@ -7,7 +7,7 @@ reported as an error.
 
 from __future__ import annotations
 
-from enzcc.ad.clone import ValueMap, clone_blocks
+from enzcc.ir.clone import clone_blocks
 from enzcc.ad.errors import ad_error
 from enzcc.ir.instructions import Alloca, Br, Call, Invoke, Phi, Ret
 from enzcc.ir.values import ConstantInt
@@ -74,7 +74,7 @@ def inline_call(call: Call, callee) -> list[Call]:
     caller = call.function
     block = call.parent
     after = block.split_before(call)
-    vmap = ValueMap()
+    vmap: dict = {}
     for formal, actual in zip(callee.args, call.args):
         vmap[formal] = actual
     new_blocks = clone_blocks(callee.blocks, caller, vmap, after=block, suffix=".i")

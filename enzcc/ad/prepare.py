@@ -3,7 +3,7 @@ one return block, no debug intrinsics; and checks that the control flow can be r
 
 from __future__ import annotations
 
-from enzcc.ad.clone import ValueMap, clone_blocks
+from enzcc.ir.clone import clone_blocks
 from enzcc.ad.errors import ad_error
 from enzcc.ad.inline import inline_all
 from enzcc.ir import types as T
@@ -66,9 +66,9 @@ def new_derivative_function(module, primal: Function, name: str, params: list[T.
     return fn
 
 
-def clone_body(primal: Function, target: Function) -> ValueMap:
+def clone_body(primal: Function, target: Function) -> dict:
     """Copy ``primal``'s body into ``target`` whose first parameters correspond to ``primal``'s."""
-    vmap = ValueMap()
+    vmap: dict = {}
     for a, b in zip(primal.args, target.args):
         vmap[a] = b
     clone_blocks(primal.blocks, target, vmap)

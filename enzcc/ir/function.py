@@ -180,8 +180,6 @@ class Function:
         ``strip_debug`` the copy gets no debug records, ``!dbg`` or
         ``!DIAssignID`` attachments.
         """
-        from .instructions import DebugRecord, Phi
-
         new = Function(name, self.function_type, [a.name for a in self.args])
         for attr in ("linkage", "preemption", "visibility", "dll_storage", "cconv",
                      "unnamed_addr", "addrspace", "section", "partition", "align", "gc",
@@ -194,31 +192,9 @@ class Function:
         for old_arg, new_arg in zip(self.args, new.args):
             new_arg.attrs = list(old_arg.attrs)
             vmap[old_arg] = new_arg
-        for block in self.blocks:
-            vmap[block] = new.append_block(block.name)
-        for block in self.blocks:
-            nb = vmap[block]
-            for inst in block.instructions:
-                c = inst.clone()
-                c.name = inst.name
-                if strip_debug:
-                    c.metadata = [(k, v) for k, v in c.metadata if k not in ("dbg", "DIAssignID")]
-                vmap[inst] = c
-                nb.append(c)
-        for block in self.blocks:
-            for inst in block.instructions:
-                c = vmap[inst]
-                for i, op in enumerate(c.operands):
-                    mapped = vmap.get(op)
-                    if mapped is not None:
-                        c.set_operand(i, mapped)
-                if isinstance(c, Phi):
-                    c.incoming_blocks = [vmap.get(b, b) for b in c.incoming_blocks]
-                for rec in ([] if strip_debug else inst.debug_records):
-                    args = [[vmap.get(v, v) for v in a] if isinstance(a, list)
-                            else vmap.get(a, a) if not isinstance(a, str) else a
-                            for a in rec.args]
-                    c.add_debug_record(DebugRecord(rec.kind, args))
+        from .clone import clone_blocks
+
+        clone_blocks(self.blocks, new, vmap, strip_debug=strip_debug)
         return new, vmap
 
     def __str__(self) -> str:
