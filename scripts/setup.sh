@@ -29,10 +29,44 @@ if ! command -v rustc >/dev/null && [ ! -x "$HOME/.cargo/bin/rustc" ]; then
   echo "setup: note: rustc not found; Rust sources will not compile (tests that need it are skipped)"
 fi
 
-if ! "$PYTHON" -c 'import enzcc, llvmlite, click, rich, tomli, yaml, pytest' 2>/dev/null \
+here=$(pwd)
+if ! "$PYTHON" -c 'import enzcc, enzcc_plugins, llvmlite, click, rich, tomli, yaml, pytest' 2>/dev/null \
+   || [ "$("$PYTHON" -c 'import enzcc, os; print(os.path.dirname(os.path.dirname(os.path.abspath(enzcc.__file__))))' 2>/dev/null)" != "$here" ] \
    || ! "$PYTHON" -c 'import llvmlite, sys; sys.exit(llvmlite.__version__[:4] != "0.50")' 2>/dev/null \
    || ! command -v enzcc >/dev/null; then
   echo "setup: installing Python packages and enzcc"
-  "$PYTHON" -m pip install -q --disable-pip-version-check 'llvmlite>=0.50,<0.51' click rich tomli pyyaml pytest
+  "$PYTHON" -m pip install -q --disable-pip-version-check 'llvmlite>=0.50,<0.51' click rich tomli pyyaml pytest \
+    'setuptools>=70.1' wheel
   "$PYTHON" -m pip install -q --disable-pip-version-check --no-build-isolation -e .
+fi
+
+# Optional (ENZCC_WITH_FRAMEWORKS=1): PyTorch and JAX for the Python integrations' tests
+# (tests/test_plugins.py skips a framework that is missing, so a failure here is only a warning).
+# torch is the CPU build that pip's find-links cache holds (torch-2.13.0+cpu); the resolution is checked
+# first so that a machine without that cache never downloads CUDA packages (several GB) instead.
+if [ "${ENZCC_WITH_FRAMEWORKS:-}" = 1 ]; then
+  pipq() { "$PYTHON" -m pip install -q --disable-pip-version-check "$@"; }
+  if ! "$PYTHON" -c 'import torch' 2>/dev/null; then
+    echo "setup: installing torch==2.13.0 (CPU build)"
+    report=$(mktemp)
+    if ! "$PYTHON" -m pip install -q --disable-pip-version-check --dry-run --report "$report" 'torch==2.13.0' >/dev/null 2>&1; then
+      echo "setup: warning: cannot resolve torch==2.13.0; the PyTorch plugin tests will be skipped" >&2
+    elif "$PYTHON" - "$report" <<'PY'
+import json, sys
+names = [i["metadata"]["name"].lower() for i in json.load(open(sys.argv[1]))["install"]]
+cuda = [n for n in names if n.startswith(("nvidia-", "triton", "cuda"))]
+if cuda:
+    print("setup: warning: torch==2.13.0 resolves to a CUDA build here (would pull " + ", ".join(cuda)
+          + "); not installing it: the PyTorch plugin tests will be skipped", file=sys.stderr)
+sys.exit(1 if cuda else 0)
+PY
+    then
+      pipq 'torch==2.13.0' || echo "setup: warning: installing torch failed; the PyTorch plugin tests will be skipped" >&2
+    fi
+    rm -f "$report"
+  fi
+  if ! "$PYTHON" -c 'import jax, jaxlib' 2>/dev/null; then
+    echo "setup: installing jax and jaxlib"
+    pipq jax jaxlib || echo "setup: warning: installing jax failed; the JAX plugin tests will be skipped" >&2
+  fi
 fi

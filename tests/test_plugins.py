@@ -1,0 +1,592 @@
+"""The Python framework integrations (plugins/, import name enzcc_plugins).
+
+The shared build/ctypes layer needs neither framework and always runs; the PyTorch and JAX tests are skipped
+when the framework is not installed (scripts/setup.sh installs both with ENZCC_WITH_FRAMEWORKS=1).
+Libraries are compiled with this checkout's enzcc into the normal plugin cache (ENZCC_PLUGINS_CACHE /
+$XDG_CACHE_HOME/enzcc/plugins), so a second run only loads them; the cache tests use private directories.
+"""
+
+from __future__ import annotations
+
+import array
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from enzcc_testing import ROOT
+
+try:
+    import enzcc_plugins  # noqa: F401
+except ImportError:  # enzcc installed before plugins/ was packaged: use the checkout's (also in subprocesses)
+    import atexit
+    import shutil
+    import tempfile
+    _shim = tempfile.mkdtemp(prefix="enzcc-plugins-path-")
+    atexit.register(shutil.rmtree, _shim, ignore_errors=True)
+    os.symlink(ROOT / "plugins", os.path.join(_shim, "enzcc_plugins"))
+    sys.path.insert(0, _shim)
+
+from enzcc_plugins import EnzccBuildError, Kernel, cache_dir, detect_dtype, load, normalize_dtype
+
+# --- C sources -------------------------------------------------------------------------------------------
+
+# REAL defaults to the declared type; -DREAL=... builds the other precision (dtype given explicitly then)
+ELEMENTWISE = r"""
+#include <math.h>
+#include <stddef.h>
+#ifndef REAL
+#define REAL double
+#endif
+/* out[i] = sin(in[i]) * in[i] */
+void sinx(const REAL *in, size_t n, REAL *out) {
+  for (size_t i = 0; i < n; i++) out[i] = sin(in[i]) * in[i];
+}
+"""
+
+FLOAT_ELEMENTWISE = r"""
+#include <math.h>
+#include <stddef.h>
+void sinxf(const float *in, size_t n, float *out) {
+  for (size_t i = 0; i < n; i++) out[i] = sinf(in[i]) * in[i];
+}
+"""
+
+# non-elementwise: a numerically stable softmax, a prefix product, a running sum with a leading zero
+# (n + 1 outputs), a sum of squares (1 output) with int n and a non-const input (called through its prototype)
+VECTOR = r"""
+#include <math.h>
+#include <stddef.h>
+static double max_of(const double *v, size_t n) {
+  double m = v[0];
+  for (size_t i = 1; i < n; i++) m = fmax(m, v[i]);
+  return m;
+}
+void softmax(const double *in, size_t n, double *out) {
+  double m = max_of(in, n), s = 0;
+  for (size_t i = 0; i < n; i++) { out[i] = exp(in[i] - m); s += out[i]; }
+  for (size_t i = 0; i < n; i++) out[i] /= s;
+}
+static void cumprod(const double *in, size_t n, double *out) {  /* static works: one translation unit */
+  double p = 1;
+  for (size_t i = 0; i < n; i++) { p *= in[i]; out[i] = p; }
+}
+void runsum0(const double *in, size_t n, double *out) {
+  out[0] = 0;
+  for (size_t i = 0; i < n; i++) out[i + 1] = out[i] + in[i];
+}
+void sumsq(double *in, int n, double *out) {
+  double s = 0;
+  for (int i = 0; i < n; i++) s += in[i] * in[i];
+  out[0] = s;
+}
+"""
+
+FLOAT_SOFTMAX = r"""
+#include <math.h>
+#include <stddef.h>
+void softmaxf(const float *in, size_t n, float *out) {
+  float m = in[0], s = 0;
+  for (size_t i = 1; i < n; i++) m = fmaxf(m, in[i]);
+  for (size_t i = 0; i < n; i++) { out[i] = expf(in[i] - m); s += out[i]; }
+  for (size_t i = 0; i < n; i++) out[i] /= s;
+}
+"""
+
+
+@pytest.fixture(scope="session")
+def compiler(enzcc_bin) -> str:
+    """This checkout's enzcc (conftest's script), as the tests of enzcc itself use it."""
+    return str(enzcc_bin / "enzcc")
+
+
+@pytest.fixture(scope="session")
+def csrc(tmp_path_factory):
+    d = tmp_path_factory.mktemp("plugin-src")
+    files = {"elementwise.c": ELEMENTWISE, "float_elementwise.c": FLOAT_ELEMENTWISE, "vector.c": VECTOR,
+             "float_softmax.c": FLOAT_SOFTMAX}
+    for name, text in files.items():
+        (d / name).write_text(text)
+    return d
+
+
+@pytest.fixture(scope="session")
+def build(compiler, csrc):
+    """load() with this checkout's enzcc and the sources above (file names relative to csrc)."""
+    def b(file: str, name: str, dtype=None, **kw) -> Kernel:
+        return load(csrc / file, name, dtype, compiler=compiler, **kw)
+    return b
+
+
+def close(a, b, rel=1e-6, abs_=1e-9):
+    a, b = list(a), list(b)
+    assert len(a) == len(b), (a, b)
+    for u, v in zip(a, b):
+        assert math.isclose(u, v, rel_tol=rel, abs_tol=abs_), (a, b)
+
+
+X = [0.5, -1.25, 2.0, 0.1, 3.0]
+
+# --- shared build/ctypes layer (no framework) -------------------------------------------------------------
+
+
+def test_build_elementwise_double_and_float(build):
+    k = build("elementwise.c", "sinx", "double")
+    assert k.dtype == "float64" and k.library.exists()
+    assert Path(k.library).suffix == ".so"
+    out = k.forward(array.array("d", X))
+    assert isinstance(out, array.array) and out.typecode == "d"
+    close(out, [math.sin(v) * v for v in X], rel=1e-14)
+    close(k.backward(X, [1.0] * len(X)), [math.cos(v) * v + math.sin(v) for v in X], rel=1e-13)
+    # the seed is a vector: d(sum(out * g))/d in = g * f'(in)
+    g = [2.0, -1.0, 0.0, 0.5, 3.0]
+    close(k.backward(X, g), [gi * (math.cos(v) * v + math.sin(v)) for gi, v in zip(g, X)], rel=1e-13)
+
+    f = build("elementwise.c", "sinx", "float", cflags=["-DREAL=float"])
+    assert f.dtype == "float32" and f.library != k.library
+    out = f.forward(X)  # a list works: converted to float
+    assert out.typecode == "f"
+    close(out, [math.sin(v) * v for v in X], rel=1e-5)
+    close(f.backward(array.array("f", X), array.array("f", [1.0] * 5)),
+          [math.cos(v) * v + math.sin(v) for v in X], rel=1e-5, abs_=1e-6)
+
+
+def test_build_non_elementwise_and_out_size(build):
+    sm = build("vector.c", "softmax")
+    e = [math.exp(v) for v in X]
+    p = [v / sum(e) for v in e]
+    close(sm.forward(X), p, rel=1e-13)
+    g = [1.0, 0.0, -2.0, 0.5, 0.25]
+    pg = sum(pi * gi for pi, gi in zip(p, g))
+    close(sm.backward(X, g), [pi * (gi - pg) for pi, gi in zip(p, g)], rel=1e-12, abs_=1e-15)
+
+    cp = build("vector.c", "cumprod")
+    x = [0.5, -2.0, 1.5, 0.25]
+    close(cp.forward(x), [0.5, -1.0, -1.5, -0.375])
+    # d/dx_j sum_i prod_{k<=i} x_k = sum_{i>=j} prod_{k<=i, k!=j} x_k
+    want = [sum(math.prod(x[k] for k in range(i + 1) if k != j) for i in range(j, 4)) for j in range(4)]
+    close(cp.backward(x, [1.0] * 4), want, rel=1e-13)
+
+    rs = build("vector.c", "runsum0", out_size=lambda n: n + 1)
+    assert rs.out_size(4) == 5
+    close(rs.forward(x), [0, 0.5, -1.5, 0.0, 0.25])
+    # d/dx_j sum_i g_i out_i = sum_{i > j} g_i
+    g = [1.0, 2.0, 3.0, 4.0, 5.0]
+    close(rs.backward(x, g), [sum(g[j + 1:]) for j in range(4)])
+    with pytest.raises(ValueError, match="grad_out has 4 elements, the output has 5"):
+        rs.backward(x, g[:4])
+
+    ss = build("vector.c", "sumsq", out_size=1)  # int n, non-const input
+    close(ss.forward(x), [sum(v * v for v in x)])
+    close(ss.backward(x, [3.0]), [6 * v for v in x])
+
+
+def test_build_numpy_arrays_when_available(build):
+    np = pytest.importorskip("numpy", reason="numpy not installed (comes with torch and jax)")
+    k = build("elementwise.c", "sinx", "double")
+    x = np.array(X[:4]).reshape(2, 2)
+    out = k.forward(x)
+    assert isinstance(out, np.ndarray) and out.shape == (2, 2) and out.dtype == np.float64
+    assert np.allclose(out, np.sin(x) * x, rtol=1e-14)
+    g = np.full((2, 2), 2.0)
+    din = k.backward(x.T, g)  # non-contiguous input: copied
+    assert np.allclose(din, 2 * (np.cos(x.T) * x.T + np.sin(x.T)), rtol=1e-13)
+    assert (g == 2.0).all(), "backward must not consume the caller's grad_out"
+
+
+def test_build_raw_pointer_convention(build):
+    """din accumulates, dout is consumed: the raw entry point is Enzyme's output-buffer convention."""
+    k = build("elementwise.c", "sinx", "double")
+    n = 3
+    x = (k.ctype * n)(*X[:n])
+    din = (k.ctype * n)(10.0, 10.0, 10.0)
+    out = (k.ctype * n)()
+    dout = (k.ctype * n)(1.0, 0.0, 2.0)
+    k.backward_ptr(*(ctypes_addr(a) for a in (x,)), ctypes_addr(din), n, ctypes_addr(out), ctypes_addr(dout))
+    d = [math.cos(v) * v + math.sin(v) for v in X[:n]]
+    close(din, [10 + d[0], 10.0, 10 + 2 * d[2]], rel=1e-13)
+    close(dout, [0.0, 0.0, 0.0])
+
+
+def ctypes_addr(a) -> int:
+    import ctypes
+    return ctypes.addressof(a)
+
+
+def test_build_local_header_and_cflags(compiler, tmp_path, monkeypatch):
+    """The source's own "headers" resolve beside it; cflags reach enzcc (relative to the current directory)."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "scale.h").write_text("#define SCALE 3.0\n")
+    (tmp_path / "inc").mkdir()
+    (tmp_path / "inc" / "offset.h").write_text("#define OFFSET 0.5\n")
+    src = tmp_path / "src" / "affine.c"
+    src.write_text('#include "scale.h"\n#include "offset.h"\n'
+                   "void affine(const double *in, size_t n, double *out) {\n"  # size_t without <stddef.h>
+                   "  for (size_t i = 0; i < n; i++) out[i] = SCALE * in[i] * in[i] + OFFSET * POWER; }\n")
+    monkeypatch.chdir(tmp_path)
+    k = load(src, "affine", compiler=compiler, cache="cache", cflags=["-Iinc", "-DPOWER=2"])
+    assert k.library.parent == tmp_path / "cache"
+    close(k.forward([1.0, 2.0]), [4.0, 13.0])
+    close(k.backward([1.0, 2.0], [1.0, 1.0]), [6.0, 12.0])
+
+
+def test_build_cache_is_content_addressed(compiler, tmp_path, monkeypatch):
+    """Same text -> same library (no recompilation), even from another path; new text -> a new one;
+    XDG_CACHE_HOME is honoured; no temporaries are left behind."""
+    log = tmp_path / "calls.log"
+    counting = tmp_path / "counting-enzcc"
+    counting.write_text(f"#!/bin/sh\n[ \"$1\" = --version ] || echo call >> {log}\nexec {compiler} \"$@\"\n")
+    counting.chmod(0o755)
+    monkeypatch.delenv("ENZCC_PLUGINS_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_dir() == tmp_path / "xdg" / "enzcc" / "plugins"
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    src_a = tmp_path / "a" / "k.c"
+    src_b = tmp_path / "b" / "k.c"
+    src_a.write_text(FLOAT_ELEMENTWISE)
+    src_b.write_text(FLOAT_ELEMENTWISE)
+    k1 = load(src_a, "sinxf", compiler=str(counting))
+    assert k1.library.parent == cache_dir()
+    mtime = k1.library.stat().st_mtime_ns
+    k2 = load(src_b, "sinxf", compiler=str(counting))
+    assert k2.library == k1.library and k2.library.stat().st_mtime_ns == mtime
+    assert log.read_text().count("call") == 1
+
+    src_a.write_text(FLOAT_ELEMENTWISE.replace("sinf(in[i]) * in[i]", "sinf(in[i]) * in[i] * 2"))
+    k3 = load(src_a, "sinxf", compiler=str(counting))
+    assert k3.library != k1.library
+    close(k3.forward([1.0]), [2 * math.sin(1.0)], rel=1e-6)
+    close(k1.forward([1.0]), [math.sin(1.0)], rel=1e-6)  # the old library is still loaded and valid
+    assert log.read_text().count("call") == 2
+    leftovers = [p.name for p in cache_dir().iterdir() if p.suffix not in (".so", ".json")]
+    assert leftovers == []
+
+    # an explicit cache directory
+    k4 = load(src_b, "sinxf", compiler=str(counting), cache=tmp_path / "explicit")
+    assert k4.library.parent == tmp_path / "explicit"
+
+
+def test_build_parallel_processes_share_one_build(compiler, tmp_path):
+    """Processes racing to build the same library: all succeed, enzcc runs once, one file results."""
+    log = tmp_path / "calls.log"
+    counting = tmp_path / "counting-enzcc"
+    counting.write_text(f"#!/bin/sh\n[ \"$1\" = --version ] || echo call >> {log}\nexec {compiler} \"$@\"\n")
+    counting.chmod(0o755)
+    src = tmp_path / "k.c"
+    src.write_text(FLOAT_ELEMENTWISE.replace("sinf(in[i])", "cosf(in[i])"))
+    script = textwrap.dedent(f"""
+        import math, sys
+        from enzcc_plugins import load
+        k = load({str(src)!r}, "sinxf", compiler={str(counting)!r}, cache={str(tmp_path / 'cache')!r})
+        out = k.forward([0.5])
+        assert abs(out[0] - math.cos(0.5) * 0.5) < 1e-6, out
+        print(k.library)
+    """)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=env) for _ in range(3)]
+    results = [p.communicate(timeout=300) + (p.returncode,) for p in procs]
+    for out, err, rc in results:
+        assert rc == 0, err
+    assert len({out.strip() for out, _, _ in results}) == 1
+    assert log.read_text().count("call") == 1
+    assert sorted(p.suffix for p in (tmp_path / "cache").iterdir()) == [".json", ".so"]
+
+
+def test_build_errors_carry_enzcc_one_line_message(compiler, tmp_path):
+    cache = tmp_path / "cache"
+    bad = tmp_path / "bad.c"
+    bad.write_text("#include <stddef.h>\nvoid f(const double *in, size_t n, double *out) { out[0] = oops; }\n")
+    with pytest.raises(EnzccBuildError) as e:
+        load(bad, "f", compiler=compiler, cache=cache)
+    first = str(e.value).splitlines()[0]
+    assert "bad.c:2:" in first and "error: use of undeclared identifier 'oops'" in first
+    assert "oops" in e.value.output and e.value.command[0] == compiler
+
+    # an AD error (no derivative for an external function): enzcc's one line, with the source line
+    ext = tmp_path / "ext.c"
+    ext.write_text("#include <stddef.h>\ndouble mystery(double);\n"
+                   "void f(const double *in, size_t n, double *out) {\n"
+                   "  for (size_t i = 0; i < n; i++) out[i] = mystery(in[i]);\n}\n")
+    with pytest.raises(EnzccBuildError) as e:
+        load(ext, "f", compiler=compiler, cache=cache)
+    first = str(e.value).splitlines()[0]
+    assert "error: in function" in first and "no derivative rule for call to 'mystery'" in first
+    assert "ext.c:4:" in first
+
+    # the wrong type for the function: a clear message
+    good = tmp_path / "good.c"
+    good.write_text(FLOAT_ELEMENTWISE)
+    with pytest.raises(EnzccBuildError, match=r"incompatible pointer types.*must be void sinxf\(const double"):
+        load(good, "sinxf", "float64", compiler=compiler, cache=cache)
+    with pytest.raises(EnzccBuildError, match="defines no function nope"):
+        load(good, "nope", "float32", compiler=compiler, cache=cache)
+    assert not list(cache.glob("*.so")) and not [p for p in cache.iterdir() if p.name.startswith(".build")]
+
+    with pytest.raises(EnzccBuildError, match="not an executable on PATH"):
+        load(good, "sinxf", compiler=str(tmp_path / "no-such-enzcc"), cache=cache)
+    with pytest.raises(FileNotFoundError):
+        load(tmp_path / "missing.c", "f", compiler=compiler, cache=cache)
+    with pytest.raises(ValueError, match="C identifier"):
+        load(good, "sinxf; system", compiler=compiler, cache=cache)
+
+
+def test_dtypes_and_detection():
+    assert detect_dtype(FLOAT_ELEMENTWISE, "sinxf") == "float32"
+    assert detect_dtype(VECTOR, "softmax") == "float64"
+    assert detect_dtype(VECTOR, "sumsq") == "float64"
+    assert detect_dtype("void g(float const *in, size_t n, float *out);", "g") == "float32"
+    assert detect_dtype(ELEMENTWISE, "sinx") is None  # a macro type
+    assert detect_dtype("/* void h(float *a, size_t n, float *b) */ void h(double *a, size_t n, double *b);",
+                        "h") == "float64"
+    for name, want in [("float", "float32"), ("f4", "float32"), ("double", "float64"), ("float64", "float64"),
+                       ("torch.float32", "float32"), (float, "float64")]:
+        assert normalize_dtype(name) == want
+    with pytest.raises(ValueError, match="unsupported dtype"):
+        normalize_dtype("int32")
+
+
+def test_macro_type_needs_explicit_dtype(build):
+    with pytest.raises(ValueError, match="pass dtype='float32' or dtype='float64'"):
+        build("elementwise.c", "sinx", cflags=["-DREAL=float"])  # source says REAL: cannot tell
+
+
+# --- PyTorch ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def torch():
+    return pytest.importorskip("torch", reason="PyTorch not installed (ENZCC_WITH_FRAMEWORKS=1 scripts/setup.sh)")
+
+
+@pytest.fixture(scope="module")
+def tenzyme(torch, compiler, csrc):
+    from enzcc_plugins.torch import enzyme
+
+    def e(file, name, dtype=None, **kw):
+        return enzyme(csrc / file, name, dtype, compiler=compiler, **kw)
+    return e
+
+
+def test_torch_forward_matches_torch(torch, tenzyme):
+    F = tenzyme("elementwise.c", "sinx", "double")
+    assert issubclass(F, torch.autograd.Function)
+    x = torch.linspace(-3, 3, 12, dtype=torch.float64).reshape(3, 4)
+    y = F.apply(x)
+    assert y.shape == x.shape and y.dtype == torch.float64
+    assert torch.allclose(y, torch.sin(x) * x, rtol=1e-14, atol=0)
+    xt = x.t()  # non-contiguous: handled
+    assert not xt.is_contiguous()
+    assert torch.allclose(F.apply(xt), torch.sin(xt) * xt, rtol=1e-14, atol=0)
+
+    F32 = tenzyme("float_elementwise.c", "sinxf")
+    x32 = x.float()[:, ::2]
+    assert torch.allclose(F32.apply(x32), torch.sin(x32) * x32, rtol=1e-6, atol=1e-6)
+
+    SM = tenzyme("vector.c", "softmax")
+    v = torch.tensor(X, dtype=torch.float64)
+    assert torch.allclose(SM.apply(v), torch.softmax(v, 0), rtol=1e-13, atol=0)
+    CP = tenzyme("vector.c", "cumprod")
+    assert torch.allclose(CP.apply(v), torch.cumprod(v, 0), rtol=1e-13, atol=0)
+    RS = tenzyme("vector.c", "runsum0", out_size=lambda n: n + 1)
+    r = RS.apply(v.reshape(5, 1))
+    assert r.shape == (6,)
+    assert torch.allclose(r, torch.cat([torch.zeros(1, dtype=torch.float64), torch.cumsum(v, 0)]))
+
+
+def test_torch_gradients_analytic_and_reference(torch, tenzyme):
+    F = tenzyme("elementwise.c", "sinx", "double")
+    x = torch.linspace(-2, 2, 7, dtype=torch.float64, requires_grad=True)
+    F.apply(x).sum().backward()
+    with torch.no_grad():
+        assert torch.allclose(x.grad, torch.cos(x) * x + torch.sin(x), rtol=1e-13)
+
+    # against torch's own autograd on the same function, with a non-trivial upstream gradient
+    w = torch.tensor([0.3, -1.0, 2.0, 0.7, 1.5], dtype=torch.float64)
+    for name, ref in [("softmax", lambda t: torch.softmax(t, 0)), ("cumprod", lambda t: torch.cumprod(t, 0))]:
+        Fn = tenzyme("vector.c", name)
+        a = torch.tensor(X, dtype=torch.float64, requires_grad=True)
+        b = torch.tensor(X, dtype=torch.float64, requires_grad=True)
+        (Fn.apply(a) * w).sum().backward()
+        (ref(b) * w).sum().backward()
+        assert torch.allclose(a.grad, b.grad, rtol=1e-12, atol=1e-14), name
+
+    # float32 softmax on a non-contiguous slice of a 2-D tensor
+    SMf = tenzyme("float_softmax.c", "softmaxf")
+    base = torch.randn(4, 6, generator=torch.Generator().manual_seed(0), requires_grad=True)
+    (SMf.apply(base[1, ::2]) * torch.tensor([1.0, -1.0, 0.5])).sum().backward()
+    base2 = base.detach().clone().requires_grad_(True)
+    (torch.softmax(base2[1, ::2], 0) * torch.tensor([1.0, -1.0, 0.5])).sum().backward()
+    assert torch.allclose(base.grad, base2.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_torch_gradcheck(torch, tenzyme):
+    gen = torch.Generator().manual_seed(1)
+    for name, kw in [("softmax", {}), ("cumprod", {}), ("runsum0", {"out_size": lambda n: n + 1}),
+                     ("sumsq", {"out_size": 1})]:
+        Fn = tenzyme("vector.c", name, **kw)
+        x = torch.randn(6, dtype=torch.float64, generator=gen, requires_grad=True)
+        assert torch.autograd.gradcheck(Fn.apply, (x,), eps=1e-6, atol=1e-7, rtol=1e-6), name
+    F = tenzyme("elementwise.c", "sinx", "double")
+    x = torch.randn(3, 4, dtype=torch.float64, generator=gen, requires_grad=True)
+    assert torch.autograd.gradcheck(F.apply, (x,), eps=1e-6, atol=1e-7, rtol=1e-6)
+
+
+def test_torch_training_loop(torch, tenzyme):
+    """Fit logits so that the compiled softmax matches a target distribution, and fit the scale and shift
+    of a compiled elementwise feature map: both losses drop by orders of magnitude."""
+    SM = tenzyme("vector.c", "softmax")
+    target = torch.softmax(torch.tensor([1.0, -0.5, 2.0, 0.0], dtype=torch.float64), 0)
+    logits = torch.zeros(4, dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.Adam([logits], lr=0.1)
+    losses = []
+    for _ in range(150):
+        opt.zero_grad()
+        loss = ((SM.apply(logits) - target) ** 2).sum()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0] * 1e-3, losses[::25]
+
+    F = tenzyme("float_elementwise.c", "sinxf")
+    xs = torch.linspace(-1, 1, 32)
+    ys = torch.sin(0.8 * xs + 0.3) * (0.8 * xs + 0.3)
+    a = torch.tensor(1.5, requires_grad=True)
+    b = torch.tensor(-0.2, requires_grad=True)
+    opt = torch.optim.SGD([a, b], lr=0.2, momentum=0.5)
+    first = None
+    for _ in range(200):
+        opt.zero_grad()
+        loss = ((F.apply(a * xs + b) - ys) ** 2).mean()
+        loss.backward()
+        opt.step()
+        first = first if first is not None else loss.item()
+    assert loss.item() < first * 1e-3
+    assert abs(a.item() - 0.8) < 0.02 and abs(b.item() - 0.3) < 0.02
+
+
+def test_torch_errors(torch, tenzyme):
+    F = tenzyme("elementwise.c", "sinx", "double")  # double
+    with pytest.raises(TypeError, match=r"dtype torch.float32.*takes double"):
+        F.apply(torch.ones(3))
+    with pytest.raises(TypeError, match="dtype torch.int64"):
+        F.apply(torch.arange(3))
+    with pytest.raises(RuntimeError, match="CPU only"):
+        F.apply(torch.ones(3, dtype=torch.float64, device="meta"))
+    with pytest.raises(TypeError, match="must be a torch.Tensor"):
+        F.apply([1.0, 2.0])
+    # once_differentiable: a second derivative is refused, not silently wrong
+    x = torch.ones(3, dtype=torch.float64, requires_grad=True)
+    (g,) = torch.autograd.grad(F.apply(x).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError):
+        g.sum().backward()
+    from enzcc_plugins.torch import enzyme
+    with pytest.raises(EnzccBuildError):
+        enzyme(__file__, "x", "double")  # not C
+
+
+# --- JAX ------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def jax():
+    jax = pytest.importorskip("jax", reason="JAX not installed (ENZCC_WITH_FRAMEWORKS=1 scripts/setup.sh)")
+    with jax.enable_x64(True):
+        yield jax
+
+
+@pytest.fixture(scope="module")
+def jenzyme(jax, compiler, csrc):
+    from enzcc_plugins.jax import enzyme
+
+    def e(file, name, dtype=None, **kw):
+        return enzyme(csrc / file, name, dtype, compiler=compiler, **kw)
+    return e
+
+
+def test_jax_forward_matches_jax(jax, jenzyme):
+    jnp = jax.numpy
+    f = jenzyme("elementwise.c", "sinx", "double")
+    x = jnp.linspace(-3, 3, 12, dtype=jnp.float64).reshape(3, 4)
+    y = f(x)
+    assert y.shape == x.shape and y.dtype == jnp.float64
+    assert jnp.allclose(y, jnp.sin(x) * x, rtol=1e-14, atol=0)
+    assert jnp.allclose(jax.jit(f)(x), y, rtol=0, atol=0)
+    assert jnp.allclose(jax.vmap(f)(x), y, rtol=0, atol=0)
+
+    f32 = jenzyme("float_elementwise.c", "sinxf")
+    x32 = x.astype(jnp.float32)
+    y32 = f32(x32)
+    assert y32.dtype == jnp.float32 and jnp.allclose(y32, jnp.sin(x32) * x32, rtol=1e-6, atol=1e-6)
+
+    v = jnp.array(X)
+    assert jnp.allclose(jenzyme("vector.c", "softmax")(v), jax.nn.softmax(v), rtol=1e-13, atol=0)
+    assert jnp.allclose(jenzyme("vector.c", "cumprod")(v), jnp.cumprod(v), rtol=1e-13, atol=0)
+    rs = jenzyme("vector.c", "runsum0", out_size=lambda n: n + 1)(v)
+    assert rs.shape == (6,) and jnp.allclose(rs, jnp.concatenate([jnp.zeros(1), jnp.cumsum(v)]))
+
+
+def test_jax_gradients(jax, jenzyme):
+    jnp = jax.numpy
+    from jax.test_util import check_grads
+    f = jenzyme("elementwise.c", "sinx", "double")
+    x = jnp.linspace(-2, 2, 7)
+    g = jax.grad(lambda t: f(t).sum())(x)
+    assert jnp.allclose(g, jnp.cos(x) * x + jnp.sin(x), rtol=1e-13)
+    assert jnp.allclose(jax.jit(jax.grad(lambda t: f(t).sum()))(x), g, rtol=1e-15)
+    check_grads(f, (x,), order=1, modes=["rev"])
+
+    w = jnp.array([0.3, -1.0, 2.0, 0.7, 1.5])
+    v = jnp.array(X)
+    for name, ref in [("softmax", jax.nn.softmax), ("cumprod", jnp.cumprod)]:
+        fn = jenzyme("vector.c", name)
+        out, vjp = jax.vjp(fn, v)
+        out_ref, vjp_ref = jax.vjp(ref, v)
+        assert jnp.allclose(out, out_ref, rtol=1e-13)
+        assert jnp.allclose(vjp(w)[0], vjp_ref(w)[0], rtol=1e-12, atol=1e-14), name
+        check_grads(fn, (v,), order=1, modes=["rev"])
+    check_grads(jenzyme("vector.c", "runsum0", out_size=lambda n: n + 1), (v,), order=1, modes=["rev"])
+    check_grads(jenzyme("vector.c", "sumsq", out_size=1), (v,), order=1, modes=["rev"])
+
+    # batched gradients through vmap, float32 code
+    f32 = jenzyme("float_softmax.c", "softmaxf")
+    xb = jnp.arange(12, dtype=jnp.float32).reshape(3, 4) / 5
+    gb = jax.vmap(jax.grad(lambda t: f32(t)[0]))(xb)
+    gr = jax.vmap(jax.grad(lambda t: jax.nn.softmax(t)[0]))(xb)
+    assert gb.dtype == jnp.float32 and jnp.allclose(gb, gr, rtol=1e-5, atol=1e-6)
+
+
+def test_jax_training_loop(jax, jenzyme):
+    jnp = jax.numpy
+    sm = jenzyme("vector.c", "softmax")
+    target = jax.nn.softmax(jnp.array([1.0, -0.5, 2.0, 0.0]))
+
+    @jax.jit
+    def step(logits):
+        loss, g = jax.value_and_grad(lambda t: jnp.sum((sm(t) - target) ** 2))(logits)
+        return logits - 2.0 * g, loss
+
+    logits = jnp.zeros(4)
+    losses = []
+    for _ in range(300):
+        logits, loss = step(logits)
+        losses.append(float(loss))
+    assert losses[-1] < losses[0] * 1e-3, losses[::50]
+    assert jnp.allclose(sm(logits), target, atol=1e-3)
+
+
+def test_jax_errors(jax, jenzyme):
+    jnp = jax.numpy
+    f = jenzyme("elementwise.c", "sinx", "double")  # double
+    with pytest.raises(TypeError, match="dtype float32.*takes double"):
+        f(jnp.ones(3, dtype=jnp.float32))
+    assert jnp.allclose(f([0.5, 1.0]), jnp.sin(jnp.array([0.5, 1.0])) * jnp.array([0.5, 1.0]))  # lists convert
+    with jax.enable_x64(False):
+        with pytest.raises(TypeError, match="jax_enable_x64"):
+            f(jnp.ones(3))
