@@ -242,9 +242,11 @@ class ReverseMode:
         iv = self.induction.get(id(v))
         if iv is not None:
             loop, init, step = iv
-            if loop.contains(block):
-                init_v = self._free(init, block, b, depth + 1) if depth < self._MAX_RECOMPUTE_DEPTH else None
-                step_v = self._free(step, block, b, depth + 1) if depth < self._MAX_RECOMPUTE_DEPTH else None
+            if loop.contains(block) and depth < self._MAX_RECOMPUTE_DEPTH:
+                # init and step are defined outside the loop: caching them (once per loop entry) is cheaper
+                # than caching the induction variable every iteration
+                init_v = self._outer(init, block, b, depth)
+                step_v = self._outer(step, block, b, depth)
                 if init_v is not None and step_v is not None:
                     k = b.load(T.i64, self.rev_counter[id(loop.header)])
                     k = k if v.type == T.i64 else b.trunc(k, v.type) if v.type.bits < 64 else b.zext(k, v.type)
@@ -252,10 +254,13 @@ class ReverseMode:
         elif depth < self._MAX_RECOMPUTE_DEPTH and (
                 isinstance(v, self._RECOMPUTABLE) or (isinstance(v, Load) and self._load_recomputable(v))):
             ops = []
+            loop = self.loops.loop_for(v.parent)
             for op in v.operands:
                 if isinstance(op, BasicBlock):
                     return None
                 fo = self._free(op, block, b, depth + 1)
+                if fo is None and loop is not None and isinstance(op, Instruction) and not loop.contains(op.parent):
+                    fo = self._primal(op, block, b, depth + 1)  # loop-invariant: cached outside the loop
                 if fo is None:
                     return None
                 ops.append(fo)
@@ -266,6 +271,11 @@ class ReverseMode:
         if out is not None:
             self._recomputed[key] = out
         return out
+
+    def _outer(self, v: Value, block: BasicBlock, b: IRBuilder, depth: int) -> Value:
+        """A value defined outside the current loop: free, or cached at its own (outer) level."""
+        f = self._free(v, block, b, depth + 1)
+        return f if f is not None else self._primal(v, block, b, depth + 1)
 
     def _load_recomputable(self, load: Load) -> bool:
         """A load can be repeated in the reverse sweep when nothing in the function writes primal memory it

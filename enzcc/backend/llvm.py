@@ -100,8 +100,10 @@ def optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, level: int, vectorize:
     """Run LLVM's default per-module pipeline at ``-O<level>`` (new pass manager)."""
     pto = llvm.create_pipeline_tuning_options(speed_level=max(0, min(level, 3)))
     if not vectorize:
+        # before AD: scalar loops in their simplest shape; vectorization and unrolling come after AD
         pto.loop_vectorization = False
         pto.slp_vectorization = False
+        pto.loop_unrolling = False
     pb = llvm.create_pass_builder(tm, pto)
     pb.getModulePassManager().run(mod, pb)
 
