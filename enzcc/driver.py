@@ -143,13 +143,24 @@ class Driver:
         return E.BitcodeRecord(bitcode=bitcode, source=req.src, lang=req.lang, opt=req.level,
                                target=self.inv.target or "")
 
-    def compile_source(self, inp: Input, out_obj: str, final_name: str) -> list[E.BitcodeRecord]:
+    def compile_source(self, inp: Input, out_obj: str, final_name: str,
+                       for_link: bool = False) -> list[E.BitcodeRecord]:
         """Write ``out_obj``: the real native object carrying the source's bitcode (for NVPTX, where there is
-        no native object to make, a bitcode container). Returns the records."""
+        no native object to make, a bitcode container). Returns the records.
+
+        ``for_link``: the object only feeds this enzcc's own link, which uses the bitcode alone; then, unless
+        dependency files are wanted, the bitcode compile is the only compile (its diagnostics shown)."""
         if not os.path.exists(inp.path) and inp.path != "-":
             raise EnzccError(f"no such file or directory: '{inp.path}'")
         fe = frontend_for(inp.lang)
         req = self.request(inp, out_obj, final_name)
+        if for_link and fe.has_bitcode and not self.inv.dep_args:
+            req.show_diagnostics = True
+            with TIMES.stage("frontend", inp.path):
+                rec = self.record_for(req, fe.bitcode(req))
+            with open(out_obj, "wb") as fh:
+                fh.write(E.pack_records([rec]))
+            return [rec]
         if self.inv.is_nvptx:
             if not fe.has_bitcode:
                 raise EnzccError("assembly sources cannot be compiled for NVPTX", inp.path)
@@ -310,7 +321,7 @@ class Driver:
                 items.append(self.classify(lib, x) if lib else LinkItem("flag", x))
             elif x.lang:
                 obj = os.path.join(self.workdir, f"{n}-{self.default_object_name(x)}")
-                recs = self.compile_source(x, obj, obj)
+                recs = self.compile_source(x, obj, obj, for_link=True)
                 items.append(LinkItem("bitcode" if recs else "native", obj, recs))
             else:
                 items.append(self.classify(x.path))

@@ -100,12 +100,26 @@ def optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, level: int, vectorize:
     """Run LLVM's default per-module pipeline at ``-O<level>`` (new pass manager)."""
     pto = llvm.create_pipeline_tuning_options(speed_level=max(0, min(level, 3)))
     if not vectorize:
-        # before AD: scalar loops in their simplest shape; vectorization and unrolling come after AD
+        # before AD: scalar loops; vectorization comes after AD. Loops of constant trip count are still fully
+        # unrolled, but no runtime or partial unrolling (remainder loops would add control flow to reverse).
         pto.loop_vectorization = False
         pto.slp_vectorization = False
-        pto.loop_unrolling = False
+        _no_partial_unrolling()
     pb = llvm.create_pass_builder(tm, pto)
     pb.getModulePassManager().run(mod, pb)
+
+
+_unroll_options_set = False
+
+
+def _no_partial_unrolling() -> None:
+    """LLVM's unroller options are process-wide: once set they also hold for the run after AD, which is why
+    they are only set in processes that differentiate something."""
+    global _unroll_options_set
+    if not _unroll_options_set:
+        llvm.set_option("enzcc", "-unroll-runtime=false")
+        llvm.set_option("enzcc", "-unroll-allow-partial=false")
+        _unroll_options_set = True
 
 
 def emit_object(mod: llvm.ModuleRef, tm: llvm.TargetMachine) -> bytes:

@@ -30,6 +30,8 @@ class CompileRequest:
     cpu: str | None = None
     lang_args: list[str] = field(default_factory=list)
     """Flags for this language only (``rustflags``/``fflags`` of enzcc.toml, ``ENZCC_RUSTFLAGS``)."""
+    show_diagnostics: bool = False
+    """The bitcode compile is the only compile (one-step builds): let its warnings through."""
     forced_lang: bool = False
     """The language was given with ``-x``/``--lang`` rather than by extension."""
 
@@ -54,5 +56,6 @@ class Frontend:
         raise NotImplementedError
 
     def bitcode(self, req: CompileRequest) -> bytes:
-        """LLVM 22 bitcode of the source, unoptimized but optimizable (no ``optnone``)."""
+        """LLVM 22 bitcode of the source, unoptimized but optimizable (no ``optnone``). Diagnostics are
+        captured (the real compile already showed them) unless ``req.show_diagnostics``."""
         raise NotImplementedError

@@ -51,7 +51,7 @@ class ClangFrontend(Frontend):
         else:
             cmd += ["-Xclang", "-disable-llvm-passes"]
         cmd += ["-Qunused-arguments", "-c", "-emit-llvm", req.src, "-o", out]
-        run(cmd, capture=True, tool="clang")
+        run(cmd, capture=not req.show_diagnostics, tool="clang")
         with open(out, "rb") as fh:
             return fh.read()
 

@@ -51,6 +51,6 @@ class FortranFrontend(Frontend):
         if req.forced_lang:
             cmd += ["-x", "f95"]
         cmd += ["-c", "-emit-llvm", req.src, "-o", out]
-        run(cmd, capture=True, tool="flang")
+        run(cmd, capture=not req.show_diagnostics, tool="flang")
         with open(out, "rb") as fh:
             return fh.read()

@@ -42,7 +42,7 @@ class RustFrontend(Frontend):
     def bitcode(self, req: CompileRequest) -> bytes:
         out = req.tmp(".bc")
         cmd = self._common(req) + ["-C", "no-prepopulate-passes", f"--emit=llvm-bc={out}", req.src]
-        run(cmd, capture=True, tool="rustc")
+        run(cmd, capture=not req.show_diagnostics, tool="rustc")
         with open(out, "rb") as fh:
             return fh.read()
 
