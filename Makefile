@@ -1,8 +1,9 @@
 # enzcc: `make demo` and `make test` set everything up on a fresh Debian machine.
 PYTHON ?= python3
 PYTEST_ARGS ?=
+BENCH_ARGS ?=
 
-.PHONY: setup demo test clean
+.PHONY: setup demo test bench clean
 
 setup:
 	@PYTHON=$(PYTHON) ./scripts/setup.sh
@@ -12,6 +13,10 @@ demo: setup
 
 test: setup
 	$(PYTHON) -m pytest -q $(PYTEST_ARGS)
+
+# the benchmark suite (README "Benchmarks"): results in bench/results/results.json
+bench: setup
+	$(PYTHON) -m bench $(BENCH_ARGS)
 
 clean:
 	@$(MAKE) --no-print-directory -C examples/demo clean

@@ -1,0 +1,1 @@
+"""The enzcc benchmark suite (see README.md, "Benchmarks"): ``python3 -m bench``."""
