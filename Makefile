@@ -20,4 +20,4 @@ bench: setup
 
 clean:
 	@$(MAKE) --no-print-directory -C examples/demo clean
-	rm -rf .pytest_cache build
+	rm -rf .pytest_cache build bench/build bench/results
