@@ -175,3 +175,32 @@ def test_dash_c_object_with_gradients_links_with_plain_clang(enzcc):
     assert "__enzyme_autodiff" not in nm
     enzcc.run("clang-22", "g.o", "-lm", "-o", "plain")
     _pairs_close(enzcc.run("./plain").stdout)
+
+
+@need("clang++-22")
+@pytest.mark.parametrize("opt", ["-O0", "-O2"])
+def test_cxx_classes_templates_and_std_vector(enzcc, opt):
+    enzcc.write("a.cpp", r"""#include <cmath>
+#include <cstdio>
+#include <vector>
+extern "C" { extern int enzyme_dup, enzyme_const; double __enzyme_autodiff(void *, ...); }
+struct Model {
+  std::vector<double> w;
+  double eval(const double *x, int n) const {
+    double s = 0; for (int i = 0; i < n; i++) s += w[i % w.size()] * std::sin(x[i]) * x[i]; return s; }
+};
+template <typename T> T sq(T a) { return a * a; }
+static double loss(const double *x, int n) { Model m{{0.5, 1.5, -2.0}}; return sq(m.eval(x, n)) + std::exp(x[0]); }
+int main() {
+  double x[4] = {0.1, 0.2, 0.3, 0.4}, g[4] = {0};
+  __enzyme_autodiff((void *)loss, enzyme_dup, x, g, enzyme_const, 4);
+  const double w[3] = {0.5, 1.5, -2.0};
+  double r = 0; for (int i = 0; i < 4; i++) r += w[i % 3] * std::sin(x[i]) * x[i];
+  for (int i = 0; i < 4; i++) {
+    double d = 2 * r * w[i % 3] * (std::cos(x[i]) * x[i] + std::sin(x[i])) + (i == 0 ? std::exp(x[0]) : 0);
+    std::printf("%.15g %.15g\n", g[i], d);
+  }
+}
+""")
+    enzcc(opt, "a.cpp", "-o", "prog", cmd="enzcc++")
+    _pairs_close(enzcc.run("./prog").stdout)
