@@ -123,6 +123,11 @@ class IRRuleBackend:
         return call_math(self.b, name, args)
 
 
+def times(b: IRBuilder, partial: Value, d: Value) -> Value:
+    """``partial * d`` with constant folding (1, -1, 0)."""
+    return IRRuleBackend(b, d.type).fmul(partial, d)
+
+
 def call_math(b: IRBuilder, rule_name: str, args: list[Value]) -> Value:
     """Call the primal of rule ``rule_name`` (``cos``, ``pow``...) on IR values: the LLVM intrinsic when there is
     one (works for vectors too), else the C library function (scalarized for vectors)."""

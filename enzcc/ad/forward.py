@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from enzcc.ad.activity import ALLOCATORS, Activity, has_float
 from enzcc.ad.api import DUP, DUPNONEED, DiffCall, is_float
-from enzcc.ad.emit import add_values, emit_partial, zero
+from enzcc.ad.emit import add_values, emit_partial, times, zero
 from enzcc.ad.errors import ad_error
 from enzcc.ad.memory import MemoryTypes
 from enzcc.ad.prepare import finalize, new_derivative_function, prepare
-from enzcc.ad.reverse import _IGNORED_INTRINSICS, INACTIVE_CALLS, IRBuilderFold
+from enzcc.ad.reverse import _IGNORED_INTRINSICS, INACTIVE_CALLS
 from enzcc.ad.rules import load_rules
 from enzcc.ad.shadow import Shadows
 from enzcc.ir import types as T
@@ -161,7 +161,7 @@ class ForwardMode:
         for name, v in zip(rule.args, operands):
             if name in rule.inactive or id(v) not in self.tangents:
                 continue
-            term = IRBuilderFold(b).mul(emit_partial(b, rule, name, env, inst.type), self._t(v))
+            term = times(b, emit_partial(b, rule, name, env, inst.type), self._t(v))
             total = term if total is None else add_values(b, total, term)
         if total is not None:
             self._set(inst, total)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from enzcc.ad.activity import ALLOCATORS, Activity, has_float
 from enzcc.ad.api import DUP, DUPNONEED, OUT, DiffCall, is_float
-from enzcc.ad.emit import add_values, emit_partial, splat, zero
+from enzcc.ad.emit import add_values, emit_partial, splat, times, zero
 from enzcc.ad.errors import ad_error
 from enzcc.ad.memory import MemoryTypes
 from enzcc.ad.prepare import clone_body, finalize, new_derivative_function, prepare, return_block
@@ -446,7 +446,7 @@ class ReverseMode:
                 if name in rule.inactive or not act.is_active(v) and not self._is_out(v):
                     continue
                 partial = emit_partial(b, rule, name, env, inst.type)
-                self._add_adjoint(b, v, IRBuilderFold(b).mul(partial, d))
+                self._add_adjoint(b, v, times(b, partial, d))
         elif isinstance(inst, Load):
             d = self._take_adjoint(b, inst)
             if self.activity.is_active_ptr(inst.pointer):
@@ -565,9 +565,9 @@ class ReverseMode:
                 self._add_adjoint(b, vec, b.shuffle_vector(v, zero(vec.type), [0] * vec.type.count))
             return
         rule = self.rules.for_call(name) if name else None
-        if rule is not None and (act.is_active(inst) or not any(act.is_active(a) for a in inst.args)):
+        if rule is not None:
             if not act.is_active(inst):
-                return
+                return  # e.g. its result reaches no output: nothing flows back
             d = self._take_adjoint(b, inst)
             P = lambda v: self._primal(v, block, b)  # noqa: E731
             env = {n: (lambda v=v: P(v)) for n, v in zip(rule.args, inst.args)}
@@ -576,7 +576,7 @@ class ReverseMode:
                 if n in rule.inactive or not (act.is_active(v) or self._is_out(v)):
                     continue
                 partial = emit_partial(b, rule, n, env, inst.type)
-                self._add_adjoint(b, v, IRBuilderFold(b).mul(partial, d))
+                self._add_adjoint(b, v, times(b, partial, d))
             return
         active_args = [a for a in inst.args if act.is_active(a) or act.is_active_ptr(a) or self._is_out(a)]
         if not active_args and not act.is_active(inst):
@@ -706,20 +706,6 @@ class ReverseMode:
         for phi in block.phis():
             phi.replace_incoming_block(pred, eb)
         return eb
-
-
-class IRBuilderFold:
-    """Multiplication with constant folding (partial * adjoint)."""
-
-    def __init__(self, b: IRBuilder):
-        from enzcc.ad.emit import IRRuleBackend
-
-        self._backend = IRRuleBackend(b, None)
-
-    def mul(self, a: Value, d: Value) -> Value:
-        if a.type != d.type and isinstance(d.type, T.VectorType) and not isinstance(a.type, T.VectorType):
-            raise TypeError("scalar partial for a vector adjoint")
-        return self._backend.fmul(a, d)
 
 
 __all__ = ["ReverseMode", "INACTIVE_CALLS"]
