@@ -220,32 +220,29 @@ class Driver:
         return PipelineOptions(opt_level=level, ad_mode=self.inv.ad_mode, cpu=self.inv.cpu, triple=triple)
 
     def asm_mode(self) -> int:
+        """``-S``: clang's own assembly when enzcc has nothing to add (host C/C++ without ``__enzyme_*`` calls),
+        else assembly (PTX for NVPTX) from enzcc's pipeline, translation unit by translation unit."""
         sources = [i for i in self.inv.inputs if i.lang]
         if self.inv.output and len(sources) > 1:
             raise EnzccError("cannot specify -o when generating multiple output files")
+        if any(not frontend_for(i.lang).has_bitcode for i in sources):
+            return self.passthrough()
+        ext = ".ptx" if self.inv.is_nvptx else ".s"
+        jobs = []
         for inp in sources:
-            fe = frontend_for(inp.lang)
-            ext = ".ptx" if self.inv.is_nvptx else ".s"
             out = self.inv.output or os.path.splitext(os.path.basename(inp.path))[0] + ext
-            if not fe.has_bitcode or (inp.lang in ("c", "c++") and not self.inv.is_nvptx
-                                      and not self._has_enzyme_calls(inp)):
-                # nothing for enzcc to do: clang's own -S output, exactly
-                rc = subprocess.run([self._native_driver(), *self._own_flags_removed()]).returncode
-                return rc
             req = self.request(inp, os.path.join(self.workdir, "unused.o"), out)
             with TIMES.stage("frontend", inp.path):
-                rec = self.record_for(req, fe.bitcode(req))
+                jobs.append((inp, out, self.record_for(req, frontend_for(inp.lang).bitcode(req))))
+        if not self.inv.is_nvptx and all(i.lang in ("c", "c++") and b"__enzyme_" not in rec.bitcode
+                                         for i, _, rec in jobs):
+            return self.passthrough()  # nothing for enzcc to do: clang's own -S output, exactly
+        for inp, out, rec in jobs:
             text = build([rec], self.pipeline_options([rec]), "asm", inp.path)
             if self.inv.is_nvptx:
                 self.check_ptx(text, inp.path)
             write_atomically(out, text)
         return 0
-
-    def _has_enzyme_calls(self, inp: Input) -> bool:
-        fe = frontend_for(inp.lang)
-        req = self.request(inp, os.path.join(self.workdir, "unused.o"), "unused.o")
-        with TIMES.stage("frontend", f"{inp.path} (bitcode)"):
-            return b"__enzyme_" in fe.bitcode(req)
 
     def check_ptx(self, ptx: bytes, where: str) -> None:
         """Assemble the PTX with ptxas, when the CUDA toolkit is installed, to prove it is accepted."""

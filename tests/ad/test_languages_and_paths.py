@@ -204,3 +204,15 @@ int main() {
 """)
     enzcc(opt, "a.cpp", "-o", "prog", cmd="enzcc++")
     _pairs_close(enzcc.run("./prog").stdout)
+
+
+@need("clang-22")
+def test_dash_S_with_gradients(enzcc):
+    enzcc.write("g.c", "#include <math.h>\ndouble __enzyme_autodiff(void *, ...);\n"
+                       "double f(double x) { return x * exp(x); }\n"
+                       "double df(double x) { return __enzyme_autodiff((void *)f, x); }\n")
+    enzcc.write("plain.c", "double twice(double x) { return 2 * x; }\n")
+    enzcc("-O2", "-S", "g.c", "plain.c")
+    asm = (enzcc.cwd / "g.s").read_text()
+    assert "df:" in asm and "__enzyme_autodiff" not in asm
+    assert "twice:" in (enzcc.cwd / "plain.s").read_text()
