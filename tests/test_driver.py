@@ -253,3 +253,14 @@ def test_parallel_builds_do_not_collide(enzcc):
     assert all(p.wait() == 0 for p in procs)
     for i in range(6):
         assert E.records_in_object((enzcc.cwd / f"f{i}.o").read_bytes(), "x")[0].source == f"f{i}.c"
+
+
+@need("flang-22")
+def test_fortran_dependency_files(enzcc):
+    """flang-22 has no -MD: enzcc writes the rule (source and included files) itself."""
+    enzcc.write("inc/params.inc", "integer, parameter :: nn = 3\n")
+    enzcc.write("s.f90", "subroutine s(x) bind(c)\n  use iso_c_binding\n  include 'params.inc'\n"
+                         "  real(c_double) :: x(nn)\n  x = 2 * x\nend subroutine\n")
+    enzcc.cwd.joinpath("obj").mkdir()
+    enzcc("-Iinc", "-MMD", "-MP", "-c", "s.f90", "-o", "obj/s.o")
+    assert (enzcc.cwd / "obj/s.d").read_text() == "obj/s.o: s.f90 inc/params.inc\ninc/params.inc:\n"
