@@ -104,7 +104,7 @@ def optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, level: int, vectorize:
         # unrolled, but no runtime or partial unrolling (remainder loops would add control flow to reverse).
         pto.loop_vectorization = False
         pto.slp_vectorization = False
-        _no_partial_unrolling()
+        no_partial_unrolling()
     pb = llvm.create_pass_builder(tm, pto)
     pb.getModulePassManager().run(mod, pb)
 
@@ -112,9 +112,10 @@ def optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, level: int, vectorize:
 _unroll_options_set = False
 
 
-def _no_partial_unrolling() -> None:
-    """LLVM's unroller options are process-wide: once set they also hold for the run after AD, which is why
-    they are only set in processes that differentiate something."""
+def no_partial_unrolling() -> None:
+    """No runtime or partial loop unrolling (full unrolling of constant-trip loops stays). LLVM's unroller
+    options are process-wide: once set they hold for every later run, which is why only processes that
+    differentiate something set them (before AD in both AD modes, so the run after AD is the same)."""
     global _unroll_options_set
     if not _unroll_options_set:
         llvm.set_option("enzcc", "-unroll-runtime=false")

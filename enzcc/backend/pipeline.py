@@ -131,14 +131,17 @@ def ad_stage(mod: llvm.ModuleRef, opts: PipelineOptions, where: str, tm=None) ->
 
 
 def run_pipeline(mod: llvm.ModuleRef, opts: PipelineOptions, tm: llvm.TargetMachine, where: str) -> llvm.ModuleRef:
-    """optimize -> AD -> optimize (or AD -> optimize with ``before-opt``)."""
+    """optimize -> AD -> optimize (or AD -> optimize with ``before-opt``). The run after AD is the same in
+    both modes, so they compare only where AD happens."""
+    needs_ad = bool(enzyme_calls(mod))
+    if needs_ad:
+        L.no_partial_unrolling()
     if opts.ad_mode == "before-opt":
         with TIMES.stage("ad", where):
             mod, _ = ad_stage(mod, opts, where, tm)
-        with TIMES.stage("optimize", f"-O{opts.opt_level}"):
+        with TIMES.stage("optimize", f"-O{opts.opt_level} after AD"):
             L.optimize(mod, tm, opts.opt_level)
         return mod
-    needs_ad = bool(enzyme_calls(mod))
     with TIMES.stage("optimize", f"-O{opts.opt_level}"):
         # before AD, keep loops scalar: vectorization comes in the run after AD
         L.optimize(mod, tm, opts.opt_level, vectorize=not needs_ad)
