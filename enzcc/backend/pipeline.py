@@ -113,8 +113,15 @@ def ad_stage(mod: llvm.ModuleRef, opts: PipelineOptions, where: str, tm=None) ->
     if not any(fn.name.startswith(ENZYME_PREFIX) for fn in mod.functions):
         return mod, False
     from enzcc.ad import differentiate_text
+    from enzcc.ir.errors import IRError, IRParseError
 
-    text, count = differentiate_text(str(mod), tm)
+    try:
+        text, count = differentiate_text(str(mod), tm)
+    except IRParseError as exc:
+        raise EnzccError(f"cannot differentiate: enzcc's IR model does not support this code yet ({exc})") from None
+    except IRError as exc:
+        raise EnzccError(f"internal error while synthesizing the derivative: {exc} "
+                         "(please report this with the source that triggered it)") from None
     if not count:
         return mod, False
     try:

@@ -80,3 +80,26 @@ int main(void) { printf("%g\\n", __enzyme_autodiff((void *)f, 1.0, 2.0)); return
 """
     line = _fails(enzcc, src, "-O2")
     assert "gives 2 derivative(s)" in line
+
+
+def test_ir_the_model_does_not_support_is_a_clear_error(enzcc):
+    enzcc.write("cb.ll", """target triple = "x86_64-pc-linux-gnu"
+declare double @__enzyme_autodiff(ptr, ...)
+define double @f(double %x) {
+entry:
+  callbr void asm "", "!i"() to label %a [label %b]
+a:
+  %y = fmul double %x, %x
+  ret double %y
+b:
+  ret double %x
+}
+define i32 @main() {
+  %d = call double (ptr, ...) @__enzyme_autodiff(ptr @f, double 2.0)
+  %i = fptosi double %d to i32
+  ret i32 %i
+}
+""")
+    r = enzcc("cb.ll", "-o", "cb", check=False)
+    assert r.returncode == 1 and "Traceback" not in r.stderr and not (enzcc.cwd / "cb").exists()
+    assert r.stderr.count("\n") == 1 and "does not support this code yet" in r.stderr and "callbr" in r.stderr
