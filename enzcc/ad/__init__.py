@@ -150,6 +150,11 @@ def _replace_call(dc, G) -> None:
         for i, ety in enumerate(_elements(want)):
             e = _convert(b, b.extract_value(result, [i]), ety)
             value = b.insert_value(value, e, [i])
+    elif isinstance(rt, T.StructType) and _same_size(call, want, rt):
+        # the C ABI coerced the declared struct return (e.g. {float, float} -> <2 x float>): same bytes
+        slot = b.alloca(want, in_entry=True)
+        b.store(result, slot)
+        value = b.load(want, slot)
     else:
         n = len(rt.elements) if isinstance(rt, T.StructType) else 1
         raise ad_error(f"{call.callee_name} is declared to return {want}, but differentiating "
@@ -161,6 +166,11 @@ def _replace_call(dc, G) -> None:
     for m in markers:  # loads of enzyme_dup & co. are dead now; they must not leave undefined symbols
         if not m.has_uses():
             m.erase()
+
+
+def _same_size(call, a, b) -> bool:
+    dl = call.module.data_layout
+    return dl.store_size(a) == dl.store_size(b)
 
 
 def _elements(ty):

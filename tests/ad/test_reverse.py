@@ -279,3 +279,31 @@ double f(double x) { double unused = sin(x); return x * x + (int)unused; }
 int main(void) { report("ad.d", __enzyme_autodiff((void *)f, 1.3)); report("an.d", 2 * 1.3); return 0; }
 """
     assert_close(build_and_run(enzcc, src, opt), "ad.", "an.", rel=1e-14)
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O2"])
+def test_struct_returns_in_every_abi_shape(enzcc, opt):
+    """Several enzyme_out derivatives come back as a C struct, whatever the ABI makes of it: <2 x float>,
+    {<2 x float>, float}, {double, double} in registers, or three doubles through a hidden sret pointer."""
+    src = r"""
+typedef struct { float a, b; } f2;
+typedef struct { float a, b, c; } f3;
+typedef struct { double a, b, c; } d3;
+f2 __enzyme_autodiff_f2(void *, ...);
+f3 __enzyme_autodiff_f3(void *, ...);
+d3 __enzyme_autodiff_d3(void *, ...);
+float g2(float x, float y) { return x * y * y + sinf(x); }
+float g3(float x, float y, float z) { return x * y * z + z; }
+double h3(double x, double y, double z) { return x * exp(y) - z * z; }
+int main(void) {
+  f2 a = __enzyme_autodiff_f2((void *)g2, enzyme_out, 1.5f, enzyme_out, 0.5f);
+  report("ad.a0", a.a); report("an.a0", 0.25f + cosf(1.5f)); report("ad.a1", a.b); report("an.a1", 1.5f);
+  f3 b = __enzyme_autodiff_f3((void *)g3, enzyme_out, 1.0f, enzyme_out, 2.0f, enzyme_out, 3.0f);
+  report("ad.b0", b.a); report("an.b0", 6); report("ad.b1", b.b); report("an.b1", 3); report("ad.b2", b.c); report("an.b2", 3);
+  d3 c = __enzyme_autodiff_d3((void *)h3, enzyme_out, 1.5, enzyme_out, 0.5, enzyme_out, 2.0);
+  report("ad.c0", c.a); report("an.c0", exp(0.5)); report("ad.c1", c.b); report("an.c1", 1.5 * exp(0.5));
+  report("ad.c2", c.c); report("an.c2", -4);
+  return 0;
+}
+"""
+    assert_close(build_and_run(enzcc, src, opt), "ad.", "an.", rel=1e-6)
