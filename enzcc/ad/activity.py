@@ -110,6 +110,9 @@ class Activity:
                 elif isinstance(inst, Load) and id(inst.pointer) in self.active_ptrs:
                     changed |= self._mark(self.active_ptrs, inst)
         # 2. varied floats: forward from active arguments and loads of shadowed memory
+        from enzcc.ad.prepare import inactive_functions
+
+        inactive = inactive_functions(fn.module) if getattr(fn, "module", None) is not None else frozenset()
         for arg, kind in zip(fn.args, arg_kinds):
             if has_float(arg.type) and (kind == OUT or (self.mode == "forward" and kind == DUP)):
                 self._mark(self.varied, arg)
@@ -123,6 +126,8 @@ class Activity:
                     if id(inst.pointer) in self.active_ptrs:
                         changed |= self._mark(self.varied, inst)
                 elif isinstance(inst, Call):
+                    if inst.callee_name in inactive:
+                        continue
                     if any(id(a) in self.varied for a in inst.args) or self._reads_active_memory(inst):
                         changed |= self._mark(self.varied, inst)
                 elif any(id(op) in self.varied for op in inst.operands):

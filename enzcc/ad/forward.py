@@ -11,7 +11,7 @@ from enzcc.ad.api import DUP, DUPNONEED, DiffCall, is_float
 from enzcc.ad.emit import add_values, emit_partial, times, zero
 from enzcc.ad.errors import ad_error
 from enzcc.ad.memory import MemoryTypes
-from enzcc.ad.prepare import finalize, new_derivative_function, prepare
+from enzcc.ad.prepare import finalize, inactive_functions, new_derivative_function, prepare
 from enzcc.ad.reverse import _IGNORED_INTRINSICS, INACTIVE_CALLS
 from enzcc.ad.rules import load_rules
 from enzcc.ad.shadow import Shadows
@@ -169,7 +169,7 @@ class ForwardMode:
     def _tangent_of_call(self, inst: Call) -> None:
         name = inst.callee_name or ""
         act = self.activity
-        if name.startswith(_IGNORED_INTRINSICS):
+        if name.startswith(_IGNORED_INTRINSICS) or name in inactive_functions(self.module):
             return
         if name.startswith("llvm.memset"):
             if act.is_active_ptr(inst.args[0]):

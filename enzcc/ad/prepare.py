@@ -4,6 +4,8 @@ one return block, no debug intrinsics; and checks that the control flow can be r
 from __future__ import annotations
 
 from enzcc.ir.clone import clone_blocks
+import re
+
 from enzcc.ad.errors import ad_error
 from enzcc.ad.inline import inline_all
 from enzcc.ir import types as T
@@ -78,7 +80,8 @@ def clone_body(primal: Function, target: Function) -> dict:
 def prepare(fn: Function) -> None:
     """Inline user calls, drop debug intrinsics and metadata that would not survive the transform, and give
     the function a single return block."""
-    inline_all(fn, lambda callee: True)
+    inactive = inactive_functions(fn.module)
+    inline_all(fn, lambda callee: callee.name not in inactive)
     for inst in list(fn.instructions()):
         for rec in inst.debug_records:
             rec.detach()
@@ -117,6 +120,21 @@ def prepare(fn: Function) -> None:
             IRBuilder.at_end(r).br(unified)
         b.ret(phi) if phi is not None else b.ret_void()
     check_reducible(fn)
+
+
+def inactive_functions(module) -> frozenset:
+    """Functions the user declared to never carry derivatives: every global whose name contains
+    ``__enzyme_inactivefn`` names them in its initializer (``void *__enzyme_inactivefn[] = {(void *)log_msg};``).
+    Calls to them are kept as they are in the forward sweep and contribute nothing."""
+    cached = getattr(module, "_enzcc_inactive", None)
+    if cached is None:
+        names = set()
+        for name, gv in module.globals.items():
+            if "__enzyme_inactivefn" in name and "=" in gv.text:
+                init = gv.text.split("=", 1)[1]
+                names.update(m.group(1) or m.group(2) for m in re.finditer(r'@(?:"([^"]+)"|([-\w.$]+))', init))
+        cached = module._enzcc_inactive = frozenset(n for n in names if n in module.functions)
+    return cached
 
 
 def finalize(fn: Function) -> None:

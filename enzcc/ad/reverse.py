@@ -26,7 +26,8 @@ from enzcc.ad.api import DUP, DUPNONEED, OUT, DiffCall, is_float
 from enzcc.ad.emit import add_values, emit_partial, splat, times, zero
 from enzcc.ad.errors import ad_error
 from enzcc.ad.memory import MemoryTypes
-from enzcc.ad.prepare import clone_body, finalize, new_derivative_function, prepare, return_block
+from enzcc.ad.prepare import (clone_body, finalize, inactive_functions, new_derivative_function, prepare,
+                              return_block)
 from enzcc.ad.rules import load_rules
 from enzcc.ad.shadow import Shadows
 from enzcc.ad.tape import Tape
@@ -540,7 +541,7 @@ class ReverseMode:
     def _reverse_call(self, inst: Call, block: BasicBlock, b: IRBuilder) -> None:
         name = inst.callee_name or ""
         act = self.activity
-        if name.startswith(_IGNORED_INTRINSICS):
+        if name.startswith(_IGNORED_INTRINSICS) or name in inactive_functions(self.module):
             return
         if name.startswith(("llvm.memset",)):
             dest = inst.args[0]

@@ -307,3 +307,21 @@ int main(void) {
 }
 """
     assert_close(build_and_run(enzcc, src, opt), "ad.", "an.", rel=1e-6)
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O2"])
+def test_enzyme_inactivefn(enzcc, opt):
+    """Functions named by a __enzyme_inactivefn global are kept but carry no derivative (no rule needed)."""
+    enzcc.write("log.c", "double log_value(double v) { static int calls; calls++; return v; }\n")
+    src = r"""
+double log_value(double v);   /* defined in another file: no derivative rule, and none needed */
+__attribute__((noinline)) double clamp_for_display(double v) { return v > 1 ? 1 : v; }
+void *__enzyme_inactivefn[] = {(void *)log_value, (void *)clamp_for_display};
+double f(double x) { double y = x * x * sin(x); log_value(y); return y + clamp_for_display(y); }
+int main(void) {
+  report("ad.d", __enzyme_autodiff((void *)f, 0.7)); report("an.d", 2 * 0.7 * sin(0.7) + 0.49 * cos(0.7));
+  report("ad.fwd", __enzyme_fwddiff((void *)f, 0.7, 1.0)); report("an.fwd", 2 * 0.7 * sin(0.7) + 0.49 * cos(0.7));
+  return 0;
+}
+"""
+    assert_close(build_and_run(enzcc, src, opt, extra=("log.c",)), "ad.", "an.", rel=1e-14)
