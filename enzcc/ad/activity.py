@@ -17,7 +17,7 @@ from enzcc.ir.instructions import (Alloca, Call, Cast, ExtractElement, ExtractVa
 from enzcc.ir.values import Value
 
 #: allocation functions whose result is fresh memory (shadowed when it holds floats)
-ALLOCATORS = {"malloc", "calloc", "_Znwm", "_Znam", "aligned_alloc", "posix_memalign_unused"}
+ALLOCATORS = {"malloc", "calloc", "_Znwm", "_Znam", "aligned_alloc"}
 #: pointer-forwarding instructions
 _PTR_FORWARD = ("getelementptr", "bitcast", "addrspacecast", "phi", "select", "freeze")
 

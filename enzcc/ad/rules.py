@@ -18,7 +18,6 @@ from enzcc.errors import EnzccError
 
 RULES_FILE = os.path.join(os.path.dirname(__file__), "derivatives.yaml")
 
-Expr = "str | float | tuple"
 
 
 @dataclass(frozen=True)

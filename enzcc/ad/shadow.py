@@ -123,16 +123,20 @@ class Shadows:
         IRBuilder.after(store).store(shadow_val, dest, align=store.align)
 
     def _shadow_allocation(self, call: Call) -> Value:
-        """A zero-filled shadow allocation of the same size."""
+        """A zero-filled shadow allocation of the same size, always from the C heap (it is released with
+        ``free``, also when the primal came from C++ ``new``)."""
         name = call.callee_name
         b = IRBuilder.after(call)
         module = self.fn.module
         if name == "calloc":
             s = b.call(module.get_or_insert_function("calloc", T.FunctionType(T.ptr, (T.i64, T.i64))),
                        list(call.args))
-        else:
-            size = call.args[-1] if name == "aligned_alloc" else call.args[0]
+        elif name == "aligned_alloc":
             s = b.call(module.get_or_insert_function(name, call.function_type), list(call.args))
+            b.memset(s, 0, call.args[1])
+        else:
+            size = _to_i64(b, call.args[0])
+            s = b.call(module.get_or_insert_function("malloc", T.FunctionType(T.ptr, (T.i64,))), [size])
             b.memset(s, 0, size)
         self.allocations.append((call, s))
         return s
