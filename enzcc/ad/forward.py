@@ -188,12 +188,14 @@ class ForwardMode:
             return
         if name in ALLOCATORS:
             return  # the shadow allocation was made with the shadows
-        if name == "free":
+        if name in ("free", "_ZdlPv", "_ZdlPvm", "_ZdaPv"):
+            # the primal is released: so is its shadow, if it was allocated here (shadows come from malloc)
             p = inst.args[0]
-            if act.is_active_ptr(p):
-                for call, shadow in self.shadows.allocations:
-                    if self.shadows.has(p) and self.shadows.of(p) is shadow:
-                        IRBuilder.after(inst).call(inst.callee.resolve(), [shadow])
+            if act.is_active_ptr(p) and self.shadows.has(p):
+                shadow = self.shadows.of(p)
+                if any(s is shadow for _, s in self.shadows.allocations):
+                    free = self.module.get_or_insert_function("free", T.FunctionType(T.void, (T.ptr,)))
+                    IRBuilder.after(inst).call(free, [shadow])
             return
         if name.startswith("llvm.vector.reduce.fadd"):
             if any(id(a) in self.tangents for a in inst.args):
