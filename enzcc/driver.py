@@ -21,6 +21,18 @@ from enzcc.timing import TIMES
 from enzcc.tools import find_tool, run
 
 
+ENZCC_HELP = """
+ENZCC OPTIONS (besides clang's, above; Fortran, Rust, LLVM IR and MLIR inputs are accepted too):
+  --lang <c|c++|fortran|rust|llvm|mlir>  Treat source inputs as this language
+  --ad-mode=<after-opt|before-opt>      Synthesize gradients after optimization (default) or before it
+  --time-report                         Print the seconds spent in each compiler stage
+  --keep-temps                          Keep intermediate files (their directory is printed)
+  --enzcc-version                       Print enzcc's version alone
+  build [-f enzcc.toml] [outputs...]    Multi-language builds described by enzcc.toml (enzcc build --help)
+Environment: ENZCC_VERBOSE=1 prints each command run; ENZCC_CLANG, ENZCC_FLANG, ENZCC_RUSTC... choose the
+tools; ENZCC_RUSTFLAGS adds rustc flags; ENZCC_NO_PTXAS=1 skips the ptxas check of generated PTX."""
+
+
 @contextmanager
 def atomic_output(path: str):
     """Yield a temporary path beside ``path``; move it into place only if the block succeeds, so a failed
@@ -124,6 +136,8 @@ class Driver:
         proc = subprocess.run([self._native_driver(), *args])
         if "--version" in args and proc.returncode == 0:
             print(f"enzcc {__version__}: Enzyme-style automatic differentiation on LLVM 22 (clang-compatible driver)")
+        if ("--help" in args or "-help" in args) and proc.returncode == 0:
+            print(ENZCC_HELP)
         return proc.returncode
 
     def passthrough(self) -> int:

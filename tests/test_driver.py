@@ -92,6 +92,8 @@ def test_version_and_queries(enzcc):
     assert "x86_64" in enzcc("-dumpmachine").stdout
     assert enzcc("-print-prog-name=ld").stdout.strip()
     assert enzcc("-print-search-dirs").returncode == 0
+    help_text = enzcc("--help").stdout
+    assert "OVERVIEW: clang" in help_text and "--ad-mode=<after-opt|before-opt>" in help_text
 
 
 def test_response_file(enzcc):
