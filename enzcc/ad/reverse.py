@@ -36,8 +36,8 @@ from enzcc.ir.block import BasicBlock
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.cfg import DominatorTree, LoopInfo, reverse_post_order
 from enzcc.ir.instructions import (Alloca, BinaryOp, Call, Cast, ExtractElement, ExtractValue, FCmp, Freeze,
-                                   GetElementPtr, ICmp, InsertElement, InsertValue, Instruction, Load, Phi, Select,
-                                   ShuffleVector, Store, UnaryOp)
+                                   GetElementPtr, ICmp, InsertElement, InsertValue, Instruction, Invoke, Load, Phi,
+                                   Select, ShuffleVector, Store, UnaryOp)
 from enzcc.ir.values import Argument, Constant, ConstantInt, Value
 from enzcc.ir.values import GlobalRef as GlobalRefType
 
@@ -204,7 +204,7 @@ class ReverseMode:
         free = self._free(v, block, b, 0)
         if free is not None:
             return free
-        if depth < 4 and isinstance(v, self._RECOMPUTABLE) and id(v) not in self.cached:
+        if depth < 4 and self._cheap(v) and id(v) not in self.cached:
             # caching one operand instead of v costs the same and the operand is often needed anyway
             ops = [(op, self._free(op, block, b, 1)) for op in v.operands]
             missing = [op for op, f in ops if f is None]
@@ -253,7 +253,7 @@ class ReverseMode:
                     k = k if v.type == T.i64 else b.trunc(k, v.type) if v.type.bits < 64 else b.zext(k, v.type)
                     out = b.add(init_v, b.mul(k, step_v))
         elif depth < self._MAX_RECOMPUTE_DEPTH and (
-                isinstance(v, self._RECOMPUTABLE) or (isinstance(v, Load) and self._load_recomputable(v))):
+                self._cheap(v) or (isinstance(v, Load) and self._load_recomputable(v))):
             ops = []
             loop = self.loops.loop_for(v.parent)
             for op in v.operands:
@@ -272,6 +272,16 @@ class ReverseMode:
         if out is not None:
             self._recomputed[key] = out
         return out
+
+    #: intrinsics as cheap as arithmetic (recomputed like it)
+    _CHEAP_INTRINSICS = ("llvm.fmuladd.", "llvm.fma.", "llvm.fabs.", "llvm.copysign.", "llvm.minnum.",
+                         "llvm.maxnum.", "llvm.minimum.", "llvm.maximum.")
+
+    def _cheap(self, v: Value) -> bool:
+        if isinstance(v, self._RECOMPUTABLE):
+            return True
+        return isinstance(v, Call) and not isinstance(v, Invoke) and \
+            (v.callee_name or "").startswith(self._CHEAP_INTRINSICS)
 
     def _outer(self, v: Value, block: BasicBlock, b: IRBuilder, depth: int) -> Value:
         """A value defined outside the current loop: free, or cached at its own (outer) level."""
