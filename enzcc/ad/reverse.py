@@ -62,6 +62,8 @@ class _Cached:
     slot: Instruction
     use_blocks: list[BasicBlock] = field(default_factory=list)
     """Primal blocks whose reverse code reads it."""
+    loads: list[tuple[Instruction, BasicBlock]] = field(default_factory=list)
+    """The reverse sweep's reads of the slot, with the primal block whose reverse code holds each."""
 
 
 class ReverseMode:
@@ -220,7 +222,9 @@ class ReverseMode:
             self._keep.append(v)
         if not any(u is block for u in c.use_blocks):
             c.use_blocks.append(block)
-        return b.load(v.type, c.slot)
+        load = b.load(v.type, c.slot)
+        c.loads.append((load, block))
+        return load
 
     #: instructions cheap enough to recompute in the reverse sweep rather than cache
     _RECOMPUTABLE = (BinaryOp, UnaryOp, Cast, ICmp, FCmp, Select, GetElementPtr, ExtractValue, ExtractElement,
@@ -636,7 +640,67 @@ class ReverseMode:
 
     # -- caches and tape pushes --------------------------------------------------------------------
 
+    def _uncache_recomputable(self) -> None:
+        """Once every cache is known: a cheap value computable from values that are cached (or free) anyway is
+        recomputed from them where the reverse sweep reads it, instead of taking a tape slot of its own."""
+        position = {}
+        for block in self.blocks:
+            for inst in block.instructions:
+                position[id(inst)] = len(position)
+        eligible: set[int] = set()
+
+        def from_caches(v: Value, depth: int) -> bool:
+            if not isinstance(v, Instruction) or id(v.parent) in self.always:
+                return not isinstance(v, BasicBlock)
+            if id(v) in self.cached and id(v) not in eligible:
+                return True
+            if depth > self._MAX_RECOMPUTE_DEPTH or not self._cheap(v) or id(v) in self.induction:
+                return False
+            return all(from_caches(op, depth + 1) for op in v.operands)
+
+        for c in sorted(self.cached.values(), key=lambda c: position.get(id(c.value), -1)):
+            v = c.value
+            if id(v) in position and self._cheap(v) and all(from_caches(op, 1) for op in v.operands):
+                eligible.add(id(v))
+
+        def rebuild(v: Value, b: IRBuilder, block: BasicBlock, memo: dict) -> Value:
+            if not isinstance(v, Instruction) or id(v.parent) in self.always:
+                return v
+            if id(v) in memo:
+                return memo[id(v)]
+            oc = self.cached.get(id(v))
+            if oc is not None and id(v) not in eligible:
+                out = b.load(v.type, oc.slot)
+                if not any(u is block for u in oc.use_blocks):
+                    oc.use_blocks.append(block)
+            else:
+                out = v.clone()
+                for i, op in enumerate(v.operands):
+                    new = rebuild(op, b, block, memo)
+                    if new is not op:
+                        out.set_operand(i, new)
+                b.insert(out)
+            memo[id(v)] = out
+            return out
+
+        removed = [self.cached[vid] for vid in eligible]
+        for c in removed:
+            for load, block in c.loads:
+                b = IRBuilder.before(load)
+                memo: dict = {}
+                clone = c.value.clone()
+                for i, op in enumerate(c.value.operands):
+                    new = rebuild(op, b, block, memo)
+                    if new is not op:
+                        clone.set_operand(i, new)
+                b.insert(clone)
+                load.replace_all_uses_with(clone)
+                load.erase()
+        for vid in eligible:
+            del self.cached[vid]
+
     def _emit_caches(self) -> None:
+        self._uncache_recomputable()
         loops = self.loops
         push_sets: dict[int, list[_Cached]] = {}
         for c in self.cached.values():
