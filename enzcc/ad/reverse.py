@@ -95,6 +95,8 @@ class ReverseMode:
         self.arg_shadows = arg_shadows
         self.adjoint_slots: dict[int, Instruction] = {}
         self.cached: dict[int, _Cached] = {}
+        self._recomputed: dict[tuple, Value] = {}
+        """(value, reverse block) -> the value recomputed there (reused within the block)."""
         self._keep: list[Value] = []
 
     # ---------------------------------------------------------------------------------------------
@@ -335,7 +337,6 @@ class ReverseMode:
         self.counter: dict[int, Instruction] = {}
         self.rev_counter: dict[int, Instruction] = {}
         self.induction: dict[int, tuple] = {}
-        self._recomputed: dict[tuple, Value] = {}
         for loop in self.loops.loops:
             h = loop.header
             preds = self.orig_preds[id(h)]

@@ -89,12 +89,11 @@ def _link_into(dst: llvm.ModuleRef, src: llvm.ModuleRef, where: str) -> None:
 # AD stage
 
 
-def enzyme_calls(mod: llvm.ModuleRef) -> list[tuple[str, str]]:
-    """(caller, callee) for every call to an ``__enzyme_*`` function."""
+def has_enzyme_calls(mod: llvm.ModuleRef) -> bool:
+    """Whether any function calls an ``__enzyme_*`` entry point (stops at the first call found)."""
     targets = {fn.name for fn in mod.functions if fn.name.startswith(ENZYME_PREFIX)}
     if not targets:
-        return []
-    found = []
+        return False
     for fn in mod.functions:
         if fn.is_declaration:
             continue
@@ -102,10 +101,9 @@ def enzyme_calls(mod: llvm.ModuleRef) -> list[tuple[str, str]]:
             for ins in block.instructions:
                 if ins.opcode in ("call", "invoke"):
                     ops = list(ins.operands)
-                    callee = ops[-1].name if ops else ""
-                    if callee in targets:
-                        found.append((fn.name, callee))
-    return found
+                    if ops and ops[-1].name in targets:
+                        return True
+    return False
 
 
 def ad_stage(mod: llvm.ModuleRef, opts: PipelineOptions, where: str, tm=None) -> tuple[llvm.ModuleRef, bool]:
@@ -140,7 +138,7 @@ def ad_stage(mod: llvm.ModuleRef, opts: PipelineOptions, where: str, tm=None) ->
 def run_pipeline(mod: llvm.ModuleRef, opts: PipelineOptions, tm: llvm.TargetMachine, where: str) -> llvm.ModuleRef:
     """optimize -> AD -> optimize (or AD -> optimize with ``before-opt``). The run after AD is the same in
     both modes, so they compare only where AD happens."""
-    needs_ad = bool(enzyme_calls(mod))
+    needs_ad = has_enzyme_calls(mod)
     if needs_ad:
         L.no_partial_unrolling()
     if opts.ad_mode == "before-opt":
