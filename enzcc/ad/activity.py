@@ -17,7 +17,7 @@ from enzcc.ir.instructions import (Alloca, Call, Cast, ExtractElement, ExtractVa
 from enzcc.ir.values import Value
 
 #: allocation functions whose result is fresh memory (shadowed when it holds floats)
-ALLOCATORS = {"malloc", "calloc", "_Znwm", "_Znam", "aligned_alloc"}
+ALLOCATORS = {"malloc", "calloc", "realloc", "_Znwm", "_Znam", "aligned_alloc"}
 #: pointer-forwarding instructions
 _PTR_FORWARD = ("getelementptr", "bitcast", "addrspacecast", "phi", "select", "freeze")
 
@@ -109,6 +109,8 @@ class Activity:
                         changed |= self._mark(self.active_ptrs, inst)
                 elif isinstance(inst, Load) and id(inst.pointer) in self.active_ptrs:
                     changed |= self._mark(self.active_ptrs, inst)
+                elif isinstance(inst, Call) and inst.callee_name == "realloc" and id(inst.args[0]) in self.active_ptrs:
+                    changed |= self._mark(self.active_ptrs, inst)  # the memory moves: so do its derivatives
         # 2. varied floats: forward from active arguments and loads of shadowed memory
         from enzcc.ad.prepare import inactive_functions
 
@@ -198,7 +200,8 @@ class Activity:
                     elif isinstance(u, Call) and u.callee_name and u.callee_name.startswith(("llvm.memcpy",
                                                                                               "llvm.memmove")):
                         holds = True
-                    elif u.opcode in _PTR_FORWARD and id(u) not in seen:
+                    elif (u.opcode in _PTR_FORWARD or (isinstance(u, Call) and u.callee_name == "realloc"
+                                                       and use.index == 1)) and id(u) not in seen:
                         seen.add(id(u))
                         stack.append(u)
             if holds:

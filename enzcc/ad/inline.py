@@ -7,10 +7,15 @@ reported as an error.
 
 from __future__ import annotations
 
+import re
+
+from enzcc.ir.block import BasicBlock
+from enzcc.ir.builder import IRBuilder
 from enzcc.ir.clone import clone_blocks
 from enzcc.ad.errors import ad_error
-from enzcc.ir.instructions import Alloca, Br, Call, Invoke, Phi, Ret
-from enzcc.ir.values import ConstantInt
+from enzcc.ad.memory import base_object
+from enzcc.ir.instructions import Alloca, Br, Call, Invoke, Load, Phi, Ret, Select
+from enzcc.ir.values import ConstantInt, GlobalRef
 
 MAX_INLINED_CALLS = 20000
 
@@ -23,6 +28,7 @@ def inline_all(fn, is_user_function) -> None:
     chain: dict[int, tuple[str, ...]] = {}
     while True:
         invokes_to_calls(fn)
+        devirtualize(fn)
         call = next((i for i in fn.instructions() if isinstance(i, Call) and _inlinable(i, module, is_user_function)),
                     None)
         if call is None:
@@ -59,6 +65,73 @@ def invokes_to_calls(fn) -> None:
                 phi.remove_incoming(phi.incoming_blocks.index(block))
         inst.erase()
         block.append(Br(normal))
+
+
+def devirtualize(fn) -> None:
+    """An indirect call whose target is one of a few functions known at compile time (a constant table of
+    function pointers, a select or phi of functions) becomes a chain of comparisons and direct calls, which
+    are then inlined and differentiated like any other."""
+    module = fn.module
+    for call in [i for i in fn.instructions() if isinstance(i, Call) and i.callee_name is None]:
+        targets = possible_targets(call.operands[0], module)
+        if not targets or any(module.functions[t].function_type != call.function_type for t in targets):
+            continue
+        block = call.parent
+        after = block.split_before(call)
+        block.terminator.erase()
+        results, test = [], block
+        for k, name in enumerate(targets):
+            ref = module.global_ref(name)
+            direct = BasicBlock(f"{block.name or 'devirt'}.{name}")
+            direct.move_after(test if k == 0 else results[-1][1])
+            if k < len(targets) - 1:
+                nxt = BasicBlock()
+                IRBuilder.at_end(test).cond_br(IRBuilder.at_end(test).icmp("eq", call.operands[0], ref), direct, nxt)
+            else:
+                IRBuilder.at_end(test).br(direct)  # the pointer can hold nothing else
+            c = call.clone()
+            c.set_operand(0, ref)
+            direct.append(c)
+            direct.append(Br(after))
+            results.append((c, direct))
+            if k < len(targets) - 1:
+                nxt.move_after(direct)
+                test = nxt
+        if call.has_uses():
+            phi = Phi(call.type, results)
+            after.insert(0, phi)
+            call.replace_all_uses_with(phi)
+        call.erase()
+
+
+def possible_targets(v, module, depth: int = 0) -> list[str] | None:
+    """The functions a function pointer can hold, when they are known: a function, a select or phi of known
+    ones, or a load from a constant global whose initializer names only functions with bodies."""
+    if depth > 8:
+        return None
+    if isinstance(v, GlobalRef):
+        f = module.functions.get(v.symbol)
+        return [v.symbol] if f is not None and not f.is_declaration else None
+    if isinstance(v, (Select, Phi)):
+        ops = [v.true_value, v.false_value] if isinstance(v, Select) else [x for x, _ in v.incoming]
+        out: list[str] = []
+        for op in ops:
+            sub = possible_targets(op, module, depth + 1)
+            if sub is None:
+                return None
+            out += [t for t in sub if t not in out]
+        return out
+    if isinstance(v, Load) and not v.volatile:
+        base = base_object(v.pointer)
+        gv = module.globals.get(base.symbol) if isinstance(base, GlobalRef) else None
+        if gv is None or not gv.is_constant or "=" not in gv.text:
+            return None
+        init = gv.text.split("=", 1)[1]
+        names = list(dict.fromkeys(m.group(1) or m.group(2)
+                                   for m in re.finditer(r'@(?:"([^"]+)"|([-\w.$]+))', init)))
+        if names and all(n in module.functions and not module.functions[n].is_declaration for n in names):
+            return names
+    return None
 
 
 def _inlinable(call: Call, module, is_user_function) -> bool:

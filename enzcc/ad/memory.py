@@ -51,6 +51,34 @@ class MemoryTypes:
     def kinds(self, p: Value) -> set:
         return self._types.get(id(base_object(p)), set())
 
+    def reallocated_kind(self, call: Call):
+        """What the memory ``realloc`` moves holds: the one float type, ``T.ptr`` or an IntType found on
+        the old and the new pointer and everything they flow through (phis, selects, address arithmetic,
+        further reallocs), or None when that is unknown or mixed."""
+        def forwards(v) -> bool:
+            return getattr(v, "opcode", None) in ("phi", "select") or \
+                (isinstance(v, Call) and v.callee_name == "realloc")
+
+        seen, stack, kinds = set(), [call], set()
+        while stack:
+            p = stack.pop()
+            if id(p) in seen:
+                continue
+            seen.add(id(p))
+            kinds |= self.kinds(p)  # accesses through address arithmetic count for their base object
+            stack += [u.user for u in getattr(p, "uses", []) if forwards(u.user)
+                      and (not isinstance(u.user, Call) or u.index == 1)]
+            if isinstance(p, Call):
+                stack.append(base_object(p.args[0]))
+            elif forwards(p):
+                stack += [base_object(op) for op in p.operands if isinstance(op.type, T.PointerType)]
+        floats = {k for k in kinds if isinstance(k, T.FloatType)}
+        if len(floats) == 1 and len(kinds) == 1:
+            return floats.pop()
+        if kinds and not floats and all(isinstance(k, (T.IntType, T.PointerType)) for k in kinds):
+            return T.ptr if T.ptr in kinds else next(iter(kinds))
+        return None
+
     def float_of_width(self, p: Value, access: T.Type):
         """The floating-point type an integer access through ``p`` may really be moving (optimizers copy a
         ``double`` as an ``i64``), or None. Integers in the same object are harmless to treat so: their

@@ -29,7 +29,7 @@ from enzcc.ad.memory import MemoryTypes
 from enzcc.ad.prepare import (clone_body, finalize, inactive_functions, new_derivative_function, prepare,
                               return_block)
 from enzcc.ad.rules import load_rules
-from enzcc.ad.shadow import Shadows
+from enzcc.ad.shadow import Shadows, _to_i64, usable_size
 from enzcc.ad.tape import Tape
 from enzcc.ir import types as T
 from enzcc.ir.block import BasicBlock
@@ -569,6 +569,8 @@ class ReverseMode:
         if name in ALLOCATORS:
             for call, shadow in self.shadows.allocations:
                 if call is inst:
+                    if name == "realloc":
+                        self._reverse_realloc(inst, shadow, block, b)
                     free = self.module.get_or_insert_function("free", T.FunctionType(T.void, (T.ptr,)))
                     b.call(free, [self._primal(shadow, block, b)])
             return
@@ -601,6 +603,22 @@ class ReverseMode:
             return
         what = f"'{name}'" if name else "a function pointer"
         raise ad_error(f"no derivative rule for call to {what}", inst)
+
+    def _reverse_realloc(self, inst: Call, shadow: Value, block: BasicBlock, b: IRBuilder) -> None:
+        """The adjoints of the bytes ``realloc`` moved go back to the old shadow (kept alive until here)."""
+        kind = self.memtypes.reallocated_kind(inst)
+        if isinstance(kind, (T.PointerType, T.IntType)):
+            return  # shadow pointers were copied going forward; integers and pointers carry no adjoint
+        if not isinstance(kind, T.FloatType):
+            raise ad_error("cannot tell whether the memory realloc moves holds floating-point values", inst)
+        old = self.shadows.shadow_or_null(inst.args[0])
+        if isinstance(old, Constant):
+            return  # the old memory had no derivatives (or was null): nothing to give back
+        old = self._primal(old, block, b)
+        n = b.call_intrinsic("llvm.umin", [usable_size(b, self.module, old),
+                                           _to_i64(b, self._primal(inst.args[1], block, b))], [T.i64])
+        b.call(self.tape.memcpy_adjoint_helper(kind), [self._primal(shadow, block, b), old, n,
+                                                        ConstantInt(T.i1, 1)])
 
     def _reverse_memcpy(self, inst: Call, block: BasicBlock, b: IRBuilder) -> None:
         dest, src, size = inst.args[0], inst.args[1], inst.args[2]

@@ -131,6 +131,8 @@ class Shadows:
         if name == "calloc":
             s = b.call(module.get_or_insert_function("calloc", T.FunctionType(T.ptr, (T.i64, T.i64))),
                        list(call.args))
+        elif name == "realloc":
+            return self._shadow_realloc(call, b)
         elif name == "aligned_alloc":
             s = b.call(module.get_or_insert_function(name, call.function_type), list(call.args))
             b.memset(s, 0, call.args[1])
@@ -140,6 +142,31 @@ class Shadows:
             b.memset(s, 0, size)
         self.allocations.append((call, s))
         return s
+
+    def _shadow_realloc(self, call: Call, b: IRBuilder) -> Value:
+        """``q = realloc(p, n)``: a fresh zero-filled shadow of ``n`` bytes that receives the old shadow's
+        bytes (as many as both hold). The old shadow stays alive in reverse mode, whose sweep moves the
+        adjoints back into it at the realloc (see :func:`realloc_old_shadow`); forward mode frees it, as the
+        primal's memory was."""
+        module = self.fn.module
+        old = self.shadow_or_null(call.args[0])
+        size = _to_i64(b, call.args[1])
+        s = b.call(module.get_or_insert_function("malloc", T.FunctionType(T.ptr, (T.i64,))), [size])
+        b.memset(s, 0, size)
+        b.memcpy(s, old, b.call_intrinsic("llvm.umin", [usable_size(b, module, old), size], [T.i64]))
+        if self.activity.mode == "forward" and any(a is old for _, a in self.allocations):
+            b.call(module.get_or_insert_function("free", T.FunctionType(T.void, (T.ptr,))), [old])
+        self.allocations.append((call, s))
+        return s
+
+    def shadow_or_null(self, p: Value) -> Value:
+        """The shadow of ``p``, or null for a pointer into memory without derivatives."""
+        return self._map.get(id(p)) or ConstantNull(T.ptr)
+
+
+def usable_size(b: IRBuilder, module, p: Value) -> Value:
+    """Bytes usable at heap pointer ``p`` (0 for null): what a shadow allocation can give back."""
+    return b.call(module.get_or_insert_function("malloc_usable_size", T.FunctionType(T.i64, (T.ptr,))), [p])
 
 
 def _to_i64(b: IRBuilder, v: Value) -> Value:

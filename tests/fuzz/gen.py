@@ -165,10 +165,14 @@ class Program:
         for h in self.helpers:
             out.append(h.render(self.fs, T))
         out.append(f"{'void' if self.void else T} {p}_f({self.params()}) {{")
-        for s in self.decls + self.body + self.epilogue:
+        for s in self.decls + self.body:
+            out += s.render(self.fs, "  ")
+        if not self.void:  # computed before the epilogue frees the heap buffers it may read
+            out.append(f"  {self.T} result = {self.ret.render(self.fs)};")
+        for s in self.epilogue:
             out += s.render(self.fs, "  ")
         if not self.void:
-            out.append(f"  return {self.ret.render(self.fs)};")
+            out.append("  return result;")
         out.append("}")
         return "\n".join(out).replace("@", p + "_")
 
