@@ -2,8 +2,13 @@
 PYTHON ?= python3
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
+# make fuzz: N programs per -O level, seed SEED, levels O (README "Differential testing")
+N ?= 200
+SEED ?= 1
+O ?= 0,1,2,3
+FUZZ_ARGS ?=
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test bench fuzz clean
 
 setup:
 	@PYTHON=$(PYTHON) ./scripts/setup.sh
@@ -17,6 +22,10 @@ test: setup
 # the benchmark suite (README "Benchmarks"): results in bench/results/results.json
 bench: setup
 	$(PYTHON) -m bench $(BENCH_ARGS)
+
+# random self-checking programs through enzcc at each -O level: counts per class, reduced failures in build/fuzz
+fuzz: setup
+	$(PYTHON) -m tests.fuzz --n $(N) --seed $(SEED) --opt $(O) $(FUZZ_ARGS)
 
 clean:
 	@$(MAKE) --no-print-directory -C examples/demo clean

@@ -34,7 +34,7 @@ def inline_all(fn, is_user_function) -> None:
         if call is None:
             return
         callee = module.functions[call.callee_name]
-        through = chain.get(id(call), (fn.name,))
+        through = chain.get(id(call), (getattr(fn, "primal_name", fn.name),))
         if callee.name in through:
             raise ad_error(f"cannot differentiate recursive function '{callee.name}' "
                            f"(call chain {' -> '.join(through + (callee.name,))})", call)

@@ -37,7 +37,7 @@ class Shadows:
             return s
         if isinstance(v, (ConstantNull, ConstantPoison, ConstantUndef)):
             return v
-        raise ad_error(f"no shadow for pointer {v.ref() if hasattr(v, 'ref') else v}: it is not derived from "
+        raise ad_error(f"no shadow for {describe_pointer(v)}: it is not derived from "
                        "an enzyme_dup argument or an allocation in the differentiated code", user, fn=self.fn)
 
     def _set(self, v: Value, s: Value) -> None:
@@ -109,8 +109,9 @@ class Shadows:
     def _of_operand(self, v: Value, user: Instruction) -> Value:
         if self.has(v) or isinstance(v, (ConstantNull, ConstantPoison, ConstantUndef)):
             return self.of(v, user)
-        raise ad_error(f"pointer {v.ref() if hasattr(v, 'ref') else v} mixes memory with and without derivatives "
-                       f"in a {user.opcode}", user, fn=self.fn)
+        raise ad_error(f"a {user.opcode} mixes memory with derivatives and {describe_pointer(v)}, which has no "
+                       "shadow memory (such as a constant table or a buffer never used for floating-point data)",
+                       user, fn=self.fn)
 
     def _store_pointer(self, store: Store) -> None:
         """Storing a pointer into shadowed memory stores its shadow into the shadow memory."""
@@ -162,6 +163,18 @@ class Shadows:
     def shadow_or_null(self, p: Value) -> Value:
         """The shadow of ``p``, or null for a pointer into memory without derivatives."""
         return self._map.get(id(p)) or ConstantNull(T.ptr)
+
+
+def describe_pointer(v: Value) -> str:
+    """Names a pointer for a message: its source-level name when it has one, else what produced it (never
+    an unnumbered ``%<badref>``)."""
+    name = getattr(v, "name", None)
+    if isinstance(v, Instruction):
+        what = f"call to '{v.callee_name}'" if isinstance(v, Call) and v.callee_name else f"'{v.opcode}'"
+        return f"pointer %{name} (from {what})" if name and not name.isdigit() else f"the pointer from {what}"
+    if name:
+        return f"pointer {'@' if hasattr(v, 'symbol') else '%'}{name}"
+    return f"pointer {v}"
 
 
 def usable_size(b: IRBuilder, module, p: Value) -> Value:

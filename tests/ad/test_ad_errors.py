@@ -103,3 +103,26 @@ define i32 @main() {
     r = enzcc("cb.ll", "-o", "cb", check=False)
     assert r.returncode == 1 and "Traceback" not in r.stderr and not (enzcc.cwd / "cb").exists()
     assert r.stderr.count("\n") == 1 and "does not support this code yet" in r.stderr and "callbr" in r.stderr
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O2"])
+def test_pointer_phi_of_memory_with_and_without_derivatives(enzcc, opt):
+    """A pointer that is either the differentiated buffer or a constant table (which has no shadow): refused
+    in one line that says what the pointer is, never '%<badref>'."""
+    src = """static const double table[3] = {1.0, 2.0, 3.0};
+double f(double *x, int n) {
+  const double *p = n > 2 ? x : table;
+  double s = 0;
+  for (int i = 0; i < 3; i++) s += p[i] * x[i];
+  return s;
+}
+int main(int argc, char **argv) {
+  double x[3] = {1.5, 2, 3}, dx[3] = {0};
+  __enzyme_autodiff((void *)f, enzyme_dup, x, dx, enzyme_const, argc + 2);
+  printf("%g\\n", dx[0]);
+  return 0;
+}
+"""
+    line = _fails(enzcc, src, opt)
+    assert "badref" not in line and "'f'" in line
+    assert "mixes memory with derivatives and pointer @table, which has no shadow memory" in line
