@@ -12,8 +12,9 @@ from __future__ import annotations
 import re
 
 from enzcc.ir import types as T
-from enzcc.ir.instructions import Call, Cast, GetElementPtr, Load, Store
-from enzcc.ir.values import Value
+from enzcc.ad.errors import ad_error
+from enzcc.ir.instructions import Alloca, Call, Cast, GetElementPtr, Load, Store
+from enzcc.ir.values import GlobalRef, Value
 
 _TBAA_FLOATS = {"double": T.FloatType("double"), "float": T.FloatType("float"),
                 "long double": T.FloatType("x86_fp80")}
@@ -36,20 +37,50 @@ def base_object(p: Value) -> Value:
 class MemoryTypes:
     """Access-type facts about the memory objects of one function."""
 
-    def __init__(self, fn):
+    def __init__(self, fn, seeds: dict[int, set] | None = None):
         self.fn = fn
         self._types: dict[int, set] = {}
+        self._seeds = seeds or {}
+        """id(argument) -> kinds its memory is known to hold from outside (the caller, at the call site)."""
         for inst in fn.instructions():
             if isinstance(inst, Load):
-                self._note(inst.pointer, inst.type)
+                if not _is_bit_copy(inst):
+                    self._note(inst.pointer, inst.type)
             elif isinstance(inst, Store):
-                self._note(inst.pointer, inst.value.type)
+                if not (isinstance(inst.value, Load) and _is_bit_copy(inst.value)):
+                    self._note(inst.pointer, inst.value.type)
+            elif isinstance(inst, Alloca):
+                self._types.setdefault(id(inst), set()).update(_declared_kinds(inst.allocated_type))
 
     def _note(self, p: Value, ty: T.Type) -> None:
         self._types.setdefault(id(base_object(p)), set()).add(_scalar_kind(ty))
 
     def kinds(self, p: Value) -> set:
-        return self._types.get(id(base_object(p)), set())
+        base = id(base_object(p))
+        return self._types.get(base, set()) | self._seeds.get(base, set())
+
+    def bits_type(self, load: Load, required: bool):
+        """The floating-point type an integer load really moves (optimizers copy a ``double`` as an ``i64``,
+        a ``float`` as an ``i32``), or None for an integer. A value only copied from memory that nothing else
+        types is unknown: an error when ``required`` (reverse mode must know it is adding floats), else the
+        float of that width (forward mode copies the tangent's bits, right for any type)."""
+        found = self.float_of_width(load.pointer, load.type)
+        if found is not None or not _is_bit_copy(load):
+            return found
+        for use in load.uses:
+            found = found or self.float_of_width(use.user.pointer, load.type)
+        if found is not None:
+            return found
+        known = self.kinds(load.pointer)
+        for use in load.uses:
+            known |= self.kinds(use.user.pointer)
+        if known:
+            return None  # the memory on both sides holds integers or pointers
+        ty = {16: T.FloatType("half"), 32: T.FloatType("float"), 64: T.FloatType("double")}.get(load.type.bits)
+        if ty is None or not required:
+            return ty
+        raise ad_error(f"cannot tell whether the {load.type} copied here is a floating-point value (nothing "
+                       "else reads or writes that memory with a type)", load)
 
     def reallocated_kind(self, call: Call):
         """What the memory ``realloc`` moves holds: the one float type, ``T.ptr`` or an IntType found on
@@ -108,6 +139,39 @@ class MemoryTypes:
         return None
 
 
+def _is_bit_copy(load: Load) -> bool:
+    """An integer load whose value is only stored back to memory: moved bits of unknown type."""
+    return isinstance(load, Load) and isinstance(load.type, T.IntType) and bool(load.uses) and all(
+        isinstance(u.user, Store) and u.index == 0 for u in load.uses)
+
+
+def _declared_kinds(ty: T.Type) -> set:
+    """Kinds a declared memory type (an alloca's, a global's) holds; byte arrays say nothing."""
+    ty = _scalar_kind(ty)
+    if isinstance(ty, (T.StructType, T.NamedStructType)):
+        return set().union(*(_declared_kinds(e) for e in ty.elements)) if ty.elements else set()
+    if isinstance(ty, T.IntType) and ty.bits == 8:
+        return set()
+    return {ty}
+
+
+def call_site_kinds(call: Call, values: list[Value]) -> list[set]:
+    """What the memory each pointer in ``values`` (arguments of ``call``) holds, as far as the calling
+    function shows: its accesses, and the declared type of a local or global it points into."""
+    caller = MemoryTypes(call.function)
+    out = []
+    for v in values:
+        kinds = set(caller.kinds(v)) if isinstance(v.type, T.PointerType) else set()
+        base = base_object(v)
+        if isinstance(base, GlobalRef):
+            target = base.resolve()
+            vt = getattr(target, "value_type", None)
+            if vt is not None:
+                kinds |= _declared_kinds(vt)
+        out.append(kinds)
+    return out
+
+
 def _scalar_kind(ty: T.Type):
     while isinstance(ty, (T.VectorType, T.ArrayType)):
         ty = ty.element
@@ -153,4 +217,4 @@ def _tbaa_type_name(module, tag_text: str | None, depth: int = 0) -> str | None:
     return None
 
 
-__all__ = ["MemoryTypes", "base_object"]
+__all__ = ["MemoryTypes", "base_object", "call_site_kinds"]

@@ -25,7 +25,7 @@ from enzcc.ad.activity import ALLOCATORS, Activity, has_float
 from enzcc.ad.api import DUP, DUPNONEED, OUT, DiffCall, is_float
 from enzcc.ad.emit import add_values, emit_partial, splat, times, zero
 from enzcc.ad.errors import ad_error
-from enzcc.ad.memory import MemoryTypes
+from enzcc.ad.memory import MemoryTypes, call_site_kinds
 from enzcc.ad.prepare import (clone_body, finalize, inactive_functions, new_derivative_function, prepare,
                               return_block)
 from enzcc.ad.rules import load_rules
@@ -108,7 +108,8 @@ class ReverseMode:
         primal_ret = self.dc.fn.return_type
         self.active_return = is_float(primal_ret)
         self.activity = Activity(G, self.kinds, self.active_return, "reverse")
-        self.memtypes = MemoryTypes(G)
+        kinds = call_site_kinds(self.dc.call, [s.primal for s in self.dc.args])
+        self.memtypes = MemoryTypes(G, {id(G.args[s.param.index]): k for s, k in zip(self.dc.args, kinds) if k})
         self.dt = DominatorTree(G)
         self.loops = LoopInfo(G, self.dt)
         self.blocks = reverse_post_order(G)
@@ -197,7 +198,9 @@ class ReverseMode:
     def _bits_type(self, v: Value):
         """For an integer loaded from floating-point memory (a float copied as bits): that float type."""
         if isinstance(v, Load) and isinstance(v.type, T.IntType) and self.activity.is_active_ptr(v.pointer):
-            return self.memtypes.float_of_width(v.pointer, v.type)
+            into_shadowed = any(isinstance(u.user, Store) and self.activity.is_active_ptr(u.user.pointer)
+                                for u in v.uses)
+            return self.memtypes.bits_type(v, required=into_shadowed)
         return None
 
     # -- primal values in the reverse sweep --------------------------------------------------------
@@ -626,7 +629,10 @@ class ReverseMode:
         if not act.is_active_ptr(dest) and not act.is_active_ptr(src):
             return
         kind = self.memtypes.copy_kind(inst)
-        if kind is None or isinstance(kind, T.PointerType) or isinstance(kind, T.IntType):
+        if kind is None:
+            raise ad_error("cannot tell whether the memory this memcpy copies holds floating-point values "
+                           "(nothing in the function or its caller reads or writes it with one type)", inst)
+        if isinstance(kind, T.PointerType) or isinstance(kind, T.IntType):
             return  # pointers were copied into the shadow in the forward sweep; integers carry nothing
         n = self._primal(size, block, b)
         ddest = self._shadow(dest, block, b, inst) if act.is_active_ptr(dest) else None

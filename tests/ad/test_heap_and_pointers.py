@@ -88,3 +88,49 @@ def test_realloc_moves_derivatives(enzcc, opt):
 @pytest.mark.parametrize("opt", ["-O0", "-O1", "-O2", "-O3"])
 def test_function_pointer_table_and_select(enzcc, opt):
     _check(build_and_run(enzcc, TABLE, opt), range(3))
+
+
+COPIES = r"""
+/* at -O1 and above the 4-byte memcpy becomes an i32 load and store, the 16-byte one stays a memcpy: nothing
+   in f says the bytes are floats; the caller's arrays do */
+void f(float *x, float *out) { memcpy(out, x, sizeof(float)); out[1] = 2 * x[1]; }
+void g(double *x, int n, double *out) { memcpy(out, x, sizeof(double) * 2); }
+int main(void) {
+  float x[2] = {1, 2}, dx[2] = {0}, out[2], dout[2] = {5, 7};
+  __enzyme_autodiff((void *)f, enzyme_dup, x, dx, enzyme_dup, out, dout);
+  report("f.rev.0", dx[0]); report("f.rev.1", dx[1]);
+  float tx[2] = {1, 1}, tout[2] = {0, 0};
+  __enzyme_fwddiff((void *)f, enzyme_dup, x, tx, enzyme_dup, out, tout);
+  report("f.fwd.0", tout[0]); report("f.fwd.1", tout[1]);
+  double y[2] = {1, 2}, dy[2] = {0}, o[2], dO[2] = {3, 4};
+  __enzyme_autodiff((void *)g, enzyme_dup, y, dy, enzyme_const, 2, enzyme_dup, o, dO);
+  report("g.rev.0", dy[0]); report("g.rev.1", dy[1]);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O1", "-O2", "-O3"])
+def test_copies_typed_by_the_caller(enzcc, opt):
+    v = build_and_run(enzcc, COPIES, opt)
+    assert (v["f.rev.0"], v["f.rev.1"], v["f.fwd.0"], v["f.fwd.1"]) == (5, 14, 1, 2)
+    assert (v["g.rev.0"], v["g.rev.1"]) == (3, 4)
+
+
+def test_copy_of_untyped_memory_is_refused(enzcc):
+    """Nothing says what the copied bytes are (the caller only memsets them): an error, not a zero."""
+    from adharness import PRELUDE
+
+    enzcc.write("u.c", PRELUDE + r"""
+void g(double *x, int n, double *out) { memcpy(out, x, 16); }
+int main(void) {
+  void *x = malloc(16), *dx = calloc(1, 16), *o = malloc(16), *dO = calloc(1, 16);
+  memset(x, 0, 16);
+  __enzyme_autodiff((void *)g, enzyme_dup, x, dx, enzyme_const, 2, enzyme_dup, o, dO);
+  return 0;
+}
+""")
+    r = enzcc("-O2", "u.c", "-o", "u", check=False)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.stderr.strip().count("\n") == 0
+    assert "cannot tell whether the memory this memcpy copies holds floating-point values" in r.stderr

@@ -490,6 +490,8 @@ class Gen:
                 self.features.add("in-place")
         k = r.random()
         e = self.expr(3)
+        if self.loopvars:  # repeated: bounded, so that no value overflows (0 * inf is NaN in any AD tool)
+            e = Expr("tanh{f}({0})", [e])
         if k < 0.45:
             return Stmt(f"{target} = {{0}};", [e])
         if k < 0.8:
@@ -538,13 +540,13 @@ class Gen:
             self.features.add("helper-static")
         elif k < 0.5:
             tpl = (noinline + "{T} {NAME}(const {T} *p, int m) {{\n  {T} acc = 0;\n"
-                   "  for (int i = 0; i < m; i++) acc = {0};\n  return acc;\n}}")
+                   "  for (int i = 0; i < m; i++) acc = tanh{f}({0});\n  return acc;\n}}")
             self.helpers.append(Helper(name, "extern", tpl, [self._param_expr(["p[i]", "acc"])]))
             arr = r.choice([a for a in self.arrays if a != "st.v"])
             self.callables.append((f"{name}({arr}, {self.arrays[arr]})", 0))
             self.features.add("helper-extern")
         elif k < 0.7:
-            tpl = noinline + "static void {NAME}({T} *p, int m) {{\n  for (int i = 0; i < m; i++) p[i] = {0};\n}}"
+            tpl = noinline + "static void {NAME}({T} *p, int m) {{\n  for (int i = 0; i < m; i++) p[i] = tanh{f}({0});\n}}"
             self.helpers.append(Helper(name, "inplace", tpl, [self._param_expr(["p[i]", "p[(i + 1) % m]"])]))
             self.features.add("helper-inplace")
         elif k < 0.82:

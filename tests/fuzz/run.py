@@ -24,9 +24,11 @@ BUG_CLASSES = ("wrong-reverse", "wrong-forward", "wrong-both", "ad-mismatch", "w
                "run-timeout", "refused-bug", "crash", "llvm-abort", "timeout", "generator-error")
 OK_CLASSES = ("pass", "inconclusive", "invalid", "refused-unsupported")
 
-#: refusals of what README "What enzcc does not differentiate" lists, by the one-line message
+#: refusals of what README "What enzcc does not differentiate" lists that generated programs can contain
+#: (every function they call has a body or a rule; function-pointer targets are known), by the message
 UNSUPPORTED = [
-    re.compile(r"cannot differentiate recursive function"),
+    re.compile(r"cannot differentiate recursive function '[\w.]+' \(call chain [\w. >-]+\)$"),
+    re.compile(r"irreducible control flow cannot be differentiated$"),
 ]
 
 LLVM_ABORT = ("LLVM ERROR", "PLEASE submit a bug report", "Stack dump", "Assertion `")
@@ -100,6 +102,11 @@ def run_batch(programs: list[Program], opt: int, compile_timeout: float = 120.0,
             rc, err = None, ""
         if rc != 0 or not os.path.exists(exe):
             if len(programs) > 1:
+                culprit = _named_program(programs, err)
+                if culprit is not None:  # enzcc's message names the function: that program alone fails
+                    rest = [p for p in programs if p is not culprit]
+                    return [Outcome(culprit.name, opt, *classify_compile_failure(rc, err))] + \
+                        run_batch(rest, opt, compile_timeout, run_timeout)
                 return _split(programs, opt, compile_timeout, run_timeout)
             cls, detail = classify_compile_failure(rc, err)
             return [Outcome(programs[0].name, opt, cls, detail)]
@@ -120,6 +127,13 @@ def run_batch(programs: list[Program], opt: int, compile_timeout: float = 120.0,
         return _split(programs, opt, compile_timeout, run_timeout)
     why = "timed out" if rc is None else f"exit code {rc}" if rc >= 0 else f"killed by signal {-rc}"
     return [Outcome(programs[0].name, opt, "run-timeout" if rc is None else "run-crash", f"the check {why}")]
+
+
+def _named_program(programs: list[Program], stderr: str) -> Program | None:
+    """The program whose function a one-line enzcc error names (``in function 'p12_f'``), if any."""
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    m = re.search(r"in function '(p\d+)_", lines[0]) if len(lines) == 1 else None
+    return next((p for p in programs if m and p.name == m.group(1)), None)
 
 
 def _split(programs, opt, compile_timeout, run_timeout):
