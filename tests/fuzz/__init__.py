@@ -1,0 +1,1 @@
+"""Fuzzers for enzcc (run as modules: ``python3 -m tests.fuzz.badinput``)."""
