@@ -235,10 +235,19 @@ def test_missing_tool_names_the_package(enzcc):
 def test_broken_ir_is_one_line(enzcc):
     enzcc.write("bad.ll", "define i32 @f() {\n  ret i64 0\n}\n")
     line = _one_line_error(enzcc("-c", "bad.ll", check=False))
-    assert line.startswith("bad.ll: error:") and "invalid LLVM IR" in line
+    assert line.startswith("bad.ll:2:7: error:") and "invalid LLVM IR" in line
+    assert "value doesn't match function result type 'i32'" in line
     enzcc.write("garbage.bc", "BC\xc0\xdenot really")
     line = _one_line_error(enzcc("-c", "garbage.bc", check=False))
     assert "garbage.bc" in line
+
+
+def test_ir_with_a_nul_character_is_rejected_not_truncated(enzcc):
+    # LLVM reads a C string: without the check, everything after the NUL was silently dropped
+    (enzcc.cwd / "nul.ll").write_bytes(b"define void @f() {\n  ret void\n}\n\0garbage\n")
+    line = _one_line_error(enzcc("-c", "nul.ll", "-o", "nul.o", check=False))
+    assert line.startswith("nul.ll:4: error:") and "NUL" in line
+    assert not (enzcc.cwd / "nul.o").exists()
 
 
 def test_bad_flags_are_one_line(enzcc):

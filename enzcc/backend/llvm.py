@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import llvmlite.binding as llvm
 
-from enzcc.errors import EnzccError
+from enzcc.errors import EnzccError, SourceLocation
 
 _initialized = False
 
@@ -40,14 +42,24 @@ def parse_bitcode(data: bytes, where: str) -> llvm.ModuleRef:
         raise EnzccError(f"invalid LLVM bitcode: {_first_line(exc)}", where) from None
 
 
+_LLVM_DIAGNOSTIC = re.compile(r"^<string>:(\d+):(\d+): error: (.*)$", re.M)
+
+
 def parse_ir_text(text: str, where: str) -> llvm.ModuleRef:
-    """Parse LLVM 22 textual IR and verify it."""
+    """Parse LLVM 22 textual IR and verify it. A parse error points at LLVM's line and column."""
     ensure_initialized()
+    version = llvm.llvm_version_info[0]
+    if "\0" in text:  # LLVM would only read up to it
+        line = text.count("\n", 0, text.index("\0")) + 1
+        raise EnzccError(f"invalid LLVM IR (this is LLVM {version}): NUL character", SourceLocation(where, line))
     try:
         mod = llvm.parse_assembly(text)
     except Exception as exc:
-        raise EnzccError(f"invalid LLVM IR (this is LLVM {llvm.llvm_version_info[0]}): {_first_line(exc)}",
-                         where) from None
+        diag = _LLVM_DIAGNOSTIC.search(str(exc))
+        if diag is None:
+            raise EnzccError(f"invalid LLVM IR (this is LLVM {version}): {_first_line(exc)}", where) from None
+        loc = SourceLocation(where, int(diag.group(1)), int(diag.group(2)))
+        raise EnzccError(f"invalid LLVM IR (this is LLVM {version}): {diag.group(3)}", loc) from None
     verify(mod, where)
     return mod
 
