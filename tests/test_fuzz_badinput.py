@@ -53,6 +53,6 @@ def test_fixed_seed_sample_finds_no_bug():
     results = run_cases(make_cases(110, seed=20240601), jobs=2)
     assert {r.kind for r in results} <= {"ok", "clean-error", *BUG_CLASSES}
     found = bugs(results)
-    report = "\n".join(f"{r.kind}: enzcc {' '.join(r.case.args)} ({r.case.ident})\n{r.case.text}\n{r.stderr}"
+    report = "\n".join(f"{r.kind}: enzcc {' '.join(r.case.args)} ({r.case.ident})\n{r.text}\n{r.stderr}"
                        for r in found)
     assert not found, report

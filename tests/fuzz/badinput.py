@@ -280,22 +280,53 @@ def ir_seeds() -> dict[str, str]:
 
 @dataclass
 class Case:
-    """One mutant and the command line it is compiled with."""
+    """One program and the command line it is compiled with."""
 
     ident: str
     suffix: str
     """``.c`` or ``.ll``."""
     text: str
+    """The program; with :attr:`mutation` set, the seed that the worker mutates."""
     args: list[str]
     """enzcc arguments; ``prog`` + suffix is the input, the output follows ``-o``."""
+    mutation: int | None = None
+    """Seed of the random mutations applied in the worker (None: ``text`` as it is)."""
+    valid: bool = False
+    """Mutate again (up to :data:`VALID_TRIES` times) until the frontend accepts the program, so that the
+    mutant reaches enzcc's own stages."""
 
 
 @dataclass
 class Result:
     case: Case
+    text: str
+    """The program that was compiled."""
     kind: str
     returncode: int | None
     stderr: str
+
+
+VALID_TRIES = 30
+
+
+def frontend_accepts(text: str, suffix: str) -> bool:
+    """Whether clang-22 (C) or llvm-as-22 (IR) accepts the program."""
+    cmd = ["clang-22", "-fsyntax-only", "-x", "c", "-"] if suffix == ".c" else ["llvm-as-22", "-o", os.devnull, "-"]
+    return subprocess.run(cmd, input=text.encode(), capture_output=True).returncode == 0
+
+
+def program_of(case: Case) -> str:
+    """The program a case compiles (deterministic in the case's mutation seed)."""
+    if case.mutation is None:
+        return case.text
+    rng = random.Random(case.mutation)
+    mutate = mutate_ir if case.suffix == ".ll" else mutate_c
+    text = mutate(case.text, rng)
+    for _ in range(VALID_TRIES if case.valid else 0):
+        if frontend_accepts(text, case.suffix):
+            break
+        text = mutate(case.text, rng)
+    return text
 
 
 LLVM_ABORT = ("LLVM ERROR", "PLEASE submit a bug report", "Assertion", "Stack dump")
@@ -327,8 +358,9 @@ def run_case(case: Case) -> Result:
     """Compile one mutant in a fresh directory and classify the outcome."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop("ENZCC_DEBUG", None)
+    text = program_of(case)
     with tempfile.TemporaryDirectory(prefix="enzcc-fuzz-") as d:
-        Path(d, "prog" + case.suffix).write_text(case.text)
+        Path(d, "prog" + case.suffix).write_text(text)
         try:
             proc = subprocess.run([sys.executable, "-m", "enzcc", *case.args], cwd=d, env=env,
                                   capture_output=True, text=True, errors="replace", timeout=TIMEOUT)
@@ -338,25 +370,25 @@ def run_case(case: Case) -> Result:
             stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
         out = _output_of(case.args)
         leftovers = any(p.name.startswith(f".{out}.enzcc-") for p in Path(d).iterdir())
-        return Result(case, classify(code, stderr, Path(d, out).exists(), leftovers), code, stderr)
+        return Result(case, text, classify(code, stderr, Path(d, out).exists(), leftovers), code, stderr)
 
 
-C_MODES = [[f"-O{k}", "prog.c", "-o", "prog", "-lm"] for k in range(4)] + [["-c", "prog.c", "-o", "prog.o"]]
+C_MODES = ([[f"-O{k}", "prog.c", "-o", "prog", "-lm"] for k in range(4)] + [["-c", "prog.c", "-o", "prog.o"]]
+           + [["-O2", "--ad-mode=before-opt", "prog.c", "-o", "prog", "-lm"]])
 IR_MODES = [[f"-O{k}", "prog.ll", "-o", "prog", "-lm"] for k in (0, 2)] + [["-c", "prog.ll", "-o", "prog.o"]]
 
 
-def make_cases(n: int, seed: int, ir_share: float = 0.4) -> list[Case]:
-    """``n`` mutants (a share of them IR), each with one mode; the same seed gives the same cases."""
+def make_cases(n: int, seed: int, ir_share: float = 0.4, valid_share: float = 0.5) -> list[Case]:
+    """``n`` mutants (a share of them IR, a share made to pass the frontend), each with one mode; the same
+    seed gives the same cases."""
     rng = random.Random(seed)
     irs = ir_seeds() if ir_share > 0 else {}
     cases = []
     for k in range(n):
-        if irs and rng.random() < ir_share:
-            name = rng.choice(sorted(irs))
-            cases.append(Case(f"{k:05d}-{name}", ".ll", mutate_ir(irs[name], rng), list(rng.choice(IR_MODES))))
-        else:
-            name = rng.choice(sorted(C_SEEDS))
-            cases.append(Case(f"{k:05d}-{name}", ".c", mutate_c(C_SEEDS[name], rng), list(rng.choice(C_MODES))))
+        suffix, seeds, modes = (".ll", irs, IR_MODES) if irs and rng.random() < ir_share else (".c", C_SEEDS, C_MODES)
+        name = rng.choice(sorted(seeds))
+        cases.append(Case(f"{k:05d}-{name}", suffix, seeds[name], list(rng.choice(modes)),
+                          mutation=rng.randrange(2**32), valid=rng.random() < valid_share))
     return cases
 
 
@@ -374,7 +406,7 @@ def keep_bug(result: Result, keep: Path) -> Path:
     keep.mkdir(parents=True, exist_ok=True)
     stem = keep / f"{result.case.ident}-{result.kind}"
     path = stem.with_suffix(result.case.suffix)
-    path.write_text(result.case.text)
+    path.write_text(result.text)
     stem.with_suffix(".stderr").write_text(f"enzcc {' '.join(result.case.args)}\nexit: {result.returncode}\n"
                                            f"{result.stderr}")
     return path
@@ -402,8 +434,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", type=Path, default=ROOT / "build" / "fuzz-bad", help="where bugs are written")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--ir-share", type=float, default=0.4, help="fraction of mutants that are LLVM IR")
+    ap.add_argument("--valid-share", type=float, default=0.5,
+                    help="fraction of mutants mutated again until the frontend accepts them")
     opts = ap.parse_args(argv)
-    results = run_cases(make_cases(opts.n, opts.seed, opts.ir_share), opts.jobs)
+    results = run_cases(make_cases(opts.n, opts.seed, opts.ir_share, opts.valid_share), opts.jobs)
     print(summary(results))
     found = bugs(results)
     for r in found:
