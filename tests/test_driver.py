@@ -275,3 +275,22 @@ def test_fortran_dependency_files(enzcc):
     enzcc.cwd.joinpath("obj").mkdir()
     enzcc("-Iinc", "-MMD", "-MP", "-c", "s.f90", "-o", "obj/s.o")
     assert (enzcc.cwd / "obj/s.d").read_text() == "obj/s.o: s.f90 inc/params.inc\ninc/params.inc:\n"
+
+
+def test_names_that_are_not_utf8_link(enzcc):
+    # asm labels may hold any byte; llvmlite's .name failed on them (internal error at the link)
+    enzcc.write("label.c", 'void f(void) __asm__("\\xea");\nvoid f(void) {}\nint main(void) { f(); return 0; }\n')
+    enzcc("label.c", "-o", "label")
+    enzcc.run("./label")
+
+
+def test_ir_strings_that_are_not_utf8_are_one_line_for_ad(enzcc):
+    enzcc.write("raw.ll", "declare double @__enzyme_autodiff(ptr, ...)\n"
+                "define double @sq(double %x) #0 {\n  %y = fmul double %x, %x\n  ret double %y\n}\n"
+                "define double @g() {\n  %d = call double (ptr, ...) @__enzyme_autodiff(ptr @sq, double 2.0)\n"
+                "  ret double %d\n}\n"
+                'attributes #0 = { "k\\EA"="v" }\n')
+    line = _one_line_error(enzcc("-c", "raw.ll", "-o", "raw.o", check=False))
+    assert line.startswith("raw.ll: error:") and "not UTF-8" in line and "0xea" in line
+    assert not (enzcc.cwd / "raw.o").exists()
+

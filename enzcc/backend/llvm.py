@@ -143,16 +143,41 @@ def emit_assembly(mod: llvm.ModuleRef, tm: llvm.TargetMachine) -> str:
     return tm.emit_assembly(mod)
 
 
+def value_name(value) -> str:
+    """A function's or global's name. Names are bytes to LLVM (C's ``asm("...")`` labels may hold any), and
+    llvmlite's ``.name`` fails on ones that are not UTF-8: those keep their bytes as surrogate escapes."""
+    try:
+        return value.name
+    except UnicodeDecodeError:
+        return llvm.ffi.lib.LLVMPY_GetValueName(value).decode("utf-8", "surrogateescape")
+
+
+def module_text(mod: llvm.ModuleRef, where: str) -> str:
+    """The module as LLVM text. LLVM prints some strings (attribute names) byte for byte: where that is not
+    UTF-8 the text cannot go through enzcc's IR model, which is an error naming the bytes."""
+    try:
+        return str(mod)
+    except UnicodeDecodeError as exc:
+        raw = exc.object
+        start = max(raw.rfind(b"\n", 0, exc.start) + 1, exc.start - 40)
+        end = raw.find(b"\n", exc.start)
+        end = min(end if end >= 0 else len(raw), exc.start + 40)
+        excerpt = raw[start:end].decode("utf-8", "backslashreplace").strip()
+        raise EnzccError(f"cannot differentiate: the module's LLVM IR holds a string that is not UTF-8 "
+                         f"(byte 0x{raw[exc.start]:02x} in '{excerpt}')", where) from None
+
+
 def defined_and_undefined(mod: llvm.ModuleRef) -> tuple[set[str], set[str]]:
     """Names of the global symbols a module defines and the ones it needs from elsewhere."""
     defined: set[str] = set()
     undefined: set[str] = set()
     local = (llvm.Linkage.internal, llvm.Linkage.private)
     for value in list(mod.functions) + list(mod.global_variables):
-        if value.name.startswith("llvm."):
+        name = value_name(value)
+        if name.startswith("llvm."):
             continue
         if value.is_declaration:
-            undefined.add(value.name)
+            undefined.add(name)
         elif value.linkage not in local:
-            defined.add(value.name)
+            defined.add(name)
     return defined, undefined - defined
