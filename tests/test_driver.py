@@ -294,3 +294,17 @@ def test_ir_strings_that_are_not_utf8_are_one_line_for_ad(enzcc):
     assert line.startswith("raw.ll: error:") and "not UTF-8" in line and "0xea" in line
     assert not (enzcc.cwd / "raw.o").exists()
 
+
+@need("llc-22")
+def test_target_cpus_llvm_cannot_use_are_errors_not_aborts(enzcc):
+    # LLVM ends the process ('LLVM ERROR: 64-bit code requested...') on these without the check
+    for cpu, fragment in (("x86-99", "unknown target CPU 'x86-99'"), ("i386", "cannot be used")):
+        enzcc.write("cpu.ll", 'target triple = "x86_64-pc-linux-gnu"\n'
+                    f'define i32 @main() #0 {{\n  ret i32 0\n}}\nattributes #0 = {{ "target-cpu"="{cpu}" }}\n')
+        line = _one_line_error(enzcc("cpu.ll", "-o", "cpu", check=False))
+        assert line.startswith("cpu.ll: error:") and fragment in line and "LLVM ERROR" not in line
+        assert not (enzcc.cwd / "cpu").exists()
+    enzcc.write("plain.ll", 'target triple = "x86_64-pc-linux-gnu"\ndefine i32 @main() {\n  ret i32 0\n}\n')
+    line = _one_line_error(enzcc("-c", "-march=bogus", "plain.ll", "-o", "plain.o", check=False))
+    assert "unknown target CPU 'bogus'" in line and not (enzcc.cwd / "plain.o").exists()
+    enzcc("-c", "-march=skylake", "plain.ll", "-o", "plain.o")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+from functools import lru_cache
 
 import llvmlite.binding as llvm
 
@@ -74,12 +76,15 @@ def read_ir_file(path: str) -> llvm.ModuleRef:
     if data[:2] == b"BC" or data[:4] == b"\xde\xc0\x17\x0b":
         mod = parse_bitcode(data, path)
         verify(mod, path)
+        check_target_cpus(mod, path)
         return mod
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise EnzccError("neither LLVM bitcode nor LLVM IR text", path) from None
-    return parse_ir_text(text, path)
+    mod = parse_ir_text(text, path)
+    check_target_cpus(mod, path)
+    return mod
 
 
 def verify(mod: llvm.ModuleRef, where: str) -> None:
@@ -87,6 +92,40 @@ def verify(mod: llvm.ModuleRef, where: str) -> None:
         mod.verify()
     except Exception as exc:
         raise EnzccError(f"broken LLVM IR: {_first_line(exc)}", where) from None
+
+
+@lru_cache(maxsize=None)
+def cpu_problem(triple: str, cpu: str) -> str | None:
+    """Why LLVM cannot generate code for ``cpu`` on ``triple`` (None: it can, or llc-22 is not there to ask).
+    LLVM ends the whole process on some CPUs (an unknown one or a 32-bit one for x86-64: '64-bit code requested
+    on a subtarget that doesn't support it'), so llc-22 compiles an empty function for it first."""
+    if cpu in ("", "generic"):
+        return None
+    from enzcc.tools import find_tool
+
+    llc = find_tool("llc", required=False)
+    if not llc:
+        return None
+    proc = subprocess.run([llc, f"-mtriple={triple}", f"-mcpu={cpu}", "-filetype=null", "-o", "-", "-"],
+                          input=b"define void @f() {\n  ret void\n}\n", capture_output=True)
+    err = proc.stderr.decode(errors="replace")
+    if "is not a recognized processor" in err:
+        return f"unknown target CPU '{cpu}' for {triple}"
+    if proc.returncode != 0:
+        fatal = re.search(r"LLVM ERROR: (.*)", err)
+        return f"target CPU '{cpu}' cannot be used for {triple}: {fatal.group(1) if fatal else _first_line(err)}"
+    return None
+
+
+def check_target_cpus(mod: llvm.ModuleRef, where: str) -> None:
+    """Every ``"target-cpu"`` function attribute of an IR input names a CPU LLVM can compile for."""
+    triple = mod.triple or host_triple()
+    cpus = {m.decode(errors="replace") for fn in mod.functions for attrs in fn.attributes
+            for m in re.findall(rb'"target-cpu"="([^"]*)"', attrs)}
+    for cpu in sorted(cpus):
+        problem = cpu_problem(triple, cpu)
+        if problem:
+            raise EnzccError(problem, where)
 
 
 def target_machine(triple: str, opt_level: int, cpu: str | None = None, features: str | None = None,
@@ -104,6 +143,8 @@ def target_machine(triple: str, opt_level: int, cpu: str | None = None, features
     if cpu == "native":
         cpu = llvm.get_host_cpu_name()
         features = llvm.get_host_cpu_features().flatten()
+    elif cpu and cpu_problem(triple, cpu):
+        raise EnzccError(cpu_problem(triple, cpu))
     return target.create_target_machine(cpu=cpu or "", features=features or "", opt=min(opt_level, 3),
                                         reloc="pic" if pic else "static", codemodel="small")
 
