@@ -235,10 +235,19 @@ def test_missing_tool_names_the_package(enzcc):
 def test_broken_ir_is_one_line(enzcc):
     enzcc.write("bad.ll", "define i32 @f() {\n  ret i64 0\n}\n")
     line = _one_line_error(enzcc("-c", "bad.ll", check=False))
-    assert line.startswith("bad.ll: error:") and "invalid LLVM IR" in line
+    assert line.startswith("bad.ll:2:7: error:") and "invalid LLVM IR" in line
+    assert "value doesn't match function result type 'i32'" in line
     enzcc.write("garbage.bc", "BC\xc0\xdenot really")
     line = _one_line_error(enzcc("-c", "garbage.bc", check=False))
     assert "garbage.bc" in line
+
+
+def test_ir_with_a_nul_character_is_rejected_not_truncated(enzcc):
+    # LLVM reads a C string: without the check, everything after the NUL was silently dropped
+    (enzcc.cwd / "nul.ll").write_bytes(b"define void @f() {\n  ret void\n}\n\0garbage\n")
+    line = _one_line_error(enzcc("-c", "nul.ll", "-o", "nul.o", check=False))
+    assert line.startswith("nul.ll:4: error:") and "NUL" in line
+    assert not (enzcc.cwd / "nul.o").exists()
 
 
 def test_bad_flags_are_one_line(enzcc):
@@ -266,3 +275,36 @@ def test_fortran_dependency_files(enzcc):
     enzcc.cwd.joinpath("obj").mkdir()
     enzcc("-Iinc", "-MMD", "-MP", "-c", "s.f90", "-o", "obj/s.o")
     assert (enzcc.cwd / "obj/s.d").read_text() == "obj/s.o: s.f90 inc/params.inc\ninc/params.inc:\n"
+
+
+def test_names_that_are_not_utf8_link(enzcc):
+    # asm labels may hold any byte; llvmlite's .name failed on them (internal error at the link)
+    enzcc.write("label.c", 'void f(void) __asm__("\\xea");\nvoid f(void) {}\nint main(void) { f(); return 0; }\n')
+    enzcc("label.c", "-o", "label")
+    enzcc.run("./label")
+
+
+def test_ir_strings_that_are_not_utf8_are_one_line_for_ad(enzcc):
+    enzcc.write("raw.ll", "declare double @__enzyme_autodiff(ptr, ...)\n"
+                "define double @sq(double %x) #0 {\n  %y = fmul double %x, %x\n  ret double %y\n}\n"
+                "define double @g() {\n  %d = call double (ptr, ...) @__enzyme_autodiff(ptr @sq, double 2.0)\n"
+                "  ret double %d\n}\n"
+                'attributes #0 = { "k\\EA"="v" }\n')
+    line = _one_line_error(enzcc("-c", "raw.ll", "-o", "raw.o", check=False))
+    assert line.startswith("raw.ll: error:") and "not UTF-8" in line and "0xea" in line
+    assert not (enzcc.cwd / "raw.o").exists()
+
+
+@need("llc-22")
+def test_target_cpus_llvm_cannot_use_are_errors_not_aborts(enzcc):
+    # LLVM ends the process ('LLVM ERROR: 64-bit code requested...') on these without the check
+    for cpu, fragment in (("x86-99", "unknown target CPU 'x86-99'"), ("i386", "cannot be used")):
+        enzcc.write("cpu.ll", 'target triple = "x86_64-pc-linux-gnu"\n'
+                    f'define i32 @main() #0 {{\n  ret i32 0\n}}\nattributes #0 = {{ "target-cpu"="{cpu}" }}\n')
+        line = _one_line_error(enzcc("cpu.ll", "-o", "cpu", check=False))
+        assert line.startswith("cpu.ll: error:") and fragment in line and "LLVM ERROR" not in line
+        assert not (enzcc.cwd / "cpu").exists()
+    enzcc.write("plain.ll", 'target triple = "x86_64-pc-linux-gnu"\ndefine i32 @main() {\n  ret i32 0\n}\n')
+    line = _one_line_error(enzcc("-c", "-march=bogus", "plain.ll", "-o", "plain.o", check=False))
+    assert "unknown target CPU 'bogus'" in line and not (enzcc.cwd / "plain.o").exists()
+    enzcc("-c", "-march=skylake", "plain.ll", "-o", "plain.o")

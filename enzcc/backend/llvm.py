@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+from functools import lru_cache
+
 import llvmlite.binding as llvm
 
-from enzcc.errors import EnzccError
+from enzcc.errors import EnzccError, SourceLocation
 
 _initialized = False
 
@@ -40,14 +44,24 @@ def parse_bitcode(data: bytes, where: str) -> llvm.ModuleRef:
         raise EnzccError(f"invalid LLVM bitcode: {_first_line(exc)}", where) from None
 
 
+_LLVM_DIAGNOSTIC = re.compile(r"^<string>:(\d+):(\d+): error: (.*)$", re.M)
+
+
 def parse_ir_text(text: str, where: str) -> llvm.ModuleRef:
-    """Parse LLVM 22 textual IR and verify it."""
+    """Parse LLVM 22 textual IR and verify it. A parse error points at LLVM's line and column."""
     ensure_initialized()
+    version = llvm.llvm_version_info[0]
+    if "\0" in text:  # LLVM would only read up to it
+        line = text.count("\n", 0, text.index("\0")) + 1
+        raise EnzccError(f"invalid LLVM IR (this is LLVM {version}): NUL character", SourceLocation(where, line))
     try:
         mod = llvm.parse_assembly(text)
     except Exception as exc:
-        raise EnzccError(f"invalid LLVM IR (this is LLVM {llvm.llvm_version_info[0]}): {_first_line(exc)}",
-                         where) from None
+        diag = _LLVM_DIAGNOSTIC.search(str(exc))
+        if diag is None:
+            raise EnzccError(f"invalid LLVM IR (this is LLVM {version}): {_first_line(exc)}", where) from None
+        loc = SourceLocation(where, int(diag.group(1)), int(diag.group(2)))
+        raise EnzccError(f"invalid LLVM IR (this is LLVM {version}): {diag.group(3)}", loc) from None
     verify(mod, where)
     return mod
 
@@ -62,12 +76,15 @@ def read_ir_file(path: str) -> llvm.ModuleRef:
     if data[:2] == b"BC" or data[:4] == b"\xde\xc0\x17\x0b":
         mod = parse_bitcode(data, path)
         verify(mod, path)
+        check_target_cpus(mod, path)
         return mod
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise EnzccError("neither LLVM bitcode nor LLVM IR text", path) from None
-    return parse_ir_text(text, path)
+    mod = parse_ir_text(text, path)
+    check_target_cpus(mod, path)
+    return mod
 
 
 def verify(mod: llvm.ModuleRef, where: str) -> None:
@@ -75,6 +92,40 @@ def verify(mod: llvm.ModuleRef, where: str) -> None:
         mod.verify()
     except Exception as exc:
         raise EnzccError(f"broken LLVM IR: {_first_line(exc)}", where) from None
+
+
+@lru_cache(maxsize=None)
+def cpu_problem(triple: str, cpu: str) -> str | None:
+    """Why LLVM cannot generate code for ``cpu`` on ``triple`` (None: it can, or llc-22 is not there to ask).
+    LLVM ends the whole process on some CPUs (an unknown one or a 32-bit one for x86-64: '64-bit code requested
+    on a subtarget that doesn't support it'), so llc-22 compiles an empty function for it first."""
+    if cpu in ("", "generic"):
+        return None
+    from enzcc.tools import find_tool
+
+    llc = find_tool("llc", required=False)
+    if not llc:
+        return None
+    proc = subprocess.run([llc, f"-mtriple={triple}", f"-mcpu={cpu}", "-filetype=null", "-o", "-", "-"],
+                          input=b"define void @f() {\n  ret void\n}\n", capture_output=True)
+    err = proc.stderr.decode(errors="replace")
+    if "is not a recognized processor" in err:
+        return f"unknown target CPU '{cpu}' for {triple}"
+    if proc.returncode != 0:
+        fatal = re.search(r"LLVM ERROR: (.*)", err)
+        return f"target CPU '{cpu}' cannot be used for {triple}: {fatal.group(1) if fatal else _first_line(err)}"
+    return None
+
+
+def check_target_cpus(mod: llvm.ModuleRef, where: str) -> None:
+    """Every ``"target-cpu"`` function attribute of an IR input names a CPU LLVM can compile for."""
+    triple = mod.triple or host_triple()
+    cpus = {m.decode(errors="replace") for fn in mod.functions for attrs in fn.attributes
+            for m in re.findall(rb'"target-cpu"="([^"]*)"', attrs)}
+    for cpu in sorted(cpus):
+        problem = cpu_problem(triple, cpu)
+        if problem:
+            raise EnzccError(problem, where)
 
 
 def target_machine(triple: str, opt_level: int, cpu: str | None = None, features: str | None = None,
@@ -92,6 +143,8 @@ def target_machine(triple: str, opt_level: int, cpu: str | None = None, features
     if cpu == "native":
         cpu = llvm.get_host_cpu_name()
         features = llvm.get_host_cpu_features().flatten()
+    elif cpu and cpu_problem(triple, cpu):
+        raise EnzccError(cpu_problem(triple, cpu))
     return target.create_target_machine(cpu=cpu or "", features=features or "", opt=min(opt_level, 3),
                                         reloc="pic" if pic else "static", codemodel="small")
 
@@ -131,16 +184,41 @@ def emit_assembly(mod: llvm.ModuleRef, tm: llvm.TargetMachine) -> str:
     return tm.emit_assembly(mod)
 
 
+def value_name(value) -> str:
+    """A function's or global's name. Names are bytes to LLVM (C's ``asm("...")`` labels may hold any), and
+    llvmlite's ``.name`` fails on ones that are not UTF-8: those keep their bytes as surrogate escapes."""
+    try:
+        return value.name
+    except UnicodeDecodeError:
+        return llvm.ffi.lib.LLVMPY_GetValueName(value).decode("utf-8", "surrogateescape")
+
+
+def module_text(mod: llvm.ModuleRef, where: str) -> str:
+    """The module as LLVM text. LLVM prints some strings (attribute names) byte for byte: where that is not
+    UTF-8 the text cannot go through enzcc's IR model, which is an error naming the bytes."""
+    try:
+        return str(mod)
+    except UnicodeDecodeError as exc:
+        raw = exc.object
+        start = max(raw.rfind(b"\n", 0, exc.start) + 1, exc.start - 40)
+        end = raw.find(b"\n", exc.start)
+        end = min(end if end >= 0 else len(raw), exc.start + 40)
+        excerpt = raw[start:end].decode("utf-8", "backslashreplace").strip()
+        raise EnzccError(f"cannot differentiate: the module's LLVM IR holds a string that is not UTF-8 "
+                         f"(byte 0x{raw[exc.start]:02x} in '{excerpt}')", where) from None
+
+
 def defined_and_undefined(mod: llvm.ModuleRef) -> tuple[set[str], set[str]]:
     """Names of the global symbols a module defines and the ones it needs from elsewhere."""
     defined: set[str] = set()
     undefined: set[str] = set()
     local = (llvm.Linkage.internal, llvm.Linkage.private)
     for value in list(mod.functions) + list(mod.global_variables):
-        if value.name.startswith("llvm."):
+        name = value_name(value)
+        if name.startswith("llvm."):
             continue
         if value.is_declaration:
-            undefined.add(value.name)
+            undefined.add(name)
         elif value.linkage not in local:
-            defined.add(value.name)
+            defined.add(name)
     return defined, undefined - defined

@@ -89,9 +89,14 @@ def _link_into(dst: llvm.ModuleRef, src: llvm.ModuleRef, where: str) -> None:
 # AD stage
 
 
+def _enzyme_names(mod: llvm.ModuleRef) -> set[str]:
+    """Names of the ``__enzyme_*`` functions the module declares."""
+    return {name for name in map(L.value_name, mod.functions) if name.startswith(ENZYME_PREFIX)}
+
+
 def has_enzyme_calls(mod: llvm.ModuleRef) -> bool:
     """Whether any function calls an ``__enzyme_*`` entry point (stops at the first call found)."""
-    targets = {fn.name for fn in mod.functions if fn.name.startswith(ENZYME_PREFIX)}
+    targets = _enzyme_names(mod)
     if not targets:
         return False
     for fn in mod.functions:
@@ -101,20 +106,20 @@ def has_enzyme_calls(mod: llvm.ModuleRef) -> bool:
             for ins in block.instructions:
                 if ins.opcode in ("call", "invoke"):
                     ops = list(ins.operands)
-                    if ops and ops[-1].name in targets:
+                    if ops and L.value_name(ops[-1]) in targets:
                         return True
     return False
 
 
 def ad_stage(mod: llvm.ModuleRef, opts: PipelineOptions, where: str, tm=None) -> tuple[llvm.ModuleRef, bool]:
     """Replace ``__enzyme_*`` calls with synthesized derivatives. Returns (module, changed)."""
-    if not any(fn.name.startswith(ENZYME_PREFIX) for fn in mod.functions):
+    if not _enzyme_names(mod):
         return mod, False
     from enzcc.ad import differentiate_text
     from enzcc.ir.errors import IRError, IRParseError
 
     try:
-        text, count = differentiate_text(str(mod), tm)
+        text, count = differentiate_text(L.module_text(mod, where), tm)
     except IRParseError as exc:
         raise EnzccError(f"cannot differentiate: enzcc's IR model does not support this code yet ({exc})") from None
     except IRError as exc:
