@@ -111,6 +111,7 @@ class Activity:
                     changed |= self._mark(self.active_ptrs, inst)
                 elif isinstance(inst, Call) and inst.callee_name == "realloc" and id(inst.args[0]) in self.active_ptrs:
                     changed |= self._mark(self.active_ptrs, inst)  # the memory moves: so do its derivatives
+        self._check_float_bits(insts)
         # 2. varied floats: forward from active arguments and loads of shadowed memory
         from enzcc.ad.prepare import inactive_functions
 
@@ -151,6 +152,30 @@ class Activity:
                 for op in self._float_inputs(v):
                     if id(op) not in self.useful:
                         work.append(op)
+
+    def _check_float_bits(self, insts: list[Instruction]) -> None:
+        """A float rebuilt from integer bits that were loaded from memory with derivatives (after shifts,
+        masks, truncations) would silently lose its derivative: refused. (Plain integer moves of whole floats
+        were turned back into floats when the function was prepared.)"""
+        from enzcc.ad.errors import ad_error
+
+        for inst in insts:
+            if not (isinstance(inst, Cast) and inst.opcode == "bitcast" and has_float(inst.type)
+                    and not has_float(inst.value.type)):
+                continue
+            stack, seen = [inst.value], set()
+            while stack:
+                v = stack.pop()
+                if id(v) in seen or not isinstance(v, Instruction):
+                    continue
+                seen.add(id(v))
+                if isinstance(v, Load):
+                    if id(v.pointer) in self.active_ptrs:
+                        raise ad_error("a floating-point value is rebuilt here from integer bits of memory that "
+                                       "has derivatives; enzcc cannot follow its derivative", inst)
+                elif v.opcode in ("trunc", "zext", "sext", "lshr", "ashr", "shl", "and", "or", "xor", "phi",
+                                  "select", "bitcast", "freeze", "extractelement", "extractvalue"):
+                    stack += [op for op in v.operands if isinstance(op, Instruction)]
 
     def _ptr_sources(self, inst: Instruction) -> list[Value]:
         if isinstance(inst, Select):

@@ -116,9 +116,13 @@ class MemoryTypes:
         shadow bytes stay zero."""
         if not isinstance(access, T.IntType):
             return None
-        for k in self.kinds(p):
-            if isinstance(k, T.FloatType) and k.bits == access.bits:
+        floats = [k for k in self.kinds(p) if isinstance(k, T.FloatType)]
+        for k in floats:
+            if k.bits == access.bits:
                 return k
+        for k in floats:  # several floats at once (memcpy of two floats as an i64): a vector of them
+            if access.bits % k.bits == 0:
+                return T.VectorType(access.bits // k.bits, k)
         return None
 
     def copy_kind(self, call: Call):

@@ -12,7 +12,8 @@ from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.cfg import DominatorTree, reverse_post_order
 from enzcc.ir.function import Function
-from enzcc.ir.instructions import Call, Ret
+from enzcc.ir.instructions import BinaryOp, Call, Cast, Instruction, Load, Phi, Ret, Select, Store
+from enzcc.ir.values import ConstantInt, ConstantPoison, ConstantUndef
 
 #: attributes of the primal function that do not hold for its derivative
 _DROP_ATTR_PREFIXES = ("memory(", "readnone", "readonly", "writeonly", "nofree", "nosync", "argmemonly",
@@ -119,8 +120,134 @@ def prepare(fn: Function) -> None:
             term.erase()
             IRBuilder.at_end(r).br(unified)
         b.ret(phi) if phi is not None else b.ret_void()
+    retype_float_bits(fn)
     check_reducible(fn)
 
+
+def retype_float_bits(fn: Function) -> None:
+    """Optimizers move a float as an integer of its width: ``load i64`` from a ``double``, a phi of such
+    integers, ``bitcast double %d to i64`` before a store, ``bitcast i64 %i to double`` where it is used.
+    A web of integers connected only by loads, stores, phis, selects and bitcasts, in which a bitcast shows
+    that the bits are a float, becomes that float again, so the derivative follows it like any other."""
+    _split_wide_loads(fn)
+    done: set[int] = set()
+    for inst in list(fn.instructions()):
+        if id(inst) in done or inst.parent is None or not isinstance(inst.type, T.IntType) or \
+                not isinstance(inst, (Load, Phi, Select, Cast)):
+            continue
+        web = _float_bits_web(inst)
+        done.update(id(v) for v in (web[0] if web else [inst]))
+        if web:
+            _retype_web(*web)
+
+
+def _split_wide_loads(fn: Function) -> None:
+    """``bitcast (trunc (lshr (load i64 %p), 32)) to float`` (two floats loaded as one integer, one taken out
+    by shifts) becomes ``load float`` at ``%p + 4``: the float load the bits came from."""
+    if fn.module.data_layout.big_endian:
+        return
+    for inst in list(fn.instructions()):
+        if not (isinstance(inst, Cast) and inst.opcode == "bitcast" and isinstance(inst.type, T.FloatType)
+                and isinstance(inst.value, Cast) and inst.value.opcode == "trunc"):
+            continue
+        trunc = inst.value
+        src, shift = trunc.value, 0
+        if isinstance(src, BinaryOp) and src.opcode == "lshr" and isinstance(src.operands[1], ConstantInt):
+            src, shift = src.operands[0], src.operands[1].value
+        if not isinstance(src, Load) or src.volatile or src.ordering is not None or shift % 8:
+            continue
+        b = IRBuilder.after(src)
+        ptr = b.gep(T.i8, src.pointer, [ConstantInt(T.i64, shift // 8)]) if shift else src.pointer
+        inst.replace_all_uses_with(b.load(inst.type, ptr))
+        inst.erase()
+        for dead in dict.fromkeys((trunc, trunc.value, src)):
+            if isinstance(dead, Instruction) and dead.parent is not None and not dead.has_uses():
+                dead.erase()
+
+
+def _float_bits_web(start):
+    """(members, float type) of the integer web around ``start`` when it is a float moved as bits, else None."""
+    members, stack, fty = [], [start], set()
+    seen = {id(start)}
+
+    def visit(v):
+        if id(v) not in seen:
+            seen.add(id(v))
+            stack.append(v)
+    while stack:
+        v = stack.pop()
+        if isinstance(v, Cast) and v.opcode == "bitcast" and isinstance(v.value.type, T.FloatType):
+            fty.add(v.value.type)
+        elif isinstance(v, Phi):
+            for x, _ in v.incoming:
+                if isinstance(x, Instruction):
+                    visit(x)
+                elif not isinstance(x, (ConstantInt, ConstantUndef, ConstantPoison)) or \
+                        (isinstance(x, ConstantInt) and x.value != 0):
+                    return None
+        elif isinstance(v, Select):
+            for x in (v.true_value, v.false_value):
+                if not isinstance(x, Instruction):
+                    return None
+                visit(x)
+        elif not (isinstance(v, Load) and not v.volatile and v.ordering is None):
+            return None
+        members.append(v)
+        for u in v.uses:
+            user = u.user
+            if isinstance(user, Store) and u.index == 0 and not user.volatile and user.ordering is None:
+                continue
+            if isinstance(user, Cast) and user.opcode == "bitcast" and isinstance(user.type, T.FloatType):
+                fty.add(user.type)
+                continue
+            if isinstance(user, Phi) or (isinstance(user, Select) and u.index > 0):
+                visit(user)
+                continue
+            return None
+    if len(fty) != 1:
+        return None
+    ty = fty.pop()
+    if any(ty.bits != m.type.bits for m in members):
+        return None
+    return members, ty
+
+
+def _retype_web(members, ty) -> None:
+    new = {}
+    for m in members:
+        if isinstance(m, Cast):
+            new[id(m)] = m.value
+        elif isinstance(m, Load):
+            f = Load(ty, m.pointer, align=m.align)
+            f.insert_before(m)
+            new[id(m)] = f
+        elif isinstance(m, Phi):
+            f = Phi(ty)
+            f.insert_before(m)
+            new[id(m)] = f
+        else:
+            f = Select(m.condition, ConstantPoison(ty), ConstantPoison(ty))  # operands set below
+            f.insert_before(m)
+            new[id(m)] = f
+    for m in members:
+        f = new[id(m)]
+        if isinstance(m, Phi):
+            for x, blk in m.incoming:
+                f.add_incoming(new[id(x)] if id(x) in new else IRBuilder.const_zero(ty), blk)
+        elif isinstance(m, Select):
+            f.set_operand(1, new[id(m.true_value)])
+            f.set_operand(2, new[id(m.false_value)])
+        for u in list(m.uses):
+            user = u.user
+            if isinstance(user, Store):
+                user.set_operand(0, f)
+            elif isinstance(user, Cast) and user.opcode == "bitcast" and isinstance(user.type, T.FloatType):
+                user.replace_all_uses_with(f)
+                user.erase()
+    for m in members:
+        m.drop_all_references()
+    for m in members:
+        m.erase()
 
 def inactive_functions(module) -> frozenset:
     """Functions the user declared to never carry derivatives: every global whose name contains
