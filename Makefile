@@ -8,7 +8,7 @@ SEED ?= 1
 O ?= 0,1,2,3
 FUZZ_ARGS ?=
 
-.PHONY: setup demo test bench fuzz clean
+.PHONY: setup demo test bench fuzz fuzz-bad clean
 
 setup:
 	@PYTHON=$(PYTHON) ./scripts/setup.sh
@@ -26,6 +26,10 @@ bench: setup
 # random self-checking programs through enzcc at each -O level: counts per class, reduced failures in build/fuzz
 fuzz: setup
 	$(PYTHON) -m tests.fuzz --n $(N) --seed $(SEED) --opt $(O) $(FUZZ_ARGS)
+
+# mutated C and LLVM IR into enzcc: never a traceback, an LLVM abort or a half-written output
+fuzz-bad: setup
+	$(PYTHON) -m tests.fuzz.badinput --n $(N) --seed $(SEED)
 
 clean:
 	@$(MAKE) --no-print-directory -C examples/demo clean
