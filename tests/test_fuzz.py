@@ -122,3 +122,12 @@ def test_reduced_failure_now_passes(enzcc, path):
         out = enzcc.run("./prog").stdout
         verdicts = parse_check_output(out)
         assert verdicts and all(c == "pass" for c, _ in verdicts.values()), f"{opt}: {out}"
+
+
+@need("clang-22", "llvm-objcopy-22")
+def test_fixed_seed_sample_as_cxx_has_no_bugs():
+    """The same kind of programs compiled as C++ (enzcc picks clang++ for .cpp)."""
+    outcomes = fuzz(8, 2025, [2], jobs=2, batch=8, lang="c++")
+    bugs = [o for o in outcomes if o.cls in BUG_CLASSES]
+    assert not bugs, "\n".join(f"{o.name} -O{o.opt} {o.cls}: {o.detail}" for o in bugs)
+    assert sum(o.cls == "pass" for o in outcomes) >= 5

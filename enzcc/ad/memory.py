@@ -82,27 +82,34 @@ class MemoryTypes:
         raise ad_error(f"cannot tell whether the {load.type} copied here is a floating-point value (nothing "
                        "else reads or writes that memory with a type)", load)
 
-    def reallocated_kind(self, call: Call):
-        """What the memory ``realloc`` moves holds: the one float type, ``T.ptr`` or an IntType found on
-        the old and the new pointer and everything they flow through (phis, selects, address arithmetic,
-        further reallocs), or None when that is unknown or mixed."""
+    def web_kinds(self, p: Value) -> set:
+        """Kinds of every object ``p``'s memory flows through or from: phis, selects and reallocs of it, both
+        ways (a buffer reallocated in a loop is one phi of several allocations)."""
         def forwards(v) -> bool:
             return getattr(v, "opcode", None) in ("phi", "select") or \
                 (isinstance(v, Call) and v.callee_name == "realloc")
 
-        seen, stack, kinds = set(), [call], set()
+        seen, stack, kinds = set(), [base_object(p)], set()
         while stack:
-            p = stack.pop()
-            if id(p) in seen:
+            v = stack.pop()
+            if id(v) in seen:
                 continue
-            seen.add(id(p))
-            kinds |= self.kinds(p)  # accesses through address arithmetic count for their base object
-            stack += [u.user for u in getattr(p, "uses", []) if forwards(u.user)
+            seen.add(id(v))
+            kinds |= self.kinds(v)  # accesses through address arithmetic count for their base object
+            stack += [u.user for u in getattr(v, "uses", []) if forwards(u.user)
                       and (not isinstance(u.user, Call) or u.index == 1)]
-            if isinstance(p, Call):
-                stack.append(base_object(p.args[0]))
-            elif forwards(p):
-                stack += [base_object(op) for op in p.operands if isinstance(op.type, T.PointerType)]
+            if isinstance(v, Call):
+                if v.callee_name == "realloc":
+                    stack.append(base_object(v.args[0]))
+            elif forwards(v):
+                stack += [base_object(op) for op in v.operands if isinstance(op.type, T.PointerType)]
+        return kinds
+
+    def reallocated_kind(self, call: Call):
+        """What the memory ``realloc`` moves holds: the one float type, ``T.ptr`` or an IntType found on
+        the old and the new pointer and everything they flow through (:meth:`web_kinds`), or None when that
+        is unknown or mixed."""
+        kinds = self.web_kinds(call)
         floats = {k for k in kinds if isinstance(k, T.FloatType)}
         if len(floats) == 1 and len(kinds) == 1:
             return floats.pop()
@@ -128,6 +135,8 @@ class MemoryTypes:
     def copy_kind(self, call: Call):
         """What a memcpy/memmove copies: a FloatType, ``T.ptr``, an IntType, or None when unknown."""
         kinds = self.kinds(call.args[0]) | self.kinds(call.args[1])
+        if not kinds:
+            kinds = self.web_kinds(call.args[0]) | self.web_kinds(call.args[1])
         floats = {k for k in kinds if isinstance(k, T.FloatType)}
         if len(floats) == 1 and not any(isinstance(k, T.PointerType) for k in kinds):
             return floats.pop()

@@ -14,17 +14,17 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from tests.fuzz.gen import generate
-from tests.fuzz.run import BUG_CLASSES, OK_CLASSES, run_batch, run_one, same_failure
+from tests.fuzz.run import BUG_CLASSES, OK_CLASSES, SUFFIX, run_batch, run_one, same_failure
 from tests.fuzz.shrink import shrink
 
 
-def _batch(seed: int, indices: list[int], opt: int):
-    return run_batch([generate(seed, i) for i in indices], opt)
+def _batch(seed: int, indices: list[int], opt: int, lang: str):
+    return run_batch([generate(seed, i) for i in indices], opt, lang)
 
 
-def fuzz(n: int, seed: int, opts: list[int], jobs: int = 2, batch: int = 8, first: int = 0):
+def fuzz(n: int, seed: int, opts: list[int], jobs: int = 2, batch: int = 8, first: int = 0, lang: str = "c"):
     """Outcomes of programs ``first .. first+n-1`` of ``seed`` at each -O level, in a process pool."""
-    tasks = [(seed, list(range(i, min(i + batch, first + n))), opt)
+    tasks = [(seed, list(range(i, min(i + batch, first + n))), opt, lang)
              for opt in opts for i in range(first, first + n, batch)]
     outcomes = []
     with ProcessPoolExecutor(max_workers=jobs) as pool:
@@ -53,7 +53,7 @@ def table(outcomes, opts) -> str:
     return "\n".join(lines)
 
 
-def reduce_failures(outcomes, seed: int, out: Path, per_class: int, max_tries: int) -> list[Path]:
+def reduce_failures(outcomes, seed: int, out: Path, per_class: int, max_tries: int, lang: str = "c") -> list[Path]:
     """Shrink up to ``per_class`` failures of each bug class; write each as a stand-alone C file."""
     written, taken = [], Counter()
     (out / "failures").mkdir(parents=True, exist_ok=True)
@@ -63,10 +63,10 @@ def reduce_failures(outcomes, seed: int, out: Path, per_class: int, max_tries: i
         taken[o.cls] += 1
         index = int(o.name[1:])
         prog = generate(seed, index)
-        small, tries = shrink(prog, lambda p: same_failure(o, run_one(p, o.opt)), max_tries)
-        path = out / "failures" / f"{o.cls}-seed{seed}-{o.name}-O{o.opt}.c"
+        small, tries = shrink(prog, lambda p: same_failure(o, run_one(p, o.opt, lang)), max_tries)
+        path = out / "failures" / f"{o.cls}-seed{seed}-{o.name}-O{o.opt}{SUFFIX[lang]}"
         path.write_text(f"/* enzcc fuzz: seed {seed} program {index} at -O{o.opt}: {o.cls}\n"
-                        f"   {o.detail}\n   reduced in {tries} tries; build: enzcc -O{o.opt} -w THIS.c -lm */\n"
+                        f"   {o.detail}\n   reduced in {tries} tries; build: enzcc -O{o.opt} -w THIS{SUFFIX[lang]} -lm */\n"
                         + small.source())
         print(f"reduced {o.cls} ({o.name} -O{o.opt}, {tries} tries): {path}")
         written.append(path)
@@ -83,28 +83,29 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=8, help="programs compiled into one executable")
     ap.add_argument("--shrink", type=int, default=2, help="failures reduced per class (0: none)")
     ap.add_argument("--shrink-tries", type=int, default=300)
+    ap.add_argument("--lang", choices=sorted(SUFFIX), default="c", help="compile the programs as C or C++")
     ap.add_argument("--out", default="build/fuzz")
     args = ap.parse_args(argv)
     opts = [int(o) for o in args.opt.split(",") if o.strip()]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
-    outcomes = fuzz(args.n, args.seed, opts, args.jobs, args.batch, args.first)
+    outcomes = fuzz(args.n, args.seed, opts, args.jobs, args.batch, args.first, args.lang)
     elapsed = time.monotonic() - start
     with open(out / "results.jsonl", "w") as fh:
         for o in sorted(outcomes, key=lambda o: (o.opt, int(o.name[1:]))):
-            fh.write(json.dumps({"seed": args.seed, **o.as_dict()}) + "\n")
+            fh.write(json.dumps({"seed": args.seed, "lang": args.lang, **o.as_dict()}) + "\n")
     print(table(outcomes, opts))
     print(f"{len(outcomes)} outcomes in {elapsed:.0f} s (seed {args.seed}, programs {args.first}.."
-          f"{args.first + args.n - 1})")
+          f"{args.first + args.n - 1}, {args.lang})")
     bugs = [o for o in outcomes if o.cls in BUG_CLASSES]
     for o in sorted(bugs, key=lambda o: (o.cls, o.opt, int(o.name[1:])))[:40]:
         print(f"  {o.cls:<15} {o.name:>6} -O{o.opt}: {o.detail[:160]}")
-    summary = {"seed": args.seed, "first": args.first, "n": args.n, "opts": opts, "seconds": round(elapsed, 1),
+    summary = {"seed": args.seed, "lang": args.lang, "first": args.first, "n": args.n, "opts": opts, "seconds": round(elapsed, 1),
                "counts": {f"{c}@O{o}": k for (c, o), k in Counter((o.cls, o.opt) for o in outcomes).items()}}
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     if bugs and args.shrink:
-        reduce_failures(bugs, args.seed, out, args.shrink, args.shrink_tries)
+        reduce_failures(bugs, args.seed, out, args.shrink, args.shrink_tries, args.lang)
     return 1 if bugs else 0
 
 

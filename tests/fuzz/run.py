@@ -31,6 +31,9 @@ UNSUPPORTED = [
     re.compile(r"irreducible control flow cannot be differentiated$"),
 ]
 
+#: source file suffix per language (the same program text is C and C++)
+SUFFIX = {"c": ".c", "c++": ".cpp"}
+
 LLVM_ABORT = ("LLVM ERROR", "PLEASE submit a bug report", "Stack dump", "Assertion `")
 
 
@@ -88,11 +91,12 @@ def parse_check_output(stdout: str) -> dict[str, tuple[str, str]]:
     return out
 
 
-def run_batch(programs: list[Program], opt: int, compile_timeout: float = 120.0,
+def run_batch(programs: list[Program], opt: int, lang: str = "c", compile_timeout: float = 120.0,
               run_timeout: float = 20.0) -> list[Outcome]:
-    """Outcomes for ``programs`` at ``-O{opt}``, splitting the batch where one program spoils it."""
+    """Outcomes for ``programs`` at ``-O{opt}``, compiled as C or C++ (``lang``), splitting the batch where
+    one program spoils it."""
     with tempfile.TemporaryDirectory(prefix="enzcc-fuzz-") as tmp:
-        src, exe = os.path.join(tmp, "prog.c"), os.path.join(tmp, "prog")
+        src, exe = os.path.join(tmp, "prog" + SUFFIX[lang]), os.path.join(tmp, "prog")
         Path(src).write_text(render_file(programs))
         try:
             proc = subprocess.run(enzcc_command(opt, src, exe), cwd=tmp, env=_env(), capture_output=True,
@@ -106,8 +110,8 @@ def run_batch(programs: list[Program], opt: int, compile_timeout: float = 120.0,
                 if culprit is not None:  # enzcc's message names the function: that program alone fails
                     rest = [p for p in programs if p is not culprit]
                     return [Outcome(culprit.name, opt, *classify_compile_failure(rc, err))] + \
-                        run_batch(rest, opt, compile_timeout, run_timeout)
-                return _split(programs, opt, compile_timeout, run_timeout)
+                        run_batch(rest, opt, lang, compile_timeout, run_timeout)
+                return _split(programs, opt, lang, compile_timeout, run_timeout)
             cls, detail = classify_compile_failure(rc, err)
             return [Outcome(programs[0].name, opt, cls, detail)]
         try:
@@ -122,9 +126,9 @@ def run_batch(programs: list[Program], opt: int, compile_timeout: float = 120.0,
     if not missing:
         return done
     if len(missing) < len(programs):
-        return done + run_batch(missing, opt, compile_timeout, run_timeout)
+        return done + run_batch(missing, opt, lang, compile_timeout, run_timeout)
     if len(programs) > 1:
-        return _split(programs, opt, compile_timeout, run_timeout)
+        return _split(programs, opt, lang, compile_timeout, run_timeout)
     why = "timed out" if rc is None else f"exit code {rc}" if rc >= 0 else f"killed by signal {-rc}"
     return [Outcome(programs[0].name, opt, "run-timeout" if rc is None else "run-crash", f"the check {why}")]
 
@@ -136,14 +140,14 @@ def _named_program(programs: list[Program], stderr: str) -> Program | None:
     return next((p for p in programs if m and p.name == m.group(1)), None)
 
 
-def _split(programs, opt, compile_timeout, run_timeout):
+def _split(programs, opt, lang, compile_timeout, run_timeout):
     half = len(programs) // 2
-    return (run_batch(programs[:half], opt, compile_timeout, run_timeout)
-            + run_batch(programs[half:], opt, compile_timeout, run_timeout))
+    return (run_batch(programs[:half], opt, lang, compile_timeout, run_timeout)
+            + run_batch(programs[half:], opt, lang, compile_timeout, run_timeout))
 
 
-def run_one(program: Program, opt: int) -> Outcome:
-    return run_batch([program], opt)[0]
+def run_one(program: Program, opt: int, lang: str = "c") -> Outcome:
+    return run_batch([program], opt, lang)[0]
 
 
 def same_failure(a: Outcome, b: Outcome) -> bool:
