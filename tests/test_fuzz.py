@@ -10,11 +10,11 @@ import pytest
 
 from enzcc_testing import need
 from tests.fuzz.__main__ import fuzz, table
-from tests.fuzz.gen import CHECK_CLASSES, generate, render_file
+from tests.fuzz.gen import CHECK_CLASSES, generate, read_regression, regression_text, render_file
 from tests.fuzz.run import BUG_CLASSES, Outcome, classify_compile_failure, parse_check_output, run_batch, same_failure
 from tests.fuzz.shrink import shrink
 
-REGRESSIONS = sorted((Path(__file__).parent / "fuzz" / "regressions").glob("*.c"))
+REGRESSIONS = sorted((Path(__file__).parent / "fuzz" / "regressions").glob("*.reg"))
 
 
 def test_generation_is_deterministic_and_independent_of_batching():
@@ -116,12 +116,19 @@ def test_fixed_seed_sample_has_no_bugs():
 @pytest.mark.parametrize("path", REGRESSIONS, ids=[p.stem for p in REGRESSIONS])
 def test_reduced_failure_now_passes(enzcc, path):
     """Each bug the fuzzer found, reduced to a small program that checks itself: it passes at every -O level."""
-    enzcc.write("prog.c", path.read_text())
+    prog = read_regression(path.read_text())
+    enzcc.write("prog.c", render_file([prog]))
     for opt in ("-O0", "-O1", "-O2", "-O3"):
         enzcc(opt, "-w", "prog.c", "-o", "prog", "-lm")
         out = enzcc.run("./prog").stdout
         verdicts = parse_check_output(out)
-        assert verdicts and all(c == "pass" for c, _ in verdicts.values()), f"{opt}: {out}"
+        assert list(verdicts) == [prog.name] and verdicts[prog.name][0] == "pass", f"{opt}: {out}"
+
+
+def test_regression_format_round_trips():
+    prog = generate(4, 9)
+    back = read_regression(regression_text(prog, "a note"))
+    assert render_file([back]) == render_file([prog])
 
 
 @need("clang-22", "llvm-objcopy-22")

@@ -13,7 +13,7 @@ from collections import Counter
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-from tests.fuzz.gen import generate
+from tests.fuzz.gen import generate, regression_text
 from tests.fuzz.run import BUG_CLASSES, OK_CLASSES, SUFFIX, run_batch, run_one, same_failure
 from tests.fuzz.shrink import shrink
 
@@ -54,7 +54,8 @@ def table(outcomes, opts) -> str:
 
 
 def reduce_failures(outcomes, seed: int, out: Path, per_class: int, max_tries: int, lang: str = "c") -> list[Path]:
-    """Shrink up to ``per_class`` failures of each bug class; write each as a stand-alone C file."""
+    """Shrink up to ``per_class`` failures of each bug class; write each as a stand-alone C (or C++) file and
+    in the regression format of ``tests/fuzz/regressions`` (``.reg``)."""
     written, taken = [], Counter()
     (out / "failures").mkdir(parents=True, exist_ok=True)
     for o in sorted((o for o in outcomes if o.cls in BUG_CLASSES), key=lambda o: (o.cls, o.opt, o.name)):
@@ -64,11 +65,14 @@ def reduce_failures(outcomes, seed: int, out: Path, per_class: int, max_tries: i
         index = int(o.name[1:])
         prog = generate(seed, index)
         small, tries = shrink(prog, lambda p: same_failure(o, run_one(p, o.opt, lang)), max_tries)
-        path = out / "failures" / f"{o.cls}-seed{seed}-{o.name}-O{o.opt}{SUFFIX[lang]}"
-        path.write_text(f"/* enzcc fuzz: seed {seed} program {index} at -O{o.opt}: {o.cls}\n"
-                        f"   {o.detail}\n   reduced in {tries} tries; build: enzcc -O{o.opt} -w THIS{SUFFIX[lang]} -lm */\n"
-                        + small.source())
-        print(f"reduced {o.cls} ({o.name} -O{o.opt}, {tries} tries): {path}")
+        stem = out / "failures" / f"{o.cls}-seed{seed}-{o.name}-O{o.opt}"
+        note = (f"enzcc fuzz: seed {seed} program {index} at -O{o.opt} ({lang}), reduced in {tries} tries: "
+                f"{o.cls}: {o.detail}").replace("*/", "* /")
+        path = stem.with_suffix(SUFFIX[lang])
+        path.write_text(f"/* {note}\n   build: enzcc -O{o.opt} -w {path.name} -lm */\n" + small.source())
+        stem.with_suffix(".reg").write_text(regression_text(small, note))
+        print(f"reduced {o.cls} ({o.name} -O{o.opt}, {tries} tries): {path} (regression test: copy "
+              f"{stem.name}.reg into tests/fuzz/regressions/)")
         written.append(path)
     return written
 

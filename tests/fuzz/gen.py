@@ -20,7 +20,9 @@ local is declared (and initialized) before the statements, so any statement can 
 from __future__ import annotations
 
 import copy
+import json
 import random
+import re
 from dataclasses import dataclass, field
 
 #: what a program's own check can print (besides crashing)
@@ -148,6 +150,8 @@ class Program:
     out0: list[float]
     v: list[float]
     features: set[str] = field(default_factory=set)
+    text: str | None = None
+    """The function text as written (a stored regression), instead of rendering the statements."""
 
     # -- rendering --------------------------------------------------------------------------------------
 
@@ -158,6 +162,8 @@ class Program:
 
     def function_text(self) -> str:
         """Helpers, the struct and ``f`` (named ``<name>_f``)."""
+        if self.text is not None:
+            return self.text
         T, p = self.T, self.name
         out = []
         if self.struct:
@@ -292,6 +298,23 @@ static void {p}_check(void) {{
             yield self.ret
         for h in self.helpers:
             yield from h.exprs
+
+
+CHECK_FIELDS = ("name", "T", "nx", "has_s", "nout", "void", "x0", "s0", "w", "out0", "v")
+
+
+def regression_text(p: Program, comment: str) -> str:
+    """A reduced program as stored in ``tests/fuzz/regressions``: what it is, the check's inputs, and the
+    function text; the check itself is generated again when it is read (:func:`read_regression`)."""
+    inputs = json.dumps({k: getattr(p, k) for k in CHECK_FIELDS})
+    return f"/* {comment}\n   check: {inputs} */\n{p.function_text()}\n"
+
+
+def read_regression(text: str) -> Program:
+    m = re.search(r"check: (\{.*\}) \*/\n", text)
+    fields = json.loads(m.group(1))
+    return Program(fs="", decls=[], body=[], ret=None, epilogue=[], helpers=[], struct=False,
+                   text=text[m.end():].rstrip("\n"), **fields)
 
 
 def render_file(programs: list[Program]) -> str:
