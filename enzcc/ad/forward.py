@@ -10,7 +10,7 @@ from enzcc.ad.activity import ALLOCATORS, Activity, has_float
 from enzcc.ad.api import DUP, DUPNONEED, DiffCall, is_float
 from enzcc.ad.emit import add_values, emit_partial, times, zero
 from enzcc.ad.errors import ad_error
-from enzcc.ad.memory import MemoryTypes, call_site_kinds
+from enzcc.ad.memory import memory_types_for
 from enzcc.ad.prepare import finalize, inactive_functions, new_derivative_function, prepare
 from enzcc.ad.reverse import _IGNORED_INTRINSICS, INACTIVE_CALLS
 from enzcc.ad.rules import load_rules
@@ -61,9 +61,7 @@ class ForwardMode:
         activity = Activity(_PrimalView(G, self.primal_args), self.kinds, is_float(self.dc.fn.return_type),
                             "forward")
         self.activity = activity
-        kinds = call_site_kinds(self.dc.call, [s.primal for s in self.dc.args])
-        self.memtypes = MemoryTypes(G, {id(self.primal_args[s.param.index]): k
-                                        for s, k in zip(self.dc.args, kinds) if k})
+        self.memtypes = memory_types_for(self.dc, G, self.primal_args)
         arg_shadows = {}
         for spec in self.dc.args:
             if spec.param.index in self.tangent_index:

@@ -7,8 +7,6 @@ reported as an error.
 
 from __future__ import annotations
 
-import re
-
 from enzcc.ir.block import BasicBlock
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.clone import clone_blocks
@@ -124,11 +122,9 @@ def possible_targets(v, module, depth: int = 0) -> list[str] | None:
     if isinstance(v, Load) and not v.volatile:
         base = base_object(v.pointer)
         gv = module.globals.get(base.symbol) if isinstance(base, GlobalRef) else None
-        if gv is None or not gv.is_constant or "=" not in gv.text:
+        if gv is None or not gv.is_constant:
             return None
-        init = gv.text.split("=", 1)[1]
-        names = list(dict.fromkeys(m.group(1) or m.group(2)
-                                   for m in re.finditer(r'@(?:"([^"]+)"|([-\w.$]+))', init)))
+        names = gv.initializer_symbols()
         if names and all(n in module.functions and not module.functions[n].is_declaration for n in names):
             return names
     return None

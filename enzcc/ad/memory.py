@@ -168,6 +168,13 @@ def _declared_kinds(ty: T.Type) -> set:
     return {ty}
 
 
+def memory_types_for(dc, fn, params: list[Value]) -> MemoryTypes:
+    """:class:`MemoryTypes` of ``fn`` (a copy of ``dc.fn`` whose primal parameters are ``params``), with what
+    the caller's memory at the ``__enzyme_*`` call ``dc`` shows about each pointer argument."""
+    kinds = call_site_kinds(dc.call, [s.primal for s in dc.args])
+    return MemoryTypes(fn, {id(params[s.param.index]): k for s, k in zip(dc.args, kinds) if k})
+
+
 def call_site_kinds(call: Call, values: list[Value]) -> list[set]:
     """What the memory each pointer in ``values`` (arguments of ``call``) holds, as far as the calling
     function shows: its accesses, and the declared type of a local or global it points into."""
@@ -230,4 +237,4 @@ def _tbaa_type_name(module, tag_text: str | None, depth: int = 0) -> str | None:
     return None
 
 
-__all__ = ["MemoryTypes", "base_object", "call_site_kinds"]
+__all__ = ["MemoryTypes", "base_object", "call_site_kinds", "memory_types_for"]

@@ -4,7 +4,6 @@ one return block, no debug intrinsics; and checks that the control flow can be r
 from __future__ import annotations
 
 from enzcc.ir.clone import clone_blocks
-import re
 
 from enzcc.ad.errors import ad_error
 from enzcc.ad.inline import inline_all
@@ -257,9 +256,8 @@ def inactive_functions(module) -> frozenset:
     if cached is None:
         names = set()
         for name, gv in module.globals.items():
-            if "__enzyme_inactivefn" in name and "=" in gv.text:
-                init = gv.text.split("=", 1)[1]
-                names.update(m.group(1) or m.group(2) for m in re.finditer(r'@(?:"([^"]+)"|([-\w.$]+))', init))
+            if "__enzyme_inactivefn" in name:
+                names.update(gv.initializer_symbols())
         cached = module._enzcc_inactive = frozenset(n for n in names if n in module.functions)
     return cached
 

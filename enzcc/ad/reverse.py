@@ -25,11 +25,11 @@ from enzcc.ad.activity import ALLOCATORS, Activity, has_float
 from enzcc.ad.api import DUP, DUPNONEED, OUT, DiffCall, is_float
 from enzcc.ad.emit import add_values, emit_partial, splat, times, zero
 from enzcc.ad.errors import ad_error
-from enzcc.ad.memory import MemoryTypes, call_site_kinds
+from enzcc.ad.memory import memory_types_for
 from enzcc.ad.prepare import (clone_body, finalize, inactive_functions, new_derivative_function, prepare,
                               return_block)
 from enzcc.ad.rules import load_rules
-from enzcc.ad.shadow import Shadows, _to_i64, usable_size
+from enzcc.ad.shadow import Shadows, to_i64, usable_size
 from enzcc.ad.tape import Tape
 from enzcc.ir import types as T
 from enzcc.ir.block import BasicBlock
@@ -108,8 +108,7 @@ class ReverseMode:
         primal_ret = self.dc.fn.return_type
         self.active_return = is_float(primal_ret)
         self.activity = Activity(G, self.kinds, self.active_return, "reverse")
-        kinds = call_site_kinds(self.dc.call, [s.primal for s in self.dc.args])
-        self.memtypes = MemoryTypes(G, {id(G.args[s.param.index]): k for s, k in zip(self.dc.args, kinds) if k})
+        self.memtypes = memory_types_for(self.dc, G, G.args)
         self.dt = DominatorTree(G)
         self.loops = LoopInfo(G, self.dt)
         self.blocks = reverse_post_order(G)
@@ -619,7 +618,7 @@ class ReverseMode:
             return  # the old memory had no derivatives (or was null): nothing to give back
         old = self._primal(old, block, b)
         n = b.call_intrinsic("llvm.umin", [usable_size(b, self.module, old),
-                                           _to_i64(b, self._primal(inst.args[1], block, b))], [T.i64])
+                                           to_i64(b, self._primal(inst.args[1], block, b))], [T.i64])
         b.call(self.tape.memcpy_adjoint_helper(kind), [self._primal(shadow, block, b), old, n,
                                                         ConstantInt(T.i1, 1)])
 

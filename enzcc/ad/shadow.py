@@ -81,7 +81,7 @@ class Shadows:
                     size = dl.alloc_size(inst.allocated_type)
                     count = inst.num_elements
                     nbytes = ConstantInt(T.i64, size) if count is None else \
-                        b.mul(_to_i64(b, count), ConstantInt(T.i64, size))
+                        b.mul(to_i64(b, count), ConstantInt(T.i64, size))
                     b.memset(s, 0, nbytes)
                     self._set(inst, s)
                 elif isinstance(inst, InsertValue):
@@ -138,7 +138,7 @@ class Shadows:
             s = b.call(module.get_or_insert_function(name, call.function_type), list(call.args))
             b.memset(s, 0, call.args[1])
         else:
-            size = _to_i64(b, call.args[0])
+            size = to_i64(b, call.args[0])
             s = b.call(module.get_or_insert_function("malloc", T.FunctionType(T.ptr, (T.i64,))), [size])
             b.memset(s, 0, size)
         self.allocations.append((call, s))
@@ -151,7 +151,7 @@ class Shadows:
         primal's memory was."""
         module = self.fn.module
         old = self.shadow_or_null(call.args[0])
-        size = _to_i64(b, call.args[1])
+        size = to_i64(b, call.args[1])
         s = b.call(module.get_or_insert_function("malloc", T.FunctionType(T.ptr, (T.i64,))), [size])
         b.memset(s, 0, size)
         b.memcpy(s, old, b.call_intrinsic("llvm.umin", [usable_size(b, module, old), size], [T.i64]))
@@ -182,7 +182,7 @@ def usable_size(b: IRBuilder, module, p: Value) -> Value:
     return b.call(module.get_or_insert_function("malloc_usable_size", T.FunctionType(T.i64, (T.ptr,))), [p])
 
 
-def _to_i64(b: IRBuilder, v: Value) -> Value:
+def to_i64(b: IRBuilder, v: Value) -> Value:
     if v.type == T.i64:
         return v
     return b.zext(v, T.i64) if v.type.bits < 64 else b.trunc(v, T.i64)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from typing import Iterator
 
 from . import types as T
@@ -42,6 +44,14 @@ class GlobalVariable:
     def is_declaration(self) -> bool:
         """True for external declarations without initializer."""
         return self.linkage in ("external", "extern_weak") and self.kind == "global"
+
+    def initializer_symbols(self) -> list[str]:
+        """The ``@symbols`` named in the initializer, in order, each once (empty for a declaration)."""
+        if "=" not in self.text:
+            return []
+        init = self.text.split("=", 1)[1]
+        return list(dict.fromkeys(m.group(1) or m.group(2)
+                                  for m in re.finditer(r'@(?:"([^"]+)"|([-\w.$]+))', init)))
 
     def __str__(self) -> str:
         return self.text
