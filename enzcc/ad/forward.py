@@ -115,7 +115,8 @@ class ForwardMode:
                                                        align=inst.align))
             return
         if isinstance(inst, Store):
-            if act.is_active_ptr(inst.pointer) and (has_float(inst.value.type) or id(inst.value) in self.tangents):
+            if act.is_active_ptr(inst.pointer) and (has_float(inst.value.type) or id(inst.value) in self.tangents
+                                                    or self.memtypes.overwrites_float(inst)):
                 IRBuilder.after(inst).store(self._t(inst.value), self.shadows.of(inst.pointer, inst), align=inst.align)
             return
         if isinstance(inst, Call):

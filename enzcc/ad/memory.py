@@ -132,6 +132,13 @@ class MemoryTypes:
                 return T.VectorType(access.bits // k.bits, k)
         return None
 
+    def overwrites_float(self, store: Store) -> bool:
+        """An integer stored where the memory holds floats of its width (and no pointers): it overwrites a
+        float (optimizers store ``1.5`` as ``i64 4609434218613702656``)."""
+        kinds = self.kinds(store.pointer)
+        return isinstance(store.value.type, T.IntType) and T.ptr not in kinds and \
+            self.float_of_width(store.pointer, store.value.type) is not None
+
     def copy_kind(self, call: Call):
         """What a memcpy/memmove copies: a FloatType, ``T.ptr``, an IntType, or None when unknown."""
         kinds = self.kinds(call.args[0]) | self.kinds(call.args[1])

@@ -129,12 +129,15 @@ def retype_float_bits(fn: Function) -> None:
     A web of integers connected only by loads, stores, phis, selects and bitcasts, in which a bitcast shows
     that the bits are a float, becomes that float again, so the derivative follows it like any other."""
     _split_wide_loads(fn)
+    from enzcc.ad.memory import MemoryTypes
+
+    memtypes = MemoryTypes(fn)
     done: set[int] = set()
     for inst in list(fn.instructions()):
         if id(inst) in done or inst.parent is None or not isinstance(inst.type, T.IntType) or \
                 not isinstance(inst, (Load, Phi, Select, Cast)):
             continue
-        web = _float_bits_web(inst)
+        web = _float_bits_web(inst, memtypes)
         done.update(id(v) for v in (web[0] if web else [inst]))
         if web:
             _retype_web(*web)
@@ -164,8 +167,14 @@ def _split_wide_loads(fn: Function) -> None:
                 dead.erase()
 
 
-def _float_bits_web(start):
-    """(members, float type) of the integer web around ``start`` when it is a float moved as bits, else None."""
+def _float_bits_web(start, memtypes):
+    """(members, float type) of the integer web around ``start`` when it is a float moved as bits (a bitcast
+    says so, or memory it is loaded from or stored to holds floats of its width), else None."""
+
+    def note(p, ty):
+        k = memtypes.float_of_width(p, ty)
+        if isinstance(k, T.FloatType):
+            fty.add(k)
     members, stack, fty = [], [start], set()
     seen = {id(start)}
 
@@ -189,12 +198,15 @@ def _float_bits_web(start):
                 if not isinstance(x, Instruction):
                     return None
                 visit(x)
-        elif not (isinstance(v, Load) and not v.volatile and v.ordering is None):
+        elif isinstance(v, Load) and not v.volatile and v.ordering is None:
+            note(v.pointer, v.type)
+        else:
             return None
         members.append(v)
         for u in v.uses:
             user = u.user
             if isinstance(user, Store) and u.index == 0 and not user.volatile and user.ordering is None:
+                note(user.pointer, v.type)
                 continue
             if isinstance(user, Cast) and user.opcode == "bitcast" and isinstance(user.type, T.FloatType):
                 fty.add(user.type)

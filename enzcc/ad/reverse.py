@@ -548,6 +548,9 @@ class ReverseMode:
             slot = self._slot(inst.value, bits)
             b.store(b.fadd(b.load(bits, slot), d), slot)
             return
+        if self.memtypes.overwrites_float(inst):  # the float it overwrites has no derivative any more
+            b.store(zero(ty), self._shadow(inst.pointer, block, b, inst), align=inst.align)
+            return
         if not has_float(ty):
             return  # integers and pointers carry no adjoint (pointer shadows were stored going forward)
         sp = self._shadow(inst.pointer, block, b, inst)

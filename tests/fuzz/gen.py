@@ -568,7 +568,7 @@ class Gen:
             self.callables.append((name + "({0}, {1})", 2))
             self.features.add("helper-static")
         elif k < 0.5:
-            tpl = (noinline + "{T} {NAME}(const {T} *p, int m) {{\n  {T} acc = 0;\n"
+            tpl = (noinline + "{T} {NAME}(const {T} *p, int m) {{\n  {T} acc = 0.125;\n"
                    "  for (int i = 0; i < m; i++) acc = tanh{f}({0});\n  return acc;\n}}")
             self.helpers.append(Helper(name, "extern", tpl, [self._param_expr(["p[i]", "acc"])]))
             arr = r.choice([a for a in self.arrays if a != "st.v"])
