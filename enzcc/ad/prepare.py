@@ -3,6 +3,8 @@ one return block, no debug intrinsics; and checks that the control flow can be r
 
 from __future__ import annotations
 
+import struct
+
 from enzcc.ir.clone import clone_blocks
 
 from enzcc.ad.errors import ad_error
@@ -12,7 +14,7 @@ from enzcc.ir.builder import IRBuilder
 from enzcc.ir.cfg import DominatorTree, reverse_post_order
 from enzcc.ir.function import Function
 from enzcc.ir.instructions import BinaryOp, Call, Cast, Instruction, Load, Phi, Ret, Select, Store
-from enzcc.ir.values import ConstantInt, ConstantPoison, ConstantUndef
+from enzcc.ir.values import ConstantFloat, ConstantInt, ConstantPoison, ConstantUndef
 
 #: attributes of the primal function that do not hold for its derivative
 _DROP_ATTR_PREFIXES = ("memory(", "readnone", "readonly", "writeonly", "nofree", "nosync", "argmemonly",
@@ -144,16 +146,15 @@ def retype_float_bits(fn: Function) -> None:
 
 
 def _split_wide_loads(fn: Function) -> None:
-    """``bitcast (trunc (lshr (load i64 %p), 32)) to float`` (two floats loaded as one integer, one taken out
-    by shifts) becomes ``load float`` at ``%p + 4``: the float load the bits came from."""
+    """``trunc (lshr (load i64 %p), 32) to i32`` (two floats loaded as one integer, one taken out by shifts)
+    becomes ``load i32`` at ``%p + 4``: a load of just those bytes, which the web below can type."""
     if fn.module.data_layout.big_endian:
         return
     for inst in list(fn.instructions()):
-        if not (isinstance(inst, Cast) and inst.opcode == "bitcast" and isinstance(inst.type, T.FloatType)
-                and isinstance(inst.value, Cast) and inst.value.opcode == "trunc"):
+        if not (isinstance(inst, Cast) and inst.opcode == "trunc" and isinstance(inst.type, T.IntType)
+                and inst.type.bits % 8 == 0 and inst.parent is not None):
             continue
-        trunc = inst.value
-        src, shift = trunc.value, 0
+        src, shift = inst.value, 0
         if isinstance(src, BinaryOp) and src.opcode == "lshr" and isinstance(src.operands[1], ConstantInt):
             src, shift = src.operands[0], src.operands[1].value
         if not isinstance(src, Load) or src.volatile or src.ordering is not None or shift % 8:
@@ -161,8 +162,9 @@ def _split_wide_loads(fn: Function) -> None:
         b = IRBuilder.after(src)
         ptr = b.gep(T.i8, src.pointer, [ConstantInt(T.i64, shift // 8)]) if shift else src.pointer
         inst.replace_all_uses_with(b.load(inst.type, ptr))
+        shifted = inst.value
         inst.erase()
-        for dead in dict.fromkeys((trunc, trunc.value, src)):
+        for dead in dict.fromkeys((shifted, src)):
             if isinstance(dead, Instruction) and dead.parent is not None and not dead.has_uses():
                 dead.erase()
 
@@ -190,8 +192,7 @@ def _float_bits_web(start, memtypes):
             for x, _ in v.incoming:
                 if isinstance(x, Instruction):
                     visit(x)
-                elif not isinstance(x, (ConstantInt, ConstantUndef, ConstantPoison)) or \
-                        (isinstance(x, ConstantInt) and x.value != 0):
+                elif not isinstance(x, (ConstantInt, ConstantUndef, ConstantPoison)):
                     return None
         elif isinstance(v, Select):
             for x in (v.true_value, v.false_value):
@@ -223,6 +224,17 @@ def _float_bits_web(start, memtypes):
     return members, ty
 
 
+def _float_of_bits(c, ty: T.FloatType):
+    """The float constant with the bits of integer constant ``c`` (undef/poison: zero)."""
+    if not isinstance(c, ConstantInt) or c.value == 0:
+        return IRBuilder.const_zero(ty)
+    if ty.bits == 64:
+        return ConstantFloat(ty, text=f"0x{c.value & 0xFFFFFFFFFFFFFFFF:016X}")
+    if ty.bits == 32:
+        return ConstantFloat(ty, struct.unpack("<f", struct.pack("<I", c.value & 0xFFFFFFFF))[0])
+    raise ad_error(f"cannot turn the integer constant {c.value} into a {ty} it stands for")
+
+
 def _retype_web(members, ty) -> None:
     new = {}
     for m in members:
@@ -244,7 +256,7 @@ def _retype_web(members, ty) -> None:
         f = new[id(m)]
         if isinstance(m, Phi):
             for x, blk in m.incoming:
-                f.add_incoming(new[id(x)] if id(x) in new else IRBuilder.const_zero(ty), blk)
+                f.add_incoming(new[id(x)] if id(x) in new else _float_of_bits(x, ty), blk)
         elif isinstance(m, Select):
             f.set_operand(1, new[id(m.true_value)])
             f.set_operand(2, new[id(m.false_value)])
