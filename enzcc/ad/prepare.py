@@ -128,8 +128,9 @@ def prepare(fn: Function) -> None:
 def retype_float_bits(fn: Function) -> None:
     """Optimizers move a float as an integer of its width: ``load i64`` from a ``double``, a phi of such
     integers, ``bitcast double %d to i64`` before a store, ``bitcast i64 %i to double`` where it is used.
-    A web of integers connected only by loads, stores, phis, selects and bitcasts, in which a bitcast shows
-    that the bits are a float, becomes that float again, so the derivative follows it like any other."""
+    A web of integers connected only by loads, stores, phis, selects and bitcasts, in which a bitcast or the
+    memory it is loaded from or stored to shows that the bits are a float, becomes that float again, so the
+    derivative follows it like any other. Integers first taken out of a wider load become narrow loads."""
     _split_wide_loads(fn)
     from enzcc.ad.memory import MemoryTypes
 
