@@ -154,25 +154,35 @@ class Activity:
                         work.append(op)
 
     def _check_float_bits(self, insts: list[Instruction]) -> None:
-        """A float rebuilt from integer bits that were loaded from memory with derivatives (after shifts,
-        masks, truncations) would silently lose its derivative: refused. (Plain integer moves of whole floats
-        were turned back into floats when the function was prepared.)"""
+        """Floats that would silently lose their derivative as integer bits, refused: a float rebuilt from
+        integer bits that were loaded from memory with derivatives (after shifts, masks, truncations), and such
+        bits stored back to memory with derivatives after passing through phis, selects or bit operations. (Plain
+        integer moves of whole floats were turned back into floats when the function was prepared, and a load
+        stored unchanged is a bit copy the derivative follows.)"""
         from enzcc.ad.errors import ad_error
 
         for inst in insts:
-            if not (isinstance(inst, Cast) and inst.opcode == "bitcast" and has_float(inst.type)
-                    and not has_float(inst.value.type)):
+            if isinstance(inst, Cast) and inst.opcode == "bitcast" and has_float(inst.type) \
+                    and not has_float(inst.value.type):
+                start, what = inst.value, ("a floating-point value is rebuilt here from integer bits loaded from "
+                                           "memory that has derivatives; enzcc cannot follow its derivative")
+            elif isinstance(inst, Store) and isinstance(inst.value, Instruction) and \
+                    isinstance(inst.value.type, T.IntType) and not isinstance(inst.value, Load) and \
+                    id(inst.pointer) in self.active_ptrs:
+                start, what = inst.value, ("integer bits loaded from memory that has derivatives are stored here "
+                                           "after a phi, select or bit operation; enzcc cannot tell whether they "
+                                           "are a float and follow its derivative")
+            else:
                 continue
-            stack, seen = [inst.value], set()
+            stack, seen = [start], set()
             while stack:
                 v = stack.pop()
                 if id(v) in seen or not isinstance(v, Instruction):
                     continue
                 seen.add(id(v))
                 if isinstance(v, Load):
-                    if id(v.pointer) in self.active_ptrs:
-                        raise ad_error("a floating-point value is rebuilt here from integer bits of memory that "
-                                       "has derivatives; enzcc cannot follow its derivative", inst)
+                    if id(v.pointer) in self.active_ptrs and not _integer_tbaa(v):
+                        raise ad_error(what, inst)
                 elif v.opcode in ("trunc", "zext", "sext", "lshr", "ashr", "shl", "and", "or", "xor", "phi",
                                   "select", "bitcast", "freeze", "extractelement", "extractvalue"):
                     stack += [op for op in v.operands if isinstance(op, Instruction)]
@@ -235,3 +245,17 @@ class Activity:
 
 
 __all__ = ["Activity", "ALLOCATORS", "has_float", "has_pointer"]
+
+
+def _integer_tbaa(load) -> bool:
+    """The load's TBAA tag says it reads an integer (clang tags ``int`` fields; copies of raw bytes carry no
+    tag or ``omnipotent char``)."""
+    from enzcc.ad.memory import tbaa_access_type
+
+    name = tbaa_access_type(load)
+    return name is not None and name in _TBAA_INTEGERS
+
+
+_TBAA_INTEGERS = {"int", "long", "long long", "short", "char", "_Bool", "bool", "unsigned int", "unsigned long",
+                  "unsigned long long", "unsigned short", "unsigned char", "signed char", "integer(kind=4)",
+                  "integer(kind=8)"}

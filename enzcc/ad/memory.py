@@ -67,13 +67,12 @@ class MemoryTypes:
         found = self.float_of_width(load.pointer, load.type)
         if found is not None or not _is_bit_copy(load):
             return found
+        known = self.access_kinds(load.pointer)
         for use in load.uses:
             found = found or self.float_of_width(use.user.pointer, load.type)
+            known |= self.access_kinds(use.user.pointer)
         if found is not None:
             return found
-        known = self.kinds(load.pointer)
-        for use in load.uses:
-            known |= self.kinds(use.user.pointer)
         if known:
             return None  # the memory on both sides holds integers or pointers
         ty = {16: T.FloatType("half"), 32: T.FloatType("float"), 64: T.FloatType("double")}.get(load.type.bits)
@@ -81,6 +80,11 @@ class MemoryTypes:
             return ty
         raise ad_error(f"cannot tell whether the {load.type} copied here is a floating-point value (nothing "
                        "else reads or writes that memory with a type)", load)
+
+    def access_kinds(self, p: Value) -> set:
+        """Kinds of ``p``'s object, or, when it has no typed access of its own (a phi or select of pointers),
+        of every object it may be (:meth:`web_kinds`)."""
+        return self.kinds(p) or self.web_kinds(p)
 
     def web_kinds(self, p: Value) -> set:
         """Kinds of every object ``p``'s memory flows through or from: phis, selects and reallocs of it, both
@@ -123,7 +127,7 @@ class MemoryTypes:
         shadow bytes stay zero."""
         if not isinstance(access, T.IntType):
             return None
-        floats = [k for k in self.kinds(p) if isinstance(k, T.FloatType)]
+        floats = [k for k in self.access_kinds(p) if isinstance(k, T.FloatType)]
         for k in floats:
             if k.bits == access.bits:
                 return k
@@ -135,15 +139,13 @@ class MemoryTypes:
     def overwrites_float(self, store: Store) -> bool:
         """An integer stored where the memory holds floats of its width (and no pointers): it overwrites a
         float (optimizers store ``1.5`` as ``i64 4609434218613702656``)."""
-        kinds = self.kinds(store.pointer)
+        kinds = self.access_kinds(store.pointer)
         return isinstance(store.value.type, T.IntType) and T.ptr not in kinds and \
             self.float_of_width(store.pointer, store.value.type) is not None
 
     def copy_kind(self, call: Call):
         """What a memcpy/memmove copies: a FloatType, ``T.ptr``, an IntType, or None when unknown."""
-        kinds = self.kinds(call.args[0]) | self.kinds(call.args[1])
-        if not kinds:
-            kinds = self.web_kinds(call.args[0]) | self.web_kinds(call.args[1])
+        kinds = self.access_kinds(call.args[0]) | self.access_kinds(call.args[1])
         floats = {k for k in kinds if isinstance(k, T.FloatType)}
         if len(floats) == 1 and not any(isinstance(k, T.PointerType) for k in kinds):
             return floats.pop()
@@ -224,6 +226,15 @@ def _tbaa_struct_kind(call: Call):
         if name == "any pointer" or (name and name.startswith("p1 ")):
             return T.ptr
     return None
+
+
+def tbaa_access_type(inst) -> str | None:
+    """The name of the type a load or store's ``!tbaa`` tag says it accesses, or None."""
+    ref = inst.get_metadata("tbaa")
+    module = inst.module
+    if not ref or module is None:
+        return None
+    return _tbaa_type_name(module, _md(module, ref))
 
 
 def _md(module, ref: str):

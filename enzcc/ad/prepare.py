@@ -13,7 +13,7 @@ from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.cfg import DominatorTree, reverse_post_order
 from enzcc.ir.function import Function
-from enzcc.ir.instructions import BinaryOp, Call, Cast, Instruction, Load, Phi, Ret, Select, Store
+from enzcc.ir.instructions import Call, Cast, Instruction, Load, Phi, Ret, Select, Store
 from enzcc.ir.values import ConstantFloat, ConstantInt, ConstantPoison, ConstantUndef
 
 #: attributes of the primal function that do not hold for its derivative
@@ -130,11 +130,14 @@ def retype_float_bits(fn: Function) -> None:
     integers, ``bitcast double %d to i64`` before a store, ``bitcast i64 %i to double`` where it is used.
     A web of integers connected only by loads, stores, phis, selects and bitcasts, in which a bitcast or the
     memory it is loaded from or stored to shows that the bits are a float, becomes that float again, so the
-    derivative follows it like any other. Integers first taken out of a wider load become narrow loads."""
-    _split_wide_loads(fn)
+    derivative follows it like any other. Floats packed into a wider integer are first split out of it
+    (:mod:`enzcc.ad.packed`)."""
     from enzcc.ad.memory import MemoryTypes
+    from enzcc.ad.packed import split_packed_floats
 
     memtypes = MemoryTypes(fn)
+    if split_packed_floats(fn, memtypes):
+        memtypes = MemoryTypes(fn)
     done: set[int] = set()
     for inst in list(fn.instructions()):
         if id(inst) in done or inst.parent is None or not isinstance(inst.type, T.IntType) or \
@@ -144,30 +147,6 @@ def retype_float_bits(fn: Function) -> None:
         done.update(id(v) for v in (web[0] if web else [inst]))
         if web:
             _retype_web(*web)
-
-
-def _split_wide_loads(fn: Function) -> None:
-    """``trunc (lshr (load i64 %p), 32) to i32`` (two floats loaded as one integer, one taken out by shifts)
-    becomes ``load i32`` at ``%p + 4``: a load of just those bytes, which the web below can type."""
-    if fn.module.data_layout.big_endian:
-        return
-    for inst in list(fn.instructions()):
-        if not (isinstance(inst, Cast) and inst.opcode == "trunc" and isinstance(inst.type, T.IntType)
-                and inst.type.bits % 8 == 0 and inst.parent is not None):
-            continue
-        src, shift = inst.value, 0
-        if isinstance(src, BinaryOp) and src.opcode == "lshr" and isinstance(src.operands[1], ConstantInt):
-            src, shift = src.operands[0], src.operands[1].value
-        if not isinstance(src, Load) or src.volatile or src.ordering is not None or shift % 8:
-            continue
-        b = IRBuilder.after(src)
-        ptr = b.gep(T.i8, src.pointer, [ConstantInt(T.i64, shift // 8)]) if shift else src.pointer
-        inst.replace_all_uses_with(b.load(inst.type, ptr))
-        shifted = inst.value
-        inst.erase()
-        for dead in dict.fromkeys((shifted, src)):
-            if isinstance(dead, Instruction) and dead.parent is not None and not dead.has_uses():
-                dead.erase()
 
 
 def _float_bits_web(start, memtypes):
@@ -197,9 +176,10 @@ def _float_bits_web(start, memtypes):
                     return None
         elif isinstance(v, Select):
             for x in (v.true_value, v.false_value):
-                if not isinstance(x, Instruction):
+                if isinstance(x, Instruction):
+                    visit(x)
+                elif not isinstance(x, (ConstantInt, ConstantUndef, ConstantPoison)):
                     return None
-                visit(x)
         elif isinstance(v, Load) and not v.volatile and v.ordering is None:
             note(v.pointer, v.type)
         else:
@@ -259,8 +239,8 @@ def _retype_web(members, ty) -> None:
             for x, blk in m.incoming:
                 f.add_incoming(new[id(x)] if id(x) in new else _float_of_bits(x, ty), blk)
         elif isinstance(m, Select):
-            f.set_operand(1, new[id(m.true_value)])
-            f.set_operand(2, new[id(m.false_value)])
+            for i, x in ((1, m.true_value), (2, m.false_value)):
+                f.set_operand(i, new[id(x)] if id(x) in new else _float_of_bits(x, ty))
         for u in list(m.uses):
             user = u.user
             if isinstance(user, Store):
