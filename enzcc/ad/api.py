@@ -50,6 +50,16 @@ def marker_of(value: Value) -> str | None:
     return None
 
 
+def _unknown_marker(value: Value) -> str | None:
+    """The name of an ``enzyme_*`` global loaded as an argument that is not one of :data:`MARKERS`
+    (``enzyme_width``, ``enzyme_tape``...: Enzyme features enzcc does not implement)."""
+    if isinstance(value, Load) and isinstance(value.pointer, GlobalRef):
+        name = value.pointer.symbol
+        if name.startswith("enzyme_") and name not in MARKERS:
+            return name
+    return None
+
+
 @dataclass
 class ArgSpec:
     """How one parameter of the differentiated function is treated."""
@@ -116,6 +126,11 @@ def parse_call(call: Call, module) -> DiffCall:
         pos += 1
         return v
 
+    for a in rest:
+        unknown = _unknown_marker(a)
+        if unknown:
+            raise ad_error(f"{unknown} is not supported by enzcc (known markers: "
+                           f"{', '.join(sorted(MARKERS))})", call)
     for param in fn.args:
         value = take("the value", param)
         kind = marker_of(value)

@@ -11,6 +11,7 @@ from enzcc.ad.api import DUP, DUPNONEED, DiffCall, is_float
 from enzcc.ad.emit import add_values, emit_partial, times, zero
 from enzcc.ad.errors import ad_error
 from enzcc.ad.memory import memory_types_for
+from enzcc.ad.hints import rule_name
 from enzcc.ad.prepare import finalize, inactive_functions, new_derivative_function, prepare
 from enzcc.ad.reverse import _IGNORED_INTRINSICS, INACTIVE_CALLS
 from enzcc.ad.rules import load_rules
@@ -205,7 +206,7 @@ class ForwardMode:
                 self._set(inst, b.call_intrinsic("llvm.vector.reduce.fadd", [self._t(start), self._t(vec)],
                                                  overload_types=[vec.type]))
             return
-        rule = self.rules.for_call(name) if name else None
+        rule = self.rules.for_call(rule_name(self.module, name)) if name else None
         has_tangent_args = any(id(a) in self.tangents for a in inst.args)
         if rule is not None:
             if not has_tangent_args or not has_float(inst.type):

@@ -82,8 +82,10 @@ def clone_body(primal: Function, target: Function) -> dict:
 def prepare(fn: Function) -> None:
     """Inline user calls, drop debug intrinsics and metadata that would not survive the transform, and give
     the function a single return block."""
-    inactive = inactive_functions(fn.module)
-    inline_all(fn, lambda callee: callee.name not in inactive)
+    from enzcc.ad.hints import hints_of
+
+    keep = hints_of(fn.module).protected()
+    inline_all(fn, lambda callee: callee.name not in keep)
     for inst in list(fn.instructions()):
         for rec in inst.debug_records:
             rec.detach()
@@ -254,17 +256,12 @@ def _retype_web(members, ty) -> None:
         m.erase()
 
 def inactive_functions(module) -> frozenset:
-    """Functions the user declared to never carry derivatives: every global whose name contains
-    ``__enzyme_inactivefn`` names them in its initializer (``void *__enzyme_inactivefn[] = {(void *)log_msg};``).
-    Calls to them are kept as they are in the forward sweep and contribute nothing."""
-    cached = getattr(module, "_enzcc_inactive", None)
-    if cached is None:
-        names = set()
-        for name, gv in module.globals.items():
-            if "__enzyme_inactivefn" in name:
-                names.update(gv.initializer_symbols())
-        cached = module._enzcc_inactive = frozenset(n for n in names if n in module.functions)
-    return cached
+    """Functions the user declared to never carry derivatives (``__enzyme_inactivefn``, the ``enzyme_inactive``
+    attribute: :mod:`enzcc.ad.hints`). Calls to them are kept as they are in the forward sweep and contribute
+    nothing."""
+    from enzcc.ad.hints import hints_of
+
+    return hints_of(module).inactive
 
 
 def finalize(fn: Function) -> None:

@@ -26,6 +26,7 @@ from enzcc.ad.api import DUP, DUPNONEED, OUT, DiffCall, is_float
 from enzcc.ad.emit import add_values, emit_partial, splat, times, zero
 from enzcc.ad.errors import ad_error
 from enzcc.ad.memory import memory_types_for
+from enzcc.ad.hints import rule_name
 from enzcc.ad.prepare import (clone_body, finalize, inactive_functions, new_derivative_function, prepare,
                               return_block)
 from enzcc.ad.rules import load_rules
@@ -323,7 +324,7 @@ class ReverseMode:
                     if id(base_object(inst.args[0])) not in local:
                         return False
                 elif name in ALLOCATORS or name == "free" or name.startswith(_IGNORED_INTRINSICS) or \
-                        self.rules.for_call(name) is not None:
+                        self.rules.for_call(rule_name(self.module, name)) is not None:
                     continue
                 else:
                     return False
@@ -587,7 +588,7 @@ class ReverseMode:
                 v = b.insert_element(zero(vec.type), d, 0)
                 self._add_adjoint(b, vec, b.shuffle_vector(v, zero(vec.type), [0] * vec.type.count))
             return
-        rule = self.rules.for_call(name) if name else None
+        rule = self.rules.for_call(rule_name(self.module, name)) if name else None
         if rule is not None:
             if not act.is_active(inst):
                 return  # e.g. its result reaches no output: nothing flows back

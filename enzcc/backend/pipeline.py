@@ -140,12 +140,38 @@ def ad_stage(mod: llvm.ModuleRef, opts: PipelineOptions, where: str, tm=None) ->
 # the pipeline
 
 
+def protect_hinted_functions(mod: llvm.ModuleRef) -> None:
+    """Functions the user described to the AD engine (inactive, like a math function: :mod:`enzcc.ad.hints`)
+    must still be called where the derivative is made: marked ``noinline`` before the first optimization."""
+    from enzcc.ad.hints import protected_functions
+
+    by_name = {g.name: g for g in mod.global_variables}  # (get_global_variable misses private ones)
+    if not any(n.startswith(ENZYME_PREFIX) or n == "llvm.global.annotations" for n in by_name):
+        return
+
+    def text_of(name: str):
+        g = by_name.get(name)
+        return str(g) if g is not None else None
+
+    def is_function(name: str) -> bool:
+        try:
+            return not mod.get_function(name).is_declaration
+        except NameError:
+            return False
+
+    for name in sorted(protected_functions(list(by_name), text_of, is_function)):
+        fn = mod.get_function(name)
+        if "alwaysinline" not in " ".join(str(a) for a in fn.attributes):
+            fn.add_function_attribute("noinline")
+
+
 def run_pipeline(mod: llvm.ModuleRef, opts: PipelineOptions, tm: llvm.TargetMachine, where: str) -> llvm.ModuleRef:
     """optimize -> AD -> optimize (or AD -> optimize with ``before-opt``). The run after AD is the same in
     both modes, so they compare only where AD happens."""
     needs_ad = has_enzyme_calls(mod)
     if needs_ad:
         L.no_partial_unrolling()
+        protect_hinted_functions(mod)
     if opts.ad_mode == "before-opt":
         with TIMES.stage("ad", where):
             mod, _ = ad_stage(mod, opts, where, tm)

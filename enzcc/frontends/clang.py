@@ -8,6 +8,12 @@ from enzcc.frontends.base import CompileRequest, Frontend
 from enzcc.tools import find_tool, run
 
 
+#: Enzyme's function attributes. clang-22 does not know them and would drop them with a warning; as macros they
+#: become ``annotate`` attributes, which reach the IR in ``@llvm.global.annotations`` (read by enzcc.ad.hints).
+ENZYME_ATTRIBUTES = ("enzyme_inactive", "enzyme_nofree")
+ATTRIBUTE_DEFINES = [f'-D{a}=annotate("{a}")' for a in ENZYME_ATTRIBUTES]
+
+
 def _x_args(req: CompileRequest) -> list[str]:
     if not req.forced_lang:
         return []
@@ -37,7 +43,8 @@ class ClangFrontend(Frontend):
         return []  # --target is already part of compile_args
 
     def compile(self, req: CompileRequest) -> None:
-        cmd = [self.driver(req), *_x_args(req), *req.compile_args, *req.lang_args, *dependency_args(req)]
+        cmd = [self.driver(req), *_x_args(req), *ATTRIBUTE_DEFINES, *req.compile_args, *req.lang_args,
+               *dependency_args(req)]
         if req.opt_flag:
             cmd.append(req.opt_flag)
         cmd += ["-c", req.src, "-o", req.out_obj]
@@ -45,7 +52,8 @@ class ClangFrontend(Frontend):
 
     def bitcode(self, req: CompileRequest) -> bytes:
         out = req.tmp(".bc")
-        cmd = [self.driver(req), *_x_args(req), *req.compile_args, *req.lang_args, f"-O{min(req.level, 3)}"]
+        cmd = [self.driver(req), *_x_args(req), *ATTRIBUTE_DEFINES, *req.compile_args, *req.lang_args,
+               f"-O{min(req.level, 3)}"]
         if req.level == 0:
             cmd += ["-Xclang", "-disable-O0-optnone"]
         else:

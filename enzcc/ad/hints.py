@@ -1,0 +1,142 @@
+"""What the user tells the AD engine about functions through globals and attributes (Enzyme's conventions).
+
+- ``void *__enzyme_inactivefn[] = {(void *)log_msg};``: calls never carry derivatives.
+- ``__attribute__((enzyme_inactive))`` on a function: the same (enzcc's clang frontend turns the attribute into
+  ``annotate("enzyme_inactive")``, found in ``@llvm.global.annotations``); ``enzyme_nofree``: accepted (a
+  promise that the function frees no memory, which enzcc's derivatives do not rely on).
+- ``void *__enzyme_function_like[2] = {(void *)mylog, (void *)"log"};``: calls are differentiated with the rule
+  of the named math function.
+
+Other ``__enzyme_*`` globals are Enzyme features enzcc does not implement: each is a one-line error, never a
+silently different gradient. The globals are read from their LLVM text, so the same reader serves the IR model
+(:func:`hints_of`) and the pipeline, which marks every function named here ``noinline`` before optimizing so
+that the calls are still there when the derivative is made (:func:`protected_functions`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from enzcc.ad.errors import ADError
+
+PREFIX = "__enzyme_"
+ANNOTATIONS = "llvm.global.annotations"
+
+#: globals whose name starts with one of these are read here
+INACTIVE_FN = "__enzyme_inactivefn"
+FUNCTION_LIKE = "__enzyme_function_like"
+
+#: Enzyme globals enzcc recognises but does not implement yet: (name prefix, what it is)
+NOT_IMPLEMENTED = (
+    ("__enzyme_register_gradient", "custom reverse-mode gradients (__enzyme_register_gradient_*)"),
+    ("__enzyme_register_derivative", "custom forward-mode derivatives (__enzyme_register_derivative_*)"),
+    ("__enzyme_register_splitderivative", "custom split-mode derivatives (__enzyme_register_splitderivative_*)"),
+    ("__enzyme_allocation_like", "custom allocation functions (__enzyme_allocation_like)"),
+    ("__enzyme_inactive_global", "inactive globals (__enzyme_inactive_global)"),
+)
+
+#: annotations enzcc knows (from Enzyme's function attributes)
+KNOWN_ANNOTATIONS = ("enzyme_inactive", "enzyme_nofree")
+
+_SYMBOL = r'@(?:"((?:[^"\\]|\\.)+)"|([-\w.$]+))'
+
+
+@dataclass
+class Hints:
+    """Facts about functions, from the module's ``__enzyme_*`` globals and annotations."""
+
+    inactive: frozenset = frozenset()
+    """Functions whose calls carry no derivative."""
+    like: dict = field(default_factory=dict)
+    """Function name -> the math function whose derivative rule its calls use."""
+
+    def protected(self) -> set[str]:
+        """Functions that must stay calls until the derivative is made (not inlined before)."""
+        return set(self.inactive) | set(self.like)
+
+
+def _symbols(text: str) -> list[str]:
+    init = text.split("=", 1)[1] if "=" in text else ""
+    return [m.group(1) or m.group(2) for m in re.finditer(_SYMBOL, init)]
+
+
+def _c_string(text: str | None) -> str | None:
+    """The string of a global initialized with ``c"..."`` (without its terminating NUL), or None."""
+    if not text:
+        return None
+    m = re.search(r'c"((?:[^"\\]|\\[0-9A-Fa-f]{2}|\\\\)*)"', text)
+    if m is None:
+        return None
+    raw = re.sub(r"\\([0-9A-Fa-f]{2})", lambda x: chr(int(x.group(1), 16)), m.group(1).replace("\\\\", "\\5C"))
+    return raw.split("\0", 1)[0]
+
+
+def read_hints(names: Iterable[str], text_of: Callable[[str], str | None],
+               is_function: Callable[[str], bool]) -> Hints:
+    """Hints from the module's globals: ``names`` are all global variable names, ``text_of(name)`` the LLVM
+    text of one, ``is_function(name)`` whether a function of that name exists. Raises :class:`ADError` for an
+    Enzyme global enzcc does not implement or cannot read."""
+    inactive: set[str] = set()
+    like: dict[str, str] = {}
+    for name in names:
+        if name == ANNOTATIONS:
+            text = text_of(name) or ""
+            for m in re.finditer(r"\{\s*ptr " + _SYMBOL + r",\s*ptr " + _SYMBOL, text):
+                fn, tag = m.group(1) or m.group(2), m.group(3) or m.group(4)
+                what = _c_string(text_of(tag))
+                if what == "enzyme_inactive":
+                    inactive.add(fn)
+                elif what and what.startswith("enzyme_") and what not in KNOWN_ANNOTATIONS:
+                    raise ADError(f"attribute {what} on '{fn}' is not supported by enzcc "
+                                  f"(known: {', '.join(KNOWN_ANNOTATIONS)})")
+            continue
+        if not name.startswith(PREFIX):
+            continue
+        text = text_of(name) or ""
+        if "=" not in text or re.search(r"=\s*(?:[\w.]+\s+)*?external\b", text.split("=", 1)[1][:60]):
+            continue  # a declaration: defined in another object, read there
+        if name.startswith(INACTIVE_FN):
+            inactive.update(s for s in _symbols(text) if is_function(s))
+        elif name.startswith(FUNCTION_LIKE):
+            syms = _symbols(text)
+            if len(syms) != 2 or not is_function(syms[0]):
+                raise ADError(f"@{name} must be {{(void *)function, (void *)\"name\"}} with a function defined "
+                              "in this program")
+            target = _c_string(text_of(syms[1]))
+            if not target:
+                raise ADError(f"@{name}: the second element must be a string naming a math function")
+            like[syms[0]] = target
+        else:
+            for prefix, what in NOT_IMPLEMENTED:
+                if name.startswith(prefix):
+                    raise ADError(f"@{name}: enzcc does not implement {what} yet; without it the derivative "
+                                  "would silently differ from the one you registered")
+            raise ADError(f"@{name} is not an Enzyme global enzcc knows (known: {INACTIVE_FN}, {FUNCTION_LIKE})")
+    return Hints(frozenset(inactive), like)
+
+
+def hints_of(module) -> Hints:
+    """:class:`Hints` of an IR-model module (cached on it)."""
+    cached = getattr(module, "_enzcc_hints", None)
+    if cached is None:
+        globals_ = module.globals
+        cached = read_hints(list(globals_), lambda n: str(globals_[n]) if n in globals_ else None,
+                            lambda n: n in module.functions)
+        module._enzcc_hints = cached
+    return cached
+
+
+def rule_name(module, callee: str) -> str:
+    """The name whose derivative rule a call to ``callee`` uses (itself unless ``__enzyme_function_like``
+    says otherwise)."""
+    return hints_of(module).like.get(callee, callee) if module is not None else callee
+
+
+def protected_functions(names: Iterable[str], text_of, is_function) -> set[str]:
+    """Functions the pipeline keeps from being inlined before AD (see the module docstring)."""
+    return read_hints(names, text_of, is_function).protected()
+
+
+__all__ = ["Hints", "hints_of", "protected_functions", "read_hints", "rule_name"]

@@ -1,0 +1,114 @@
+"""What the user tells the AD engine about functions (Enzyme's globals and attributes), at -O0..-O3: each
+hint changes the gradient (the test fails if it is ignored), and every Enzyme global or marker enzcc does not
+implement is a one-line error."""
+
+import pytest
+
+from adharness import PRELUDE, build_and_run
+from enzcc_testing import need
+
+pytestmark = need("clang-22", "llvm-objcopy-22")
+
+OPTS = ["-O0", "-O1", "-O2", "-O3"]
+
+# h is small enough that -O2 would inline it before AD: its hint must survive that
+INACTIVE = r"""
+double h(double x) { return 5 * x; }
+HINT
+double g(double x) { return h(x) * x; }   /* with h inactive: dg/dx = h(x) = 5x, not 10x */
+int main(void) {
+  report("rev", __enzyme_autodiff((void *)g, 3.0));
+  report("fwd", __enzyme_fwddiff((void *)g, 3.0, 1.0));
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", OPTS)
+@pytest.mark.parametrize("hint", ["attribute", "global"])
+def test_inactive_function(enzcc, opt, hint):
+    src = INACTIVE.replace("double h(", "__attribute__((enzyme_inactive)) double h(") if hint == "attribute" \
+        else INACTIVE.replace("HINT", "void *__enzyme_inactivefn[] = {(void *)h};")
+    v = build_and_run(enzcc, src.replace("HINT", ""), opt)
+    assert (v["rev"], v["fwd"]) == (15.0, 15.0)
+
+
+NOFREE = r"""
+__attribute__((enzyme_nofree)) double sq(double x) { return x * x; }
+double g(double x) { return sq(x) + x; }
+int main(void) { report("rev", __enzyme_autodiff((void *)g, 3.0)); return 0; }
+"""
+
+
+def test_nofree_attribute_is_accepted(enzcc):
+    enzcc.write("n.c", PRELUDE + NOFREE)
+    r = enzcc("-O2", "-Werror", "n.c", "-lm", "-o", "n", check=False)
+    assert r.returncode == 0, r.stderr  # no unknown-attribute warning either
+    assert enzcc.run("./n").stdout.split() == ["rev", "7"]
+
+
+# mylog truncates to 6 decimals: its automatic derivative is 0 (fptosi), log's rule gives 1/x
+LIKE = r"""
+double mylog(double x) { return (double)(long)(log(x) * 1e6) / 1e6; }
+void *__enzyme_function_like[2] = {(void *)mylog, (void *)"log"};
+double g(double x) { return mylog(x * x); }
+int main(void) {
+  report("rev", __enzyme_autodiff((void *)g, 3.0));
+  report("fwd", __enzyme_fwddiff((void *)g, 3.0, 1.0));
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", OPTS)
+def test_function_like_uses_the_named_rule(enzcc, opt):
+    v = build_and_run(enzcc, LIKE, opt)
+    assert v["rev"] == pytest.approx(2 / 3.0, rel=1e-12)
+    assert v["fwd"] == pytest.approx(2 / 3.0, rel=1e-12)
+
+
+def _refused(enzcc, source: str, message: str, opt: str = "-O2") -> None:
+    enzcc.write("r.c", PRELUDE + source)
+    r = enzcc(opt, "-w", "r.c", "-lm", "-o", "r", check=False)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip().count("\n") == 0, r.stderr
+    assert message in r.stderr
+    assert not (enzcc.cwd / "r").exists()
+
+
+REGISTERED = r"""
+__attribute__((noinline)) double f(double x) { return x * x; }
+double f_aug(double x) { return x * x; }
+double f_rev(double x, double d) { return 100.0 * d; }
+void *__enzyme_register_gradient_f[3] = {(void *)f, (void *)f_aug, (void *)f_rev};
+double g(double x) { return f(x) + 1.0; }
+int main(void) { report("rev", __enzyme_autodiff((void *)g, 3.0)); return 0; }
+"""
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O2"])
+def test_unimplemented_registrations_are_errors(enzcc, opt):
+    _refused(enzcc, REGISTERED, "@__enzyme_register_gradient_f: enzcc does not implement custom reverse-mode "
+             "gradients", opt)
+    _refused(enzcc, REGISTERED.replace("__enzyme_register_gradient_f[3]", "__enzyme_register_derivative_f[2]")
+             .replace(", (void *)f_rev}", "}"), "custom forward-mode derivatives", opt)
+    _refused(enzcc, "double G;\nvoid *__enzyme_inactive_global[1] = {(void *)&G};\n" + INACTIVE
+             .replace("HINT", ""), "inactive globals (__enzyme_inactive_global)", opt)
+    _refused(enzcc, "void *__enzyme_made_up[1] = {0};\n" + INACTIVE.replace("HINT", ""),
+             "@__enzyme_made_up is not an Enzyme global enzcc knows", opt)
+
+
+def test_unknown_marker_is_an_error(enzcc):
+    _refused(enzcc, r"""
+extern int enzyme_width;
+void g(double *x, double *y) { y[0] = x[0] * x[0]; }
+int main(void) {
+  double x[2] = {1, 2}, dx[2] = {0}, y[2], dy[2] = {1, 1};
+  __enzyme_autodiff((void *)g, enzyme_width, 2, enzyme_dup, x, dx, enzyme_dup, y, dy);
+  return 0;
+}
+""", "enzyme_width is not supported by enzcc")
+
+
+def test_function_like_needs_a_string(enzcc):
+    _refused(enzcc, LIKE.replace('(void *)"log"', "(void *)0"), 'must be {(void *)function, (void *)"name"}')
