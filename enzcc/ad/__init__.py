@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from enzcc.ad.api import mode_of, parse_call
 from enzcc.ad.errors import ADError, ad_error
+from enzcc.ad.inline import is_kept_recursive
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.instructions import Call, Load
@@ -30,9 +31,15 @@ def differentiate_text(text: str, target_machine=None) -> tuple[str, int]:
         return text, 0
     requests = [parse_call(c, module) for c in calls]
     prep_names: dict[str, str] = {}
-    for dc in requests:
-        if dc.fn.name not in prep_names:
-            prep_names[dc.fn.name] = _make_prepared_copy(module, dc.fn)
+    todo = [dc.fn for dc in requests]
+    while todo:  # the functions asked for, and those their recursive calls reach
+        fn = todo.pop()
+        if fn.name in prep_names:
+            continue
+        prep_names[fn.name] = _make_prepared_copy(module, fn)
+        for inst in module.functions[prep_names[fn.name]].instructions():
+            if isinstance(inst, Call) and is_kept_recursive(inst):
+                todo.append(module.functions[inst.callee_name])
     text = _simplify(str(module), list(prep_names.values()), target_machine)
     module = parse_module(text)
     count = differentiate_module(module, prep_names)
@@ -89,25 +96,17 @@ def _simplify(text: str, names: list[str], tm) -> str:
 
 def differentiate_module(module: Module, prepared: dict[str, str] | None = None) -> int:
     """Replace the ``__enzyme_*`` calls of an already prepared module (see :func:`differentiate_text`)."""
-    from enzcc.ad.forward import ForwardMode
-    from enzcc.ad.reverse import ReverseMode
+    from enzcc.ad.logic import DerivedFunctions
 
-    prepared = prepared or {}
+    logic = DerivedFunctions(module, prepared)
     calls = _enzyme_calls(module)
-    generated: dict[tuple, object] = {}
     for call in calls:
         name = call.callee_name
         mode = mode_of(name)
         if mode is None:
             raise ad_error(f"{name} is not supported (known: __enzyme_autodiff, __enzyme_fwddiff)", call)
         dc = parse_call(call, module)
-        key = (mode, dc.fn.name, tuple(s.kind for s in dc.args))
-        G = generated.get(key)
-        if G is None:
-            body = module.functions[prepared[dc.fn.name]] if dc.fn.name in prepared else dc.fn
-            G = (ReverseMode if mode == "reverse" else ForwardMode)(dc, module, body).build()
-            generated[key] = G
-        _replace_call(dc, G)
+        _replace_call(dc, logic.for_call(dc))
     return len(calls)
 
 

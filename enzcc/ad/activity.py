@@ -35,6 +35,22 @@ def has_float(ty: T.Type) -> bool:
     return False
 
 
+def is_user_call(call) -> bool:
+    """A call to a function with a body that was not inlined (a recursive call): differentiated by calling the
+    callee's derived functions. (Functions the user gave hints about are not: they were kept on purpose.)"""
+    name = call.callee_name
+    module = call.module
+    if not name or name.startswith("llvm.") or name in ALLOCATORS or module is None:
+        return False
+    callee = module.functions.get(name)
+    if callee is None or callee.is_declaration:
+        return False
+    from enzcc.ad.hints import hints_of
+
+    hints = hints_of(module)
+    return name not in hints.inactive and name not in hints.like  # (those have their own rules)
+
+
 def has_pointer(ty: T.Type) -> bool:
     """Whether a value of this type is or contains a pointer."""
     if isinstance(ty, T.PointerType):
@@ -142,8 +158,8 @@ class Activity:
                 work.append(inst.operands[0])
             elif isinstance(inst, Store) and id(inst.pointer) in self.active_ptrs and has_float(inst.value.type):
                 work.append(inst.value)
-            elif isinstance(inst, Call) and inst.callee_name and inst.callee_name.startswith("llvm.vector.reduce"):
-                pass
+            elif isinstance(inst, Call) and is_user_call(inst) and any(id(a) in self.active_ptrs for a in inst.args):
+                work += [a for a in inst.args if has_float(a.type)]  # the callee may store them in that memory
         while work:
             v = work.pop()
             if not has_float(v.type) or not self._mark(self.useful, v):
@@ -232,8 +248,9 @@ class Activity:
                     elif isinstance(u, Store) and use.index == 1 and (has_float(u.value.type)
                                                                       or isinstance(u.value.type, T.PointerType)):
                         holds = True
-                    elif isinstance(u, Call) and u.callee_name and u.callee_name.startswith(("llvm.memcpy",
-                                                                                              "llvm.memmove")):
+                    elif isinstance(u, Call) and u.callee_name and (u.callee_name.startswith(("llvm.memcpy",
+                                                                                               "llvm.memmove"))
+                                                                     or is_user_call(u)):
                         holds = True
                     elif (u.opcode in _PTR_FORWARD or (isinstance(u, Call) and u.callee_name == "realloc"
                                                        and use.index == 1)) and id(u) not in seen:
@@ -244,7 +261,7 @@ class Activity:
         return out
 
 
-__all__ = ["Activity", "ALLOCATORS", "has_float", "has_pointer"]
+__all__ = ["Activity", "ALLOCATORS", "has_float", "has_pointer", "is_user_call"]
 
 
 def _integer_tbaa(load) -> bool:

@@ -6,7 +6,8 @@ scalar for floats, a shadow pointer for memory) and returns the tangent of the r
 
 from __future__ import annotations
 
-from enzcc.ad.activity import ALLOCATORS, Activity, has_float
+from enzcc.ad.activity import ALLOCATORS, Activity, has_float, is_user_call
+from enzcc.ad.logic import call_kinds
 from enzcc.ad.api import DUP, DUPNONEED, DiffCall, is_float
 from enzcc.ad.emit import add_values, emit_partial, times, zero
 from enzcc.ad.errors import ad_error
@@ -27,9 +28,13 @@ from enzcc.ir.values import Value
 class ForwardMode:
     """Builds the tangent function for one ``__enzyme_fwddiff`` call."""
 
-    def __init__(self, dc: DiffCall, module, body=None):
+    def __init__(self, dc: DiffCall, module, body=None, logic=None, return_primal: bool = False):
         self.dc = dc
         self.module = module
+        self.logic = logic
+        """The cache of derived functions (for calls that were not inlined)."""
+        self.return_primal = return_primal
+        """Return ``{result, tangent}`` (a call inside differentiated code needs both), not the tangent alone."""
         self.rules = load_rules()
         primal = dc.fn
         params, names, self.tangent_index = [], [], {}
@@ -41,6 +46,8 @@ class ForwardMode:
                 params.append(spec.param.type)
                 names.append(f"d_{spec.param.name or spec.param.index}")
         ret = primal.return_type
+        if return_primal and is_float(ret):
+            ret = T.StructType((ret, ret))
         self.G = new_derivative_function(module, primal, f"fwddiffe_{primal.name}", params, ret, names)
         # the primal's parameters are the non-tangent parameters of G
         self.primal_args = [a for i, a in enumerate(self.G.args) if i not in set(self.tangent_index.values())]
@@ -103,6 +110,18 @@ class ForwardMode:
     def _tangent_of_instruction(self, inst: Instruction, pending) -> None:
         act = self.activity
         if isinstance(inst, Ret):
+            if self.return_primal:
+                if inst.operands and is_float(inst.operands[0].type):
+                    v = inst.operands[0]
+                    b = IRBuilder.before(inst)
+                    pair = b.insert_value(b.insert_value(IRBuilder.poison(self.G.return_type), v, [0]),
+                                          self._t(v), [1])
+                    inst.set_operand(0, pair)
+                elif inst.operands and isinstance(inst.operands[0].type, T.PointerType) and \
+                        act.is_active_ptr(inst.operands[0]):
+                    raise ad_error("returning a pointer to memory with derivatives from a function that is "
+                                   "not inlined (a recursive one) is not supported", inst)
+                return
             if inst.operands and is_float(inst.operands[0].type):
                 t = self._t(inst.operands[0])
                 inst.set_operand(0, t)
@@ -216,10 +235,35 @@ class ForwardMode:
         active_ptr_args = [a for a in inst.args if act.is_active_ptr(a)]
         if not has_tangent_args and not active_ptr_args:
             return
+        if self.logic is not None and is_user_call(inst):
+            self._tangent_of_user_call(inst)
+            return
         if name in INACTIVE_CALLS:
             return
         what = f"'{name}'" if name else "a function pointer"
         raise ad_error(f"no derivative rule for call to {what}", inst)
+
+
+    def _tangent_of_user_call(self, inst: Call) -> None:
+        """A call that was not inlined (recursion) becomes a call to the callee's forward derivative, which
+        computes the primal result and its tangent."""
+        callee = self.module.functions[inst.callee_name]
+        kinds = call_kinds(inst, self.activity, lambda a: id(a) in self.tangents)
+        F = self.logic.forward_of_call(inst, callee, kinds)
+        b = IRBuilder.before(inst)
+        args = []
+        for a, k in zip(inst.args, kinds):
+            args.append(a)
+            if k == DUP:
+                args.append(self.shadows.of(a, inst) if isinstance(a.type, T.PointerType) else self._t(a))
+        new = b.call(F, args)
+        if is_float(inst.type):
+            primal = b.extract_value(new, [0])
+            self._set(primal, b.extract_value(new, [1]))
+            inst.replace_all_uses_with(primal)
+        elif inst.has_uses():
+            inst.replace_all_uses_with(new)
+        inst.erase()
 
 
 class _PrimalView:

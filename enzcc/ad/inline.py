@@ -1,8 +1,8 @@
 """Inlining every call to a user function inside the code being differentiated.
 
-Combined-mode reverse AD then sees one function body: values of callees are cached like any other, and no
-split (augmented forward / reverse) versions of callees are needed. Recursion cannot be inlined and is
-reported as an error.
+Combined-mode reverse AD then sees one function body: values of callees are cached like any other. A
+recursive call cannot be inlined: it stays a call, and the derivative calls the callee's derived functions
+(:mod:`enzcc.ad.logic`).
 """
 
 from __future__ import annotations
@@ -16,6 +16,9 @@ from enzcc.ir.instructions import Alloca, Br, Call, Invoke, Load, Phi, Ret, Sele
 from enzcc.ir.values import ConstantInt, GlobalRef
 
 MAX_INLINED_CALLS = 20000
+#: string attribute marking a call that recursion keeps from being inlined (it survives LLVM's passes on the
+#: prepared copy, and no later inlining takes the call again)
+RECURSIVE_CALL = '"enzcc-recursive-call"'
 
 
 def inline_all(fn, is_user_function) -> None:
@@ -34,8 +37,9 @@ def inline_all(fn, is_user_function) -> None:
         callee = module.functions[call.callee_name]
         through = chain.get(id(call), (getattr(fn, "primal_name", fn.name),))
         if callee.name in through:
-            raise ad_error(f"cannot differentiate recursive function '{callee.name}' "
-                           f"(call chain {' -> '.join(through + (callee.name,))})", call)
+            # recursion: the call stays, and is differentiated as a call to the callee's derivative
+            call.fn_attrs.append(RECURSIVE_CALL)
+            continue
         count += 1
         if count > MAX_INLINED_CALLS:
             raise ad_error("too many calls to inline while preparing the derivative", call)
@@ -130,7 +134,22 @@ def possible_targets(v, module, depth: int = 0) -> list[str] | None:
     return None
 
 
+def is_kept_recursive(call: Call) -> bool:
+    """The call was kept from inlining because it recurses (:data:`RECURSIVE_CALL`, written directly or,
+    after LLVM printed the module, in an attribute group)."""
+    for a in call.fn_attrs:
+        if a == RECURSIVE_CALL:
+            return True
+        if a.startswith("#") and a[1:].isdigit():
+            module = call.module
+            if module is not None and RECURSIVE_CALL in module.attribute_groups.get(int(a[1:]), ""):
+                return True
+    return False
+
+
 def _inlinable(call: Call, module, is_user_function) -> bool:
+    if is_kept_recursive(call):
+        return False
     name = call.callee_name
     if not name or name not in module.functions:
         return False

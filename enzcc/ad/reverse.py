@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from enzcc.ad.activity import ALLOCATORS, Activity, has_float
-from enzcc.ad.api import DUP, DUPNONEED, OUT, DiffCall, is_float
+from enzcc.ad.activity import ALLOCATORS, Activity, has_float, is_user_call
+from enzcc.ad.api import CONST, DUP, DUPNONEED, OUT, DiffCall, is_float
 from enzcc.ad.emit import add_values, emit_partial, splat, times, zero
 from enzcc.ad.errors import ad_error
 from enzcc.ad.memory import memory_types_for
@@ -70,9 +70,16 @@ class _Cached:
 class ReverseMode:
     """Builds the gradient function for one ``__enzyme_autodiff`` call."""
 
-    def __init__(self, dc: DiffCall, module, body=None):
+    def __init__(self, dc: DiffCall, module, body=None, logic=None, split: bool = False,
+                 active_return: bool | None = None):
         self.dc = dc
         self.module = module
+        self.logic = logic
+        """The cache of derived functions (for calls that were not inlined)."""
+        self.split = split
+        """Built to be cut into an augmented primal and a reverse function (:mod:`enzcc.ad.split`): the
+        result's adjoint is a parameter, and memory may change between the two (no loads repeated)."""
+        self.active_return = is_float(dc.fn.return_type) if active_return is None else active_return
         self.rules = load_rules()
         primal = dc.fn
         shadow_specs = [s for s in dc.args if s.kind in (DUP, DUPNONEED)]
@@ -86,6 +93,11 @@ class ReverseMode:
         else:
             ret = T.StructType(tuple(s.param.type for s in outs))
         self.ret_type = ret
+        self.d_ret_index = None
+        if split and self.active_return:
+            self.d_ret_index = len(params)
+            params.append(primal.return_type)
+            names.append("d_ret")
         self.G = new_derivative_function(module, primal, f"diffe_{primal.name}", params, ret, names)
         clone_body(body or primal, self.G)
         self.nprimal = len(primal.args)
@@ -106,8 +118,6 @@ class ReverseMode:
         G = self.G
         prepare(G)
         self.ret_block = return_block(G)
-        primal_ret = self.dc.fn.return_type
-        self.active_return = is_float(primal_ret)
         self.activity = Activity(G, self.kinds, self.active_return, "reverse")
         self.memtypes = memory_types_for(self.dc, G, G.args)
         self.dt = DominatorTree(G)
@@ -120,7 +130,8 @@ class ReverseMode:
         self.shadows = Shadows(G, self.activity, self.arg_shadows)
         self.shadows.build()
         self.tape = Tape(self.module, G)
-        self.memory_is_read_only = self._arguments_never_written()
+        self.memory_is_read_only = not self.split and self._arguments_never_written()
+        self._prepare_user_calls()
         self._add_loop_counters()
         # reverse code
         self.rev = {}
@@ -154,10 +165,15 @@ class ReverseMode:
     def _seed_and_jump(self) -> None:
         ret = self.ret_block.terminator
         value = ret.operands[0] if ret.operands else None
+        self.primal_return_value = value
         ret.erase()
         b = IRBuilder.at_end(self.ret_block)
         if value is not None and self.active_return and self.activity.is_active(value):
-            self._add_adjoint(b, value, splat(value.type, 1.0))
+            if self.split:  # the caller's adjoint of the result, at the start of the reverse code
+                self._add_adjoint(IRBuilder.at_end(self.rev[id(self.ret_block)]), value,
+                                  self.G.args[self.d_ret_index])
+            else:
+                self._add_adjoint(b, value, splat(value.type, 1.0))
         b.br(self.rev[id(self.ret_block)])
 
     # -- adjoints -------------------------------------------------------------------------------
@@ -559,7 +575,67 @@ class ReverseMode:
         b.store(zero(ty), sp, align=inst.align)
         self._add_adjoint(b, inst.value, d)
 
+    def _prepare_user_calls(self) -> None:
+        """A call that was not inlined (recursion) through which derivatives flow becomes, in the forward code,
+        a call to the callee's augmented primal, which returns the result and a tape; the reverse code calls
+        the callee's reverse function with that tape (:meth:`_reverse_user_call`)."""
+        self.user_calls: dict[int, tuple] = {}
+        if self.logic is None:
+            return
+        act = self.activity
+        inactive = inactive_functions(self.module)
+        for block in self.blocks:
+            insts = self.orig_insts[id(block)]
+            for i, inst in enumerate(insts):
+                if not isinstance(inst, Call) or not is_user_call(inst) or inst.callee_name in inactive:
+                    continue
+                kinds = tuple(DUP if isinstance(a.type, T.PointerType) and act.is_active_ptr(a) else
+                              OUT if is_float(a.type) and (act.is_active(a) or self._is_out(a)) else CONST
+                              for a in inst.args)
+                ret_active = is_float(inst.type) and act.is_active(inst)
+                if act.is_active_ptr(inst):
+                    raise ad_error("returning a pointer to memory with derivatives from a function that is not "
+                                   "inlined (a recursive one) is not supported", inst)
+                if all(k == CONST for k in kinds) and not ret_active:
+                    continue  # no derivative flows through it: the primal call stays
+                callee = self.module.functions[inst.callee_name]
+                nargs = len(inst.args)
+                aug, rev = self.logic.split_of_call(inst, callee, kinds, ret_active)
+                b = IRBuilder.before(inst)
+                args = list(inst.args) + [self.shadows.of(a, inst) for a, k in zip(inst.args, kinds) if k == DUP]
+                new = b.call(aug, args)
+                tape = b.extract_value(new, [0])
+                result = None
+                if not isinstance(inst.type, T.VoidType):
+                    result = b.extract_value(new, [1])
+                    inst.replace_all_uses_with(result)
+                    if ret_active:
+                        act._mark(act.varied, result)
+                        act._mark(act.useful, result)
+                inst.erase()
+                insts[i] = new
+                self.user_calls[id(new)] = (new, nargs, rev, kinds, tape, result, ret_active)
+                self._keep.append(new)
+
+    def _reverse_user_call(self, entry: tuple, block: BasicBlock, b: IRBuilder) -> None:
+        call, nargs, rev, kinds, tape, result, ret_active = entry
+        args = [self._primal(a, block, b) for a in call.args]
+        if ret_active:
+            args.append(self._take_adjoint(b, result))
+        args.append(self._primal(tape, block, b))
+        r = b.call(rev, args)
+        outs = [a for a, k in zip(call.args[:nargs], kinds) if k == OUT]
+        if len(outs) == 1:
+            self._add_adjoint(b, outs[0], r)
+        else:
+            for j, a in enumerate(outs):
+                self._add_adjoint(b, a, b.extract_value(r, [j]))
+
     def _reverse_call(self, inst: Call, block: BasicBlock, b: IRBuilder) -> None:
+        user_call = self.user_calls.get(id(inst))
+        if user_call is not None:
+            self._reverse_user_call(user_call, block, b)
+            return
         name = inst.callee_name or ""
         act = self.activity
         if name.startswith(_IGNORED_INTRINSICS) or name in inactive_functions(self.module):

@@ -57,14 +57,6 @@ int main(int argc, char **argv) { double (*volatile fp)(double) = f; printf("%g\
     assert "must be a function known at compile time" in _fails(enzcc, src, "-O0")
 
 
-def test_recursion(enzcc):
-    src = """double fact(double x, int n) { return n == 0 ? 1.0 : x * fact(x, n - 1); }
-int main(void) { printf("%g\\n", __enzyme_autodiff((void *)fact, 2.0, enzyme_const, 3)); return 0; }
-"""
-    line = _fails(enzcc, src, "-O0")
-    assert "recursive function 'fact'" in line
-
-
 def test_declaration_only(enzcc):
     src = """double ext(double);
 int main(void) { printf("%g\\n", __enzyme_autodiff((void *)ext, 2.0)); return 0; }

@@ -27,7 +27,6 @@ OK_CLASSES = ("pass", "inconclusive", "invalid", "refused-unsupported")
 #: refusals of what README "What enzcc does not differentiate" lists that generated programs can contain
 #: (every function they call has a body or a rule; function-pointer targets are known), by the message
 UNSUPPORTED = [
-    re.compile(r"cannot differentiate recursive function '[\w.]+' \(call chain [\w. >-]+\)$"),
     re.compile(r"irreducible control flow cannot be differentiated$"),
 ]
 

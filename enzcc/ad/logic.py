@@ -1,0 +1,98 @@
+"""The cache of derived functions (the role of Enzyme's EnzymeLogic).
+
+A derived function is keyed by (function, what it is, the activity of each argument, whether the return is
+active): the combined gradient or the tangent function an ``__enzyme_*`` call asks for, and the functions
+that calls inside differentiated code use when the callee is not inlined (recursion): its forward derivative,
+and its augmented primal / reverse pair. Each is created on first request, registered before its body is
+built (so a recursive function finds itself), and shared by every call with the same key.
+"""
+
+from __future__ import annotations
+
+from enzcc.ad.api import ArgSpec, DiffCall
+from enzcc.ir import types as T
+
+
+class DerivedFunctions:
+    """Derived functions of one module, made on demand."""
+
+    def __init__(self, module, prepared: dict[str, str] | None = None):
+        self.module = module
+        self.prepared = prepared or {}
+        """Function name -> its prepared copy (inlined and simplified) made for an ``__enzyme_*`` call."""
+        self.cache: dict[tuple, object] = {}
+        """Key -> the derived function (or pair of functions)."""
+
+    def body_of(self, fn):
+        name = self.prepared.get(fn.name)
+        return self.module.functions[name] if name else fn
+
+    # -- what ``__enzyme_*`` calls ask for ----------------------------------------------------------
+
+    def for_call(self, dc: DiffCall):
+        """The function replacing one ``__enzyme_autodiff`` / ``__enzyme_fwddiff`` call."""
+        from enzcc.ad.forward import ForwardMode
+        from enzcc.ad.reverse import ReverseMode
+
+        key = (dc.mode, dc.fn.name, tuple(s.kind for s in dc.args))
+        G = self.cache.get(key)
+        if G is None:
+            maker = (ReverseMode if dc.mode == "reverse" else ForwardMode)(dc, self.module, self.body_of(dc.fn),
+                                                                           logic=self)
+            self.cache[key] = maker.G
+            G = maker.build()
+        return G
+
+    # -- what calls inside differentiated code ask for ---------------------------------------------
+
+    def forward_of_call(self, call, callee, kinds: tuple[str, ...]):
+        """``callee``'s forward derivative for a call with argument activity ``kinds``: it takes each argument
+        followed by its tangent (``dup``) and returns ``{result, tangent}`` for a float result, the result
+        otherwise."""
+        from enzcc.ad.forward import ForwardMode
+
+        key = ("forward-call", callee.name, kinds)
+        G = self.cache.get(key)
+        if G is None:
+            dc = _call_site(call, callee, kinds, "forward")
+            maker = ForwardMode(dc, self.module, self.body_of(callee), logic=self, return_primal=True)
+            self.cache[key] = maker.G
+            G = maker.build()
+        return G
+
+    def split_of_call(self, call, callee, kinds: tuple[str, ...], active_return: bool):
+        """``callee``'s (augmented primal, reverse) pair for a call with argument activity ``kinds``
+        (:mod:`enzcc.ad.split`)."""
+        from enzcc.ad.split import make_split
+
+        key = ("split", callee.name, kinds, active_return)
+        pair = self.cache.get(key)
+        if pair is None:
+            pair = make_split(self, call, callee, kinds, active_return, key)
+        return pair
+
+
+def _call_site(call, callee, kinds, mode: str) -> DiffCall:
+    """A :class:`DiffCall` describing a call inside differentiated code (its arguments are the primal values
+    at the call; the memory types at the call site type the callee's memory)."""
+    specs = [ArgSpec(p, k, a) for p, k, a in zip(callee.args, kinds, call.args)]
+    return DiffCall(call, mode, callee, specs)
+
+
+def call_kinds(call, activity, has_tangent) -> tuple[str, ...]:
+    """Activity of each argument of a call to a user function: ``dup`` for pointers to memory with
+    derivatives and for floats that carry derivatives (``has_tangent``), ``const`` otherwise."""
+    from enzcc.ad.activity import has_float
+
+    out = []
+    for a in call.args:
+        if isinstance(a.type, T.PointerType) and activity.is_active_ptr(a):
+            out.append("dup")
+        elif has_float(a.type) and has_tangent(a):
+            out.append("dup")
+        else:
+            out.append("const")
+    return tuple(out)
+
+
+__all__ = ["DerivedFunctions", "call_kinds"]

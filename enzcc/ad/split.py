@@ -1,0 +1,137 @@
+"""Augmented primal and reverse functions for a callee that is not inlined (a recursive one).
+
+The callee's gradient is first built in combined form (:class:`enzcc.ad.reverse.ReverseMode` with
+``split=True``: the adjoint of its result comes in as a parameter), then cut where its forward code ends:
+
+* ``augmented_g(args, shadows)`` runs the forward code and returns ``{tape, result}``. The tape is one heap
+  block (the *frame*) holding every stack slot of the combined function (primal locals, caches, adjoint
+  slots, the loop tape's state) and every value the reverse code reads from the forward code;
+* ``reverse_g(args, shadows, [d_result], tape)`` reads those values back, runs the reverse code, returns the
+  derivatives of the active scalar arguments and frees the frame.
+
+A caller keeps the tape like any other value its own reverse sweep needs, so loops and recursion nest.
+"""
+
+from __future__ import annotations
+
+from enzcc.ad.errors import ad_error
+from enzcc.ad.prepare import derivative_attributes
+from enzcc.ir import types as T
+from enzcc.ir.builder import IRBuilder
+from enzcc.ir.clone import clone_blocks
+from enzcc.ir.function import Function
+from enzcc.ir.instructions import Alloca, Ret
+from enzcc.ir.values import ConstantInt
+
+
+def make_split(logic, call, callee, kinds: tuple[str, ...], active_return: bool, key):
+    from enzcc.ad.logic import _call_site
+    from enzcc.ad.reverse import ReverseMode
+
+    module = logic.module
+    dc = _call_site(call, callee, kinds, "reverse")
+    maker = ReverseMode(dc, module, logic.body_of(callee), logic=logic, split=True, active_return=active_return)
+    G = maker.G
+    ndup = sum(1 for k in kinds if k in ("dup", "dupnoneed"))
+    aug_params = tuple([a.type for a in callee.args] + [T.ptr] * ndup)
+    aug_ret = T.StructType((T.ptr,) + (() if isinstance(callee.return_type, T.VoidType) else
+                                      (callee.return_type,)))
+    aug = _declare(module, callee, f"augmented_{callee.name}", T.FunctionType(aug_ret, aug_params))
+    rev = _declare(module, callee, f"reverse_{callee.name}",
+                   T.FunctionType(G.return_type, tuple(a.type for a in G.args) + (T.ptr,)))
+    logic.cache[key] = (aug, rev)  # before the body is built: a recursive call finds the pair
+    maker.build()
+    _cut(maker, aug, rev)
+    del module.functions[G.name]
+    return aug, rev
+
+
+def _declare(module, primal, name: str, ftype: T.FunctionType) -> Function:
+    fn = Function(module.unique_function_name(name), ftype)
+    fn.linkage = "internal"
+    fn.fn_attrs = derivative_attributes(module, primal)
+    fn.primal_name = getattr(primal, "primal_name", primal.name)
+    module.add_function(fn)
+    return fn
+
+
+def _cut(maker, aug: Function, rev: Function) -> None:
+    G = maker.G
+    ret_block = maker.ret_block
+    rev_start = maker.rev[id(ret_block)]
+    # forward region: what runs before the reverse code starts
+    fwd_ids, stack = set(), [G.entry_block]
+    while stack:
+        b = stack.pop()
+        if id(b) in fwd_ids:
+            continue
+        fwd_ids.add(id(b))
+        if b is not ret_block:
+            stack += b.successors
+    fwd = [b for b in G.blocks if id(b) in fwd_ids]
+    back = [b for b in G.blocks if id(b) not in fwd_ids]
+    for b in back:
+        for phi in b.phis():
+            if any(id(p) in fwd_ids for p in phi.incoming_blocks):
+                raise ad_error("internal error: the reverse code of a split derivative is entered twice", phi)
+    allocas = [i for b in fwd for i in b.instructions if isinstance(i, Alloca)]
+    for a in allocas:
+        if a.parent is not G.entry_block or not (a.num_elements is None or isinstance(a.num_elements, ConstantInt)):
+            raise ad_error("a stack allocation of variable size in a function differentiated as a call "
+                           "(a recursive one) is not supported", a)
+    back_ids = {id(b) for b in back}
+    crossing = [i for b in fwd for i in b.instructions if not isinstance(i, Alloca) and
+                any(id(u.user.parent) in back_ids for u in i.uses)]
+    fields = [_alloca_type(a) for a in allocas] + [v.type for v in crossing]
+    frame_ty = T.StructType(tuple(fields))
+    size = G.module.data_layout.alloc_size(frame_ty) if fields else 1
+    na = len(allocas)
+
+    # augmented primal: the forward code; the frame on the heap instead of stack slots
+    vmap = dict(zip(G.args, aug.args))
+    new_fwd = clone_blocks(fwd, aug, vmap)
+    entry = new_fwd[0]
+    b = IRBuilder.before(entry.instructions[0])
+    malloc = G.module.get_or_insert_function("malloc", T.FunctionType(T.ptr, (T.i64,)))
+    frame = b.call(malloc, [ConstantInt(T.i64, max(size, 1))])
+    for k, a in enumerate(allocas):
+        ca = vmap[a]
+        ca.replace_all_uses_with(IRBuilder.before(ca).struct_gep(frame_ty, frame, k))
+        ca.erase()
+    last = vmap[ret_block]
+    last.terminator.erase()
+    b = IRBuilder.at_end(last)
+    for j, v in enumerate(crossing):
+        b.store(vmap[v], b.struct_gep(frame_ty, frame, na + j))
+    result = IRBuilder.poison(aug.return_type)
+    result = b.insert_value(result, frame, [0])
+    if len(aug.return_type.elements) > 1:
+        value = maker.primal_return_value
+        result = b.insert_value(result, vmap.get(value, value), [1])
+    b.ret(result)
+
+    # reverse: values and slots from the frame, then the reverse code; the frame is freed on return
+    vmap = dict(zip(G.args, rev.args))
+    tape = rev.args[-1]
+    start = rev.append_block("entry")
+    b = IRBuilder.at_end(start)
+    for k, a in enumerate(allocas):
+        vmap[a] = b.struct_gep(frame_ty, tape, k)
+    for j, v in enumerate(crossing):
+        vmap[v] = b.load(v.type, b.struct_gep(frame_ty, tape, na + j))
+    new_back = clone_blocks(back, rev, vmap)
+    b.br(vmap[rev_start])
+    free = G.module.get_or_insert_function("free", T.FunctionType(T.void, (T.ptr,)))
+    for nb in new_back:
+        if isinstance(nb.terminator, Ret):
+            IRBuilder.before(nb.terminator).call(free, [tape])
+
+
+def _alloca_type(a: Alloca) -> T.Type:
+    n = a.num_elements
+    if n is None or (isinstance(n, ConstantInt) and n.value == 1):
+        return a.allocated_type
+    return T.ArrayType(n.value, a.allocated_type)
+
+
+__all__ = ["make_split"]

@@ -1,0 +1,116 @@
+"""Recursive and mutually recursive functions, in both modes at -O0..-O3, against analytic derivatives and
+central finite differences. A recursive call cannot be inlined: forward mode calls the callee's forward
+derivative, reverse mode its augmented primal (which returns a tape) and later its reverse function."""
+
+import pytest
+
+from adharness import build_and_run
+from enzcc_testing import need
+
+pytestmark = need("clang-22", "llvm-objcopy-22")
+
+OPTS = ["-O0", "-O1", "-O2", "-O3"]
+
+PROGRAMS = r"""
+/* p(x, n) = sin(x) p(x, n-1) + x, p(x, 0) = 1 */
+double p(double x, int n) { return n == 0 ? 1.0 : sin(x) * p(x, n - 1) + x; }
+double dp(double x, int n) { return n == 0 ? 0.0 : cos(x) * p(x, n - 1) + sin(x) * dp(x, n - 1) + 1.0; }
+
+/* mutual recursion */
+double od(double x, int n);
+double ev(double x, int n) { return n == 0 ? x : cos(od(x, n - 1)); }
+double od(double x, int n) { return n == 0 ? x : ev(x, n - 1) * x; }
+
+/* through memory: out[0] is read and overwritten after the recursive call returns, so the reverse code of
+   the callee must not read memory again */
+void sq(double *a, int n, double *out) {
+  if (n == 0) return;
+  out[0] += sin(a[n - 1]) * a[n - 1];
+  sq(a, n - 1, out);
+  out[0] *= 1.1 + 0.1 * out[0];
+}
+
+/* tree recursion, called in a loop with a buffer the callee allocates */
+double tsum(const double *a, int lo, int hi) {
+  if (hi - lo == 1) return a[lo] * a[lo];
+  int mid = (lo + hi) / 2;
+  double *t = malloc(2 * sizeof(double));
+  t[0] = tsum(a, lo, mid);
+  t[1] = sin(tsum(a, mid, hi));
+  double r = t[0] * 0.5 + t[1] * t[0];
+  free(t);
+  return r;
+}
+double loop_tsum(const double *a, int n) {
+  double s = 0;
+  for (int k = 1; k <= n; k++) s += tsum(a, 0, k) / k;
+  return s;
+}
+
+static double fd_ev(double x, int n) { double h = 1e-6; return (ev(x + h, n) - ev(x - h, n)) / (2 * h); }
+
+int main(void) {
+  double x = 0.7;
+  report("p.exact", dp(x, 5));
+  report("p.rev", __enzyme_autodiff((void *)p, x, enzyme_const, 5));
+  report("p.fwd", __enzyme_fwddiff((void *)p, x, 1.0, enzyme_const, 5));
+  report("ev.fd", fd_ev(x, 6));
+  report("ev.rev", __enzyme_autodiff((void *)ev, x, enzyme_const, 6));
+  report("ev.fwd", __enzyme_fwddiff((void *)ev, x, 1.0, enzyme_const, 6));
+  enum { N = 5 };
+  double a[N] = {0.3, -0.2, 0.5, 0.9, 0.1}, h = 1e-6;
+  char name[32];
+  for (int i = 0; i < N; i++) {
+    double da[N] = {0}, out[1] = {0.2}, dout[1] = {1}, ta[N] = {0}, o2[1] = {0.2}, to[1] = {0};
+    __enzyme_autodiff((void *)sq, enzyme_dup, a, da, enzyme_const, N, enzyme_dup, out, dout);
+    ta[i] = 1;
+    __enzyme_fwddiff((void *)sq, enzyme_dup, a, ta, enzyme_const, N, enzyme_dup, o2, to);
+    double ap[N], am[N], op[1] = {0.2}, om[1] = {0.2};
+    for (int j = 0; j < N; j++) ap[j] = am[j] = a[j];
+    ap[i] += h; am[i] -= h;
+    sq(ap, N, op); sq(am, N, om);
+    snprintf(name, sizeof name, "sq.fd.%d", i); report(name, (op[0] - om[0]) / (2 * h));
+    snprintf(name, sizeof name, "sq.rev.%d", i); report(name, da[i]);
+    snprintf(name, sizeof name, "sq.fwd.%d", i); report(name, to[0]);
+    double dl[N] = {0}, tl[N] = {0};
+    __enzyme_autodiff((void *)loop_tsum, enzyme_dup, a, dl, enzyme_const, N);
+    tl[i] = 1;
+    double fl = __enzyme_fwddiff((void *)loop_tsum, enzyme_dup, a, tl, enzyme_const, N);
+    snprintf(name, sizeof name, "tsum.fd.%d", i); report(name, (loop_tsum(ap, N) - loop_tsum(am, N)) / (2 * h));
+    snprintf(name, sizeof name, "tsum.rev.%d", i); report(name, dl[i]);
+    snprintf(name, sizeof name, "tsum.fwd.%d", i); report(name, fl);
+  }
+  return 0;
+}
+"""
+
+
+def _close(a: float, b: float, rel: float) -> bool:
+    return abs(a - b) <= rel * max(1.0, abs(a), abs(b))
+
+
+@pytest.mark.parametrize("opt", OPTS)
+def test_recursive_functions(enzcc, opt):
+    v = build_and_run(enzcc, PROGRAMS, opt)
+    assert _close(v["p.rev"], v["p.exact"], 1e-12) and _close(v["p.fwd"], v["p.exact"], 1e-12), v
+    assert _close(v["ev.rev"], v["ev.fd"], 1e-7) and _close(v["ev.fwd"], v["ev.rev"], 1e-12), v
+    for i in range(5):
+        for what in ("sq", "tsum"):
+            fd, rev, fwd = (v[f"{what}.{k}.{i}"] for k in ("fd", "rev", "fwd"))
+            assert _close(rev, fd, 1e-6) and _close(fwd, rev, 1e-10), (what, i, fd, rev, fwd)
+
+
+def test_recursive_function_returning_a_shadowed_pointer_is_refused(enzcc):
+    """The pointer a recursive call returns would need a shadow returned with it: one line, no output."""
+    from adharness import PRELUDE
+
+    enzcc.write("r.c", PRELUDE + r"""
+double *last(double *a, int n) { return n == 1 ? a : last(a + 1, n - 1); }
+double f(double *a, int n) { return *last(a, n) * a[0]; }
+int main(void) { double a[3] = {1, 2, 3}, da[3] = {0};
+  __enzyme_autodiff((void *)f, enzyme_dup, a, da, enzyme_const, 3); return 0; }
+""")
+    r = enzcc("-O0", "r.c", "-o", "r", check=False)
+    assert r.returncode == 1 and r.stderr.strip().count("\n") == 0, r.stderr
+    assert "'last' returns a pointer into memory with derivatives and is not inlined" in r.stderr
+    assert not (enzcc.cwd / "r").exists()
