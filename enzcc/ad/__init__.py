@@ -107,6 +107,7 @@ def differentiate_module(module: Module, prepared: dict[str, str] | None = None)
             raise ad_error(f"{name} is not supported (known: __enzyme_autodiff, __enzyme_fwddiff)", call)
         dc = parse_call(call, module)
         _replace_call(dc, logic.for_call(dc))
+    logic.cleanup()
     return len(calls)
 
 

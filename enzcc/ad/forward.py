@@ -12,7 +12,8 @@ from enzcc.ad.api import DUP, DUPNONEED, DiffCall, is_float
 from enzcc.ad.emit import add_values, emit_partial, times, zero
 from enzcc.ad.errors import ad_error
 from enzcc.ad.memory import memory_types_for
-from enzcc.ad.hints import rule_name
+from enzcc.ad import custom
+from enzcc.ad.hints import hints_of, rule_name
 from enzcc.ad.prepare import finalize, inactive_functions, new_derivative_function, prepare
 from enzcc.ad.reverse import _IGNORED_INTRINSICS, INACTIVE_CALLS
 from enzcc.ad.rules import load_rules
@@ -234,6 +235,9 @@ class ForwardMode:
             return
         active_ptr_args = [a for a in inst.args if act.is_active_ptr(a)]
         if not has_tangent_args and not active_ptr_args:
+            return
+        if name in hints_of(self.module).derivative:  # the user's own derivative
+            custom.forward_call(self, inst)
             return
         if self.logic is not None and is_user_call(inst):
             self._tangent_of_user_call(inst)

@@ -6,6 +6,9 @@
   promise that the function frees no memory, which enzcc's derivatives do not rely on).
 - ``void *__enzyme_function_like[2] = {(void *)mylog, (void *)"log"};``: calls are differentiated with the rule
   of the named math function.
+- ``void *__enzyme_register_gradient_f[3] = {(void *)f, (void *)f_aug, (void *)f_rev};`` and
+  ``void *__enzyme_register_derivative_f[2] = {(void *)f, (void *)f_fwd};``: derivatives the user wrote, called
+  instead of differentiating ``f`` (:mod:`enzcc.ad.custom` has the calling conventions).
 
 Other ``__enzyme_*`` globals are Enzyme features enzcc does not implement: each is a one-line error, never a
 silently different gradient. The globals are read from their LLVM text, so the same reader serves the IR model
@@ -28,10 +31,11 @@ ANNOTATIONS = "llvm.global.annotations"
 INACTIVE_FN = "__enzyme_inactivefn"
 FUNCTION_LIKE = "__enzyme_function_like"
 
+REGISTER_GRADIENT = "__enzyme_register_gradient"
+REGISTER_DERIVATIVE = "__enzyme_register_derivative"
+
 #: Enzyme globals enzcc recognises but does not implement yet: (name prefix, what it is)
 NOT_IMPLEMENTED = (
-    ("__enzyme_register_gradient", "custom reverse-mode gradients (__enzyme_register_gradient_*)"),
-    ("__enzyme_register_derivative", "custom forward-mode derivatives (__enzyme_register_derivative_*)"),
     ("__enzyme_register_splitderivative", "custom split-mode derivatives (__enzyme_register_splitderivative_*)"),
     ("__enzyme_allocation_like", "custom allocation functions (__enzyme_allocation_like)"),
     ("__enzyme_inactive_global", "inactive globals (__enzyme_inactive_global)"),
@@ -51,10 +55,14 @@ class Hints:
     """Functions whose calls carry no derivative."""
     like: dict = field(default_factory=dict)
     """Function name -> the math function whose derivative rule its calls use."""
+    gradient: dict = field(default_factory=dict)
+    """Function name -> (augmented forward, reverse): its registered reverse-mode derivative."""
+    derivative: dict = field(default_factory=dict)
+    """Function name -> its registered forward-mode derivative."""
 
     def protected(self) -> set[str]:
         """Functions that must stay calls until the derivative is made (not inlined before)."""
-        return set(self.inactive) | set(self.like)
+        return set(self.inactive) | set(self.like) | set(self.gradient) | set(self.derivative)
 
 
 def _symbols(text: str) -> list[str]:
@@ -80,6 +88,8 @@ def read_hints(names: Iterable[str], text_of: Callable[[str], str | None],
     Enzyme global enzcc does not implement or cannot read."""
     inactive: set[str] = set()
     like: dict[str, str] = {}
+    gradient: dict[str, tuple[str, str]] = {}
+    derivative: dict[str, str] = {}
     for name in names:
         if name == ANNOTATIONS:
             text = text_of(name) or ""
@@ -99,6 +109,20 @@ def read_hints(names: Iterable[str], text_of: Callable[[str], str | None],
             continue  # a declaration: defined in another object, read there
         if name.startswith(INACTIVE_FN):
             inactive.update(s for s in _symbols(text) if is_function(s))
+        elif name.startswith(REGISTER_GRADIENT) or name.startswith(REGISTER_DERIVATIVE):
+            n = 3 if name.startswith(REGISTER_GRADIENT) else 2
+            syms = _symbols(text)
+            shape = ("{(void *)f, (void *)augment, (void *)reverse}" if n == 3 else
+                     "{(void *)f, (void *)forward}")
+            if len(syms) < n or not all(is_function(x) for x in syms[:n]):
+                raise ADError(f"@{name} must be {shape}, with functions defined in this program")
+            if len(syms) > n:
+                raise ADError(f"@{name}: extra elements after {shape} (such as \"byref_N\") are not supported "
+                              "by enzcc")
+            if n == 3:
+                gradient[syms[0]] = (syms[1], syms[2])
+            else:
+                derivative[syms[0]] = syms[1]
         elif name.startswith(FUNCTION_LIKE):
             syms = _symbols(text)
             if len(syms) != 2 or not is_function(syms[0]):
@@ -113,8 +137,9 @@ def read_hints(names: Iterable[str], text_of: Callable[[str], str | None],
                 if name.startswith(prefix):
                     raise ADError(f"@{name}: enzcc does not implement {what} yet; without it the derivative "
                                   "would silently differ from the one you registered")
-            raise ADError(f"@{name} is not an Enzyme global enzcc knows (known: {INACTIVE_FN}, {FUNCTION_LIKE})")
-    return Hints(frozenset(inactive), like)
+            raise ADError(f"@{name} is not an Enzyme global enzcc knows (known: {INACTIVE_FN}, {FUNCTION_LIKE}, "
+                          f"{REGISTER_GRADIENT}_*, {REGISTER_DERIVATIVE}_*)")
+    return Hints(frozenset(inactive), like, gradient, derivative)
 
 
 def hints_of(module) -> Hints:

@@ -10,6 +10,7 @@ built (so a recursive function finds itself), and shared by every call with the 
 from __future__ import annotations
 
 from enzcc.ad.api import ArgSpec, DiffCall
+from enzcc.ad.hints import hints_of
 from enzcc.ir import types as T
 
 
@@ -22,6 +23,8 @@ class DerivedFunctions:
         """Function name -> its prepared copy (inlined and simplified) made for an ``__enzyme_*`` call."""
         self.cache: dict[tuple, object] = {}
         """Key -> the derived function (or pair of functions)."""
+        self.scratch: list[str] = []
+        """Functions made only to build derivatives from (deleted by :meth:`cleanup`)."""
 
     def body_of(self, fn):
         name = self.prepared.get(fn.name)
@@ -37,11 +40,35 @@ class DerivedFunctions:
         key = (dc.mode, dc.fn.name, tuple(s.kind for s in dc.args))
         G = self.cache.get(key)
         if G is None:
-            maker = (ReverseMode if dc.mode == "reverse" else ForwardMode)(dc, self.module, self.body_of(dc.fn),
-                                                                           logic=self)
+            hints = hints_of(self.module)
+            registered = hints.gradient if dc.mode == "reverse" else hints.derivative
+            # a function with a registered derivative: differentiate a call to it, which uses that derivative
+            body = self._wrapper(dc.fn) if dc.fn.name in registered else self.body_of(dc.fn)
+            maker = (ReverseMode if dc.mode == "reverse" else ForwardMode)(dc, self.module, body, logic=self)
             self.cache[key] = maker.G
             G = maker.build()
         return G
+
+    def _wrapper(self, fn):
+        """A function that only calls ``fn`` (removed by :meth:`cleanup`)."""
+        from enzcc.ir.builder import IRBuilder
+        from enzcc.ir.function import Function
+
+        w = Function(self.module.unique_function_name(f"__enzcc_call_{fn.name}"), fn.function_type,
+                     [a.name for a in fn.args])
+        w.linkage = "internal"
+        self.module.add_function(w)
+        b = IRBuilder.at_end(w.append_block("entry"))
+        r = b.call(fn, list(w.args))
+        b.ret_void() if isinstance(fn.return_type, T.VoidType) else b.ret(r)
+        self.scratch.append(w.name)
+        return w
+
+    def cleanup(self) -> None:
+        """Remove the functions made only to build derivatives from."""
+        for name in self.scratch:
+            del self.module.functions[name]
+        self.scratch.clear()
 
     # -- what calls inside differentiated code ask for ---------------------------------------------
 

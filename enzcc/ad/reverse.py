@@ -26,7 +26,8 @@ from enzcc.ad.api import CONST, DUP, DUPNONEED, OUT, DiffCall, is_float
 from enzcc.ad.emit import add_values, emit_partial, splat, times, zero
 from enzcc.ad.errors import ad_error
 from enzcc.ad.memory import memory_types_for
-from enzcc.ad.hints import rule_name
+from enzcc.ad import custom
+from enzcc.ad.hints import hints_of, rule_name
 from enzcc.ad.prepare import (clone_body, finalize, inactive_functions, new_derivative_function, prepare,
                               return_block)
 from enzcc.ad.rules import load_rules
@@ -589,6 +590,12 @@ class ReverseMode:
             for i, inst in enumerate(insts):
                 if not isinstance(inst, Call) or not is_user_call(inst) or inst.callee_name in inactive:
                     continue
+                if inst.callee_name in hints_of(self.module).gradient:  # the user's own derivative
+                    entry = custom.augment_call(self, inst)
+                    insts[i] = entry[0]
+                    self.user_calls[id(entry[0])] = ("custom", entry)
+                    self._keep.append(entry[0])
+                    continue
                 kinds = tuple(DUP if isinstance(a.type, T.PointerType) and act.is_active_ptr(a) else
                               OUT if is_float(a.type) and (act.is_active(a) or self._is_out(a)) else CONST
                               for a in inst.args)
@@ -614,7 +621,7 @@ class ReverseMode:
                         act._mark(act.useful, result)
                 inst.erase()
                 insts[i] = new
-                self.user_calls[id(new)] = (new, nargs, rev, kinds, tape, result, ret_active)
+                self.user_calls[id(new)] = ("split", (new, nargs, rev, kinds, tape, result, ret_active))
                 self._keep.append(new)
 
     def _reverse_user_call(self, entry: tuple, block: BasicBlock, b: IRBuilder) -> None:
@@ -634,7 +641,11 @@ class ReverseMode:
     def _reverse_call(self, inst: Call, block: BasicBlock, b: IRBuilder) -> None:
         user_call = self.user_calls.get(id(inst))
         if user_call is not None:
-            self._reverse_user_call(user_call, block, b)
+            kind, entry = user_call
+            if kind == "custom":
+                custom.reverse_call(self, entry, block, b)
+            else:
+                self._reverse_user_call(entry, block, b)
             return
         name = inst.callee_name or ""
         act = self.activity

@@ -76,24 +76,12 @@ def _refused(enzcc, source: str, message: str, opt: str = "-O2") -> None:
     assert not (enzcc.cwd / "r").exists()
 
 
-REGISTERED = r"""
-__attribute__((noinline)) double f(double x) { return x * x; }
-double f_aug(double x) { return x * x; }
-double f_rev(double x, double d) { return 100.0 * d; }
-void *__enzyme_register_gradient_f[3] = {(void *)f, (void *)f_aug, (void *)f_rev};
-double g(double x) { return f(x) + 1.0; }
-int main(void) { report("rev", __enzyme_autodiff((void *)g, 3.0)); return 0; }
-"""
-
-
 @pytest.mark.parametrize("opt", ["-O0", "-O2"])
 def test_unimplemented_registrations_are_errors(enzcc, opt):
-    _refused(enzcc, REGISTERED, "@__enzyme_register_gradient_f: enzcc does not implement custom reverse-mode "
-             "gradients", opt)
-    _refused(enzcc, REGISTERED.replace("__enzyme_register_gradient_f[3]", "__enzyme_register_derivative_f[2]")
-             .replace(", (void *)f_rev}", "}"), "custom forward-mode derivatives", opt)
     _refused(enzcc, "double G;\nvoid *__enzyme_inactive_global[1] = {(void *)&G};\n" + INACTIVE
              .replace("HINT", ""), "inactive globals (__enzyme_inactive_global)", opt)
+    _refused(enzcc, INACTIVE.replace("HINT", "void *__enzyme_register_splitderivative_h[3] = "
+                                             "{(void *)h, (void *)h, (void *)h};"), "custom split-mode derivatives", opt)
     _refused(enzcc, "void *__enzyme_made_up[1] = {0};\n" + INACTIVE.replace("HINT", ""),
              "@__enzyme_made_up is not an Enzyme global enzcc knows", opt)
 

@@ -1,0 +1,192 @@
+"""Calling derivatives the user registered, with Enzyme's calling conventions.
+
+``__enzyme_register_derivative_f = {f, f_fwd}`` (forward mode): ``f_fwd`` takes every parameter of ``f``
+followed by its tangent: the tangent of a float (0 when it has none), the shadow of a pointer (null when the
+memory has no derivatives), the integer itself again. It returns ``{result, tangent}`` (void for a void
+``f``).
+
+``__enzyme_register_gradient_f = {f, f_aug, f_rev}`` (reverse mode): both take every parameter of ``f``, each
+non-float one followed by its shadow (a pointer's shadow, or the pointer itself when its memory has no
+derivatives; an integer again). ``f_rev`` then takes the adjoint of the result (for a float result) and, when
+it has one more parameter, the tape. What ``f_aug`` returns is read from its type: the type of ``f``'s
+result: the result; ``{T, T}``: the result and its shadow; another two-element struct: ``{tape, result}``;
+three elements: ``{tape, result, shadow}``; any other type: the tape; void: nothing. ``f_rev`` returns the
+derivatives of ``f``'s float parameters in order (one value, a struct of them, or void). The user's
+``f_rev`` frees the tape if it allocated one.
+
+Signatures are those of the LLVM functions (after the C ABI lowered them); a mismatch is a one-line error.
+"""
+
+from __future__ import annotations
+
+from enzcc.ad.activity import has_float
+from enzcc.ad.errors import ad_error
+from enzcc.ir import types as T
+from enzcc.ir.builder import IRBuilder
+from enzcc.ir.values import ConstantFloat, ConstantNull
+
+
+def _is_float(ty) -> bool:
+    return isinstance(ty, T.FloatType)
+
+
+def _check_params(call, what: str, fn, expected: list[T.Type]) -> None:
+    got = list(fn.function_type.params)
+    if any("sret" in a for arg in fn.args for a in arg.attrs):
+        raise ad_error(f"the {what} '{fn.name}' registered for '{call.callee_name}' returns a struct through "
+                       "memory (sret), which enzcc does not support", call)
+    if got != expected:
+        raise ad_error(f"the {what} '{fn.name}' registered for '{call.callee_name}' has parameters "
+                       f"({', '.join(map(str, got))}); Enzyme's convention needs "
+                       f"({', '.join(map(str, expected))})", call)
+
+
+def _supported_param(call, ty) -> None:
+    if not (_is_float(ty) or isinstance(ty, (T.IntType, T.PointerType))):
+        raise ad_error(f"a registered derivative of '{call.callee_name}' with a parameter of type {ty} is not "
+                       "supported (floats, integers and pointers are)", call)
+
+
+# -- forward mode ------------------------------------------------------------------------------------
+
+
+def forward_call(mode, inst) -> None:
+    """Replace the call ``inst`` (in :class:`enzcc.ad.forward.ForwardMode` ``mode``'s function) by a call to
+    the registered forward derivative."""
+    from enzcc.ad.hints import hints_of
+
+    module = mode.module
+    fwd = module.functions[hints_of(module).derivative[inst.callee_name]]
+    expected, args = [], []
+    for a in inst.args:
+        _supported_param(inst, a.type)
+        expected += [a.type, a.type]
+        if _is_float(a.type):
+            tangent = mode._t(a)
+        elif isinstance(a.type, T.PointerType):
+            tangent = mode.shadows.of(a, inst) if mode.activity.is_active_ptr(a) else ConstantNull(T.ptr)
+        else:
+            tangent = a
+        args += [a, tangent]
+    _check_params(inst, "forward derivative", fwd, expected)
+    rty = inst.type
+    want = T.void if isinstance(rty, T.VoidType) else T.StructType((rty, rty))
+    if fwd.return_type != want:
+        raise ad_error(f"the forward derivative '{fwd.name}' registered for '{inst.callee_name}' returns "
+                       f"{fwd.return_type}; Enzyme's convention needs {want} ({{result, tangent}})", inst)
+    b = IRBuilder.before(inst)
+    new = b.call(fwd, args)
+    if not isinstance(rty, T.VoidType):
+        primal = b.extract_value(new, [0])
+        if _is_float(rty):
+            mode._set(primal, b.extract_value(new, [1]))
+        elif isinstance(rty, T.PointerType) and mode.activity.is_active_ptr(inst):
+            raise ad_error(f"'{inst.callee_name}' returns a pointer into memory with derivatives; registered "
+                           "derivatives of such functions are not supported", inst)
+        inst.replace_all_uses_with(primal)
+    inst.erase()
+
+
+# -- reverse mode ------------------------------------------------------------------------------------
+
+
+def augment_call(mode, inst) -> tuple:
+    """In :class:`enzcc.ad.reverse.ReverseMode` ``mode``'s forward code: replace the call ``inst`` by a call to
+    the registered augmented forward function. Returns what :func:`reverse_call` needs."""
+    from enzcc.ad.hints import hints_of
+
+    module = mode.module
+    aug_name, rev_name = hints_of(module).gradient[inst.callee_name]
+    aug, rev = module.functions[aug_name], module.functions[rev_name]
+    prefix_types, prefix = [], []
+    for a in inst.args:
+        _supported_param(inst, a.type)
+        prefix_types.append(a.type)
+        prefix.append(a)
+        if not _is_float(a.type):
+            prefix_types.append(a.type)
+            if isinstance(a.type, T.PointerType) and mode.activity.is_active_ptr(a):
+                prefix.append(mode.shadows.of(a, inst))
+            else:
+                prefix.append(a)  # Enzyme passes the value again for arguments without derivatives
+    _check_params(inst, "augmented forward function", aug, prefix_types)
+    rty = inst.type
+    if isinstance(rty, T.PointerType) and mode.activity.is_active_ptr(inst):
+        raise ad_error(f"'{inst.callee_name}' returns a pointer into memory with derivatives; registered "
+                       "gradients of such functions are not supported", inst)
+    b = IRBuilder.before(inst)
+    new = b.call(aug, prefix)
+    tape, result = _read_augmented(inst, aug, new, b)
+    if result is not None:
+        if result.type != rty:
+            raise ad_error(f"the augmented forward function '{aug.name}' registered for '{inst.callee_name}' "
+                           f"returns the result as {result.type}, not {rty}", inst)
+        if _is_float(rty) and mode.activity.is_active(inst):
+            act = mode.activity
+            act._mark(act.varied, result)
+            act._mark(act.useful, result)
+        inst.replace_all_uses_with(result)
+    elif inst.has_uses():
+        raise ad_error(f"the augmented forward function '{aug.name}' registered for '{inst.callee_name}' does "
+                       "not return the result, which is used here", inst)
+    # the reverse function: the same prefix, the result's adjoint, the tape if it takes one
+    expected = list(prefix_types) + ([rty] if _is_float(rty) else [])
+    params = list(rev.function_type.params)
+    has_tape = len(params) == len(expected) + 1
+    if has_tape and tape is None:
+        raise ad_error(f"the reverse function '{rev.name}' registered for '{inst.callee_name}' takes a tape, but "
+                       f"'{aug.name}' returns none", inst)
+    _check_params(inst, "reverse function", rev, expected + ([params[-1]] if has_tape else []))
+    if has_tape and params[-1] != tape.type:
+        raise ad_error(f"the reverse function '{rev.name}' takes a tape of type {params[-1]}, but '{aug.name}' "
+                       f"returns one of type {tape.type}", inst)
+    floats = [a.type for a in inst.args if _is_float(a.type)]
+    ok = [T.void] if not floats else [T.StructType(tuple(floats))] + ([floats[0]] if len(floats) == 1 else [])
+    if rev.return_type not in ok:
+        raise ad_error(f"the reverse function '{rev.name}' registered for '{inst.callee_name}' returns "
+                       f"{rev.return_type}; it must return the derivatives of the float parameters "
+                       f"({' or '.join(map(str, ok))})", inst)
+    entry = (new, prefix, rev, (tape if has_tape else None), result, list(inst.args), rty)
+    inst.erase()
+    return entry
+
+
+def _read_augmented(inst, aug, value, b):
+    """(tape, result) from what the augmented forward function returns (see the module docstring)."""
+    rty, aty = inst.type, aug.return_type
+    has_result = not isinstance(rty, T.VoidType)
+    if isinstance(aty, T.VoidType):
+        return None, None
+    if has_result and aty == rty:
+        return None, value
+    if isinstance(aty, T.StructType) and len(aty.elements) == 3:
+        return b.extract_value(value, [0]), b.extract_value(value, [1]) if has_result else None
+    if isinstance(aty, T.StructType) and len(aty.elements) == 2:
+        if aty.elements[0] == aty.elements[1]:
+            return None, b.extract_value(value, [0]) if has_result else None
+        return b.extract_value(value, [0]), b.extract_value(value, [1]) if has_result else None
+    return value, None
+
+
+def reverse_call(mode, entry, block, b: IRBuilder) -> None:
+    """The registered reverse function, called at the reverse position of the augmented call."""
+    new, prefix, rev, tape, result, primal_args, rty = entry
+    args = [mode._primal(v, block, b) for v in prefix]
+    if _is_float(rty):
+        if result is not None and mode.activity.is_active(result):
+            args.append(mode._take_adjoint(b, result))
+        else:
+            args.append(ConstantFloat(rty, 0.0))
+    if tape is not None:
+        args.append(mode._primal(tape, block, b))
+    r = b.call(rev, args)
+    floats = [a for a in primal_args if _is_float(a.type)]
+    if not floats:
+        return
+    for j, a in enumerate(floats):
+        d = r if not isinstance(r.type, T.StructType) else b.extract_value(r, [j])
+        if has_float(a.type) and (mode.activity.is_active(a) or mode._is_out(a)):
+            mode._add_adjoint(b, a, d)
+
+
+__all__ = ["augment_call", "forward_call", "reverse_call"]
