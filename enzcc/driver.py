@@ -192,9 +192,12 @@ class Driver:
     def _differentiate_translation_unit(self, rec: E.BitcodeRecord, out_obj: str) -> None:
         """When everything a translation unit differentiates is defined in it, its native object gets the
         derivatives right away, so the object also works with a plain linker. Otherwise AD waits for the link
-        (which always redoes it on the whole program)."""
+        (which always redoes it on the whole program); so does split mode, whose augmented primal and reverse
+        calls may sit in different objects and must agree on the tape's layout."""
         from enzcc.ad.errors import MissingBodyError
 
+        if b"__enzyme_augmentfwd" in rec.bitcode or b"__enzyme_reverse" in rec.bitcode:
+            return  # split mode: the tape's layout must come from one derivative, made at the link
         try:
             data = build([rec], self.pipeline_options([rec]), "object", rec.source)
         except MissingBodyError:

@@ -13,7 +13,7 @@ from enzcc.ir.builder import IRBuilder
 from enzcc.ir.instructions import Call, Load
 from enzcc.ir.module import Module
 from enzcc.ir.parser import parse_module
-from enzcc.ir.values import GlobalRef
+from enzcc.ir.values import ConstantInt, GlobalRef
 
 ENZYME_PREFIX = "__enzyme_"
 
@@ -106,9 +106,91 @@ def differentiate_module(module: Module, prepared: dict[str, str] | None = None)
         if mode is None:
             raise ad_error(f"{name} is not supported (known: __enzyme_autodiff, __enzyme_fwddiff)", call)
         dc = parse_call(call, module)
-        _replace_call(dc, logic.for_call(dc))
+        if mode in ("augment", "reverse-split", "size"):
+            _replace_split_call(dc, logic)
+        else:
+            _replace_call(dc, logic.for_call(dc))
     logic.cleanup()
     return len(calls)
+
+
+def _replace_split_call(dc, logic) -> None:
+    """``__enzyme_augmentfwd`` / ``__enzyme_reverse`` / ``__enzyme_augmentsize``: the callee's augmented
+    primal and reverse functions (:mod:`enzcc.ad.split`); the tape is the frame the augmented primal
+    returns, or the caller's buffer (``enzyme_allocated, N, enzyme_tape, buffer``)."""
+    from enzcc.ad.api import DUP, DUPNONEED, OUT
+    from enzcc.ad.split import buffer_variant
+
+    call = dc.call
+    kinds = tuple("dup" if s.kind in (DUP, DUPNONEED) else "out" if s.kind == OUT else "const" for s in dc.args)
+    active = dc.active_return
+    key = ("split", dc.fn.name, kinds, active)
+    aug, rev = logic.split_of_call(call, dc.fn, kinds, active, dc=dc)
+    size = logic.split_makers[key].frame_size
+    b = IRBuilder.before(call)
+    if dc.mode == "size":
+        if not isinstance(call.type, T.IntType):
+            raise ad_error(f"{call.callee_name} must be declared to return an integer (the tape's size)", call)
+        call.replace_all_uses_with(ConstantInt(call.type, size))
+        _erase_call(call)
+        return
+    if dc.allocated is not None:
+        aug, rev, size = buffer_variant(logic, key)
+        if size > dc.allocated:
+            raise ad_error(f"the tape of '{dc.fn.name}' needs {size} bytes, enzyme_allocated gives "
+                           f"{dc.allocated}", call)
+    args = [_convert(b, s.primal, s.param.type) for s in dc.args] + \
+        [s.shadow for s in dc.args if s.kind in (DUP, DUPNONEED)]
+    has_result = not isinstance(dc.fn.return_type, T.VoidType)
+    if dc.mode == "augment":
+        r = b.call(aug, args + ([dc.tape] if dc.allocated is not None else []))
+        parts = ([] if dc.allocated is not None else [b.extract_value(r, [0])]) + \
+            ([b.extract_value(r, [1])] if has_result and not dc.noret else [])
+        if not parts:
+            value = None
+        elif len(parts) == 1:
+            value = parts[0]
+        else:
+            value = b.insert_value(b.insert_value(IRBuilder.poison(r.type), parts[0], [0]), parts[1], [1])
+        _deliver(dc, b, value, "its augmented primal returns")
+    else:
+        extra = [_convert(b, dc.d_ret, dc.fn.return_type)] if active else []
+        r = b.call(rev, args + extra + [dc.tape])
+        _deliver(dc, b, None if isinstance(r.type, T.VoidType) else r, f"differentiating '{dc.fn.name}' gives")
+
+
+def _deliver(dc, b: IRBuilder, value, what: str) -> None:
+    """Hand ``value`` to the users of the ``__enzyme_*`` call (converted to its declared type) and erase it."""
+    call = dc.call
+    want = call.type
+    if value is None or isinstance(want, T.VoidType):
+        if value is None and not isinstance(want, T.VoidType) and call.has_uses():
+            raise ad_error(f"{call.callee_name} is declared to return {want}, but {what} nothing", call)
+        out = None
+    elif value.type == want:
+        out = value
+    elif isinstance(want, (T.StructType, T.NamedStructType)) and isinstance(value.type, T.StructType) and \
+            len(want.elements) == len(value.type.elements):
+        out = IRBuilder.poison(want)
+        for i, ety in enumerate(want.elements):
+            out = b.insert_value(out, _convert(b, b.extract_value(value, [i]), ety), [i])
+    elif _same_size(call, want, value.type):
+        slot = b.alloca(want, in_entry=True)
+        b.store(value, slot)
+        out = b.load(want, slot)
+    else:
+        raise ad_error(f"{call.callee_name} is declared to return {want}, but {what} {value.type}", call)
+    if out is not None:
+        call.replace_all_uses_with(out)
+    _erase_call(call)
+
+
+def _erase_call(call) -> None:
+    markers = [a for a in call.args if isinstance(a, Load) and isinstance(a.pointer, GlobalRef)]
+    call.erase()
+    for m in markers:  # loads of enzyme_dup & co. are dead now; they must not leave undefined symbols
+        if not m.has_uses():
+            m.erase()
 
 
 def _replace_call(dc, G) -> None:

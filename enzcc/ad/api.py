@@ -19,7 +19,13 @@ from enzcc.ir.values import Argument, ConstantExpr, ConstantInt, GlobalRef, Valu
 
 AUTODIFF = "__enzyme_autodiff"
 FWDDIFF = "__enzyme_fwddiff"
+AUGMENTFWD = "__enzyme_augmentfwd"
+REVERSE = "__enzyme_reverse"
+AUGMENTSIZE = "__enzyme_augmentsize"
 MARKERS = ("enzyme_dupnoneed", "enzyme_dup", "enzyme_const", "enzyme_out")
+#: markers about the whole call (split mode): name -> whether a value follows
+CALL_MARKERS = {"enzyme_tape": True, "enzyme_allocated": True, "enzyme_noret": False,
+                "enzyme_const_return": False, "enzyme_active_return": False}
 
 #: argument kinds
 CONST, DUP, DUPNONEED, OUT = "const", "dup", "dupnoneed", "out"
@@ -33,6 +39,12 @@ def mode_of(callee: str | None) -> str | None:
         return "forward"
     if callee.startswith(AUTODIFF):
         return "reverse"
+    if callee.startswith(AUGMENTFWD):
+        return "augment"
+    if callee.startswith(REVERSE):
+        return "reverse-split"
+    if callee.startswith(AUGMENTSIZE):
+        return "size"
     return None
 
 
@@ -86,6 +98,21 @@ class DiffCall:
     args: list[ArgSpec] = field(default_factory=list)
     sret: Value | None = None
     """Where the caller wants the result written (C struct returns through a hidden pointer)."""
+    tape: Value | None = None
+    """Split mode: the tape ``__enzyme_reverse`` is given, or the buffer of ``enzyme_tape``."""
+    allocated: int | None = None
+    """Split mode: the bytes of the caller's tape buffer (``enzyme_allocated, N``)."""
+    d_ret: Value | None = None
+    """``__enzyme_reverse``: the adjoint of the result."""
+    noret: bool = False
+    """``enzyme_noret``: ``__enzyme_augmentfwd`` does not return the result."""
+    return_kind: str | None = None
+    """``const`` / ``active`` from ``enzyme_const_return`` / ``enzyme_active_return``, else None (the
+    default: a float result is active)."""
+
+    @property
+    def active_return(self) -> bool:
+        return is_float(self.fn.return_type) and self.return_kind != "const"
 
     @property
     def out_args(self) -> list[ArgSpec]:
@@ -114,6 +141,9 @@ def parse_call(call: Call, module) -> DiffCall:
     if fn.is_varargs:
         raise ad_error(f"cannot differentiate variadic function '{fn.name}'", call)
     rest = args[1:]
+    extra = _call_markers(rest, mode, call, callee)
+    if mode == "size":
+        return _parse_size(call, fn, rest, extra)
     specs: list[ArgSpec] = []
     pos = 0
 
@@ -143,7 +173,7 @@ def parse_call(call: Call, module) -> DiffCall:
             if isinstance(param.type, T.PointerType):
                 kind = DUP
             elif is_float(param.type):
-                kind = OUT if mode == "reverse" else DUP
+                kind = DUP if mode == "forward" else OUT
             else:
                 kind = CONST
         value = _coerce(value, param, call, fn, callee)
@@ -166,10 +196,78 @@ def parse_call(call: Call, module) -> DiffCall:
                                call)
             shadow = _coerce(shadow, param, call, fn, callee, what="shadow of ")
         specs.append(ArgSpec(param, kind, value, shadow))
+    dc = DiffCall(call, mode, fn, specs, sret, **extra)
+    if mode == "reverse-split":
+        if dc.active_return:
+            if pos >= len(rest):
+                raise ad_error(f"{callee} for '{fn.name}' needs the adjoint of the result after the arguments",
+                               call)
+            dc.d_ret = rest[pos]
+            pos += 1
+        if dc.tape is None:
+            if pos >= len(rest) or not isinstance(rest[pos].type, T.PointerType):
+                raise ad_error(f"{callee} for '{fn.name}' needs the tape from __enzyme_augmentfwd as its last "
+                               "argument (or enzyme_tape, buffer)", call)
+            dc.tape = rest[pos]
+            pos += 1
     if pos != len(rest):
         raise ad_error(f"too many arguments to {callee} for '{fn.name}': it has {len(fn.args)} parameter(s), "
                        f"{len(rest) - pos} argument(s) left over", call)
-    return DiffCall(call, mode, fn, specs, sret)
+    if "tape" in extra and dc.allocated is None:
+        raise ad_error(f"enzyme_tape needs enzyme_allocated, N (the bytes of the buffer) in {callee}", call)
+    if dc.allocated is not None and "tape" not in extra:
+        raise ad_error(f"enzyme_allocated needs enzyme_tape, buffer in {callee}", call)
+    return dc
+
+
+def _call_markers(rest: list, mode: str, call, callee: str) -> dict:
+    """Remove the whole-call markers (and the values after them) from ``rest``; their meaning as
+    :class:`DiffCall` fields."""
+    out: dict = {}
+    i = 0
+    while i < len(rest):
+        v = rest[i]
+        name = v.pointer.symbol if isinstance(v, Load) and isinstance(v.pointer, GlobalRef) else None
+        if name not in CALL_MARKERS:
+            i += 1
+            continue
+        if mode not in ("augment", "reverse-split", "size"):
+            raise ad_error(f"{name} is only for split mode (__enzyme_augmentfwd, __enzyme_reverse), not {callee}",
+                           call)
+        value = None
+        if CALL_MARKERS[name]:
+            if i + 1 >= len(rest):
+                raise ad_error(f"{name} must be followed by a value in {callee}", call)
+            value = rest[i + 1]
+        del rest[i:i + 1 + CALL_MARKERS[name]]
+        if name == "enzyme_tape":
+            if not isinstance(value.type, T.PointerType):
+                raise ad_error(f"enzyme_tape must be followed by a pointer to the tape buffer in {callee}", call)
+            out["tape"] = value
+        elif name == "enzyme_allocated":
+            if not isinstance(value, ConstantInt):
+                raise ad_error(f"enzyme_allocated must be followed by a constant number of bytes in {callee}", call)
+            out["allocated"] = value.value
+        elif name == "enzyme_noret":
+            out["noret"] = True
+        else:
+            out["return_kind"] = "const" if name == "enzyme_const_return" else "active"
+    return out
+
+
+def _parse_size(call, fn, rest: list, extra: dict) -> DiffCall:
+    """``__enzyme_augmentsize(f, marker, marker, ...)``: one activity marker per parameter, no values."""
+    specs = []
+    if len(rest) != len(fn.args):
+        raise ad_error(f"__enzyme_augmentsize for '{fn.name}' needs one marker per parameter ({len(fn.args)}), "
+                       f"got {len(rest)} argument(s)", call)
+    for param, v in zip(fn.args, rest):
+        kind = marker_of(v)
+        if kind is None:
+            raise ad_error(f"__enzyme_augmentsize takes only markers (enzyme_dup, enzyme_const, enzyme_out), "
+                           f"not a value for parameter {param.index + 1} of '{fn.name}'", call)
+        specs.append(ArgSpec(param, kind, param))
+    return DiffCall(call, "size", fn, specs, None, **extra)
 
 
 def resolve_function(v: Value, depth: int = 0) -> Value:

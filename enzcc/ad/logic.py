@@ -25,6 +25,8 @@ class DerivedFunctions:
         """Key -> the derived function (or pair of functions)."""
         self.scratch: list[str] = []
         """Functions made only to build derivatives from (deleted by :meth:`cleanup`)."""
+        self.split_makers: dict[tuple, object] = {}
+        """Key of a split pair -> the combined function it was cut from (for more variants)."""
 
     def body_of(self, fn):
         name = self.prepared.get(fn.name)
@@ -87,7 +89,7 @@ class DerivedFunctions:
             G = maker.build()
         return G
 
-    def split_of_call(self, call, callee, kinds: tuple[str, ...], active_return: bool):
+    def split_of_call(self, call, callee, kinds: tuple[str, ...], active_return: bool, dc=None):
         """``callee``'s (augmented primal, reverse) pair for a call with argument activity ``kinds``
         (:mod:`enzcc.ad.split`)."""
         from enzcc.ad.split import make_split
@@ -95,7 +97,7 @@ class DerivedFunctions:
         key = ("split", callee.name, kinds, active_return)
         pair = self.cache.get(key)
         if pair is None:
-            pair = make_split(self, call, callee, kinds, active_return, key)
+            pair = make_split(self, dc or _call_site(call, callee, kinds, "reverse"), kinds, active_return, key)
         return pair
 
 

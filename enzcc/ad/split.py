@@ -24,25 +24,48 @@ from enzcc.ir.instructions import Alloca, Ret
 from enzcc.ir.values import ConstantInt
 
 
-def make_split(logic, call, callee, kinds: tuple[str, ...], active_return: bool, key):
-    from enzcc.ad.logic import _call_site
+def make_split(logic, dc, kinds: tuple[str, ...], active_return: bool, key):
+    """The (augmented primal, reverse) pair of ``dc.fn`` for argument activity ``kinds`` (``dc`` describes
+    the call that asks for it). The combined function it is cut from stays until the module is done, for
+    :func:`buffer_variant`."""
     from enzcc.ad.reverse import ReverseMode
 
     module = logic.module
-    dc = _call_site(call, callee, kinds, "reverse")
+    callee = dc.fn
     maker = ReverseMode(dc, module, logic.body_of(callee), logic=logic, split=True, active_return=active_return)
     G = maker.G
+    aug, rev = _declare_pair(module, callee, G, kinds, buffer=False)
+    logic.cache[key] = (aug, rev)  # before the body is built: a recursive call finds the pair
+    logic.split_makers[key] = maker
+    maker.build()
+    _cut(maker, aug, rev, buffer=False)
+    logic.scratch.append(G.name)
+    return aug, rev
+
+
+def buffer_variant(logic, key):
+    """The pair of ``key`` (made by :func:`make_split`) taking the tape's memory from the caller
+    (``enzyme_allocated, N, enzyme_tape, buffer``): the augmented primal takes the buffer as its last
+    parameter, the reverse function does not free it. Returns (augmented, reverse, bytes needed)."""
+    vkey = key + ("buffer",)
+    got = logic.cache.get(vkey)
+    if got is None:
+        maker = logic.split_makers[key]
+        aug, rev = _declare_pair(logic.module, maker.dc.fn, maker.G, key[2], buffer=True)
+        _cut(maker, aug, rev, buffer=True)
+        got = logic.cache[vkey] = (aug, rev, maker.frame_size)
+    return got
+
+
+def _declare_pair(module, callee, G, kinds, buffer: bool):
     ndup = sum(1 for k in kinds if k in ("dup", "dupnoneed"))
-    aug_params = tuple([a.type for a in callee.args] + [T.ptr] * ndup)
+    aug_params = tuple([a.type for a in callee.args] + [T.ptr] * ndup) + ((T.ptr,) if buffer else ())
     aug_ret = T.StructType((T.ptr,) + (() if isinstance(callee.return_type, T.VoidType) else
                                       (callee.return_type,)))
-    aug = _declare(module, callee, f"augmented_{callee.name}", T.FunctionType(aug_ret, aug_params))
-    rev = _declare(module, callee, f"reverse_{callee.name}",
+    suffix = "_inbuffer" if buffer else ""
+    aug = _declare(module, callee, f"augmented_{callee.name}{suffix}", T.FunctionType(aug_ret, aug_params))
+    rev = _declare(module, callee, f"reverse_{callee.name}{suffix}",
                    T.FunctionType(G.return_type, tuple(a.type for a in G.args) + (T.ptr,)))
-    logic.cache[key] = (aug, rev)  # before the body is built: a recursive call finds the pair
-    maker.build()
-    _cut(maker, aug, rev)
-    del module.functions[G.name]
     return aug, rev
 
 
@@ -55,7 +78,7 @@ def _declare(module, primal, name: str, ftype: T.FunctionType) -> Function:
     return fn
 
 
-def _cut(maker, aug: Function, rev: Function) -> None:
+def _cut(maker, aug: Function, rev: Function, buffer: bool) -> None:
     G = maker.G
     ret_block = maker.ret_block
     rev_start = maker.rev[id(ret_block)]
@@ -85,15 +108,19 @@ def _cut(maker, aug: Function, rev: Function) -> None:
     fields = [_alloca_type(a) for a in allocas] + [v.type for v in crossing]
     frame_ty = T.StructType(tuple(fields))
     size = G.module.data_layout.alloc_size(frame_ty) if fields else 1
+    maker.frame_size = size
     na = len(allocas)
 
     # augmented primal: the forward code; the frame on the heap instead of stack slots
     vmap = dict(zip(G.args, aug.args))
     new_fwd = clone_blocks(fwd, aug, vmap)
     entry = new_fwd[0]
-    b = IRBuilder.before(entry.instructions[0])
-    malloc = G.module.get_or_insert_function("malloc", T.FunctionType(T.ptr, (T.i64,)))
-    frame = b.call(malloc, [ConstantInt(T.i64, max(size, 1))])
+    if buffer:
+        frame = aug.args[-1]
+    else:
+        b = IRBuilder.before(entry.instructions[0])
+        malloc = G.module.get_or_insert_function("malloc", T.FunctionType(T.ptr, (T.i64,)))
+        frame = b.call(malloc, [ConstantInt(T.i64, max(size, 1))])
     for k, a in enumerate(allocas):
         ca = vmap[a]
         ca.replace_all_uses_with(IRBuilder.before(ca).struct_gep(frame_ty, frame, k))
@@ -123,7 +150,7 @@ def _cut(maker, aug: Function, rev: Function) -> None:
     b.br(vmap[rev_start])
     free = G.module.get_or_insert_function("free", T.FunctionType(T.void, (T.ptr,)))
     for nb in new_back:
-        if isinstance(nb.terminator, Ret):
+        if isinstance(nb.terminator, Ret) and not buffer:
             IRBuilder.before(nb.terminator).call(free, [tape])
 
 
@@ -134,4 +161,4 @@ def _alloca_type(a: Alloca) -> T.Type:
     return T.ArrayType(n.value, a.allocated_type)
 
 
-__all__ = ["make_split"]
+__all__ = ["buffer_variant", "make_split"]
