@@ -14,7 +14,7 @@ from enzcc.ad.api import DUP, DUPNONEED, OUT
 from enzcc.ir import types as T
 from enzcc.ir.instructions import (Alloca, Call, Cast, ExtractElement, ExtractValue, GetElementPtr, InsertElement,
                                    InsertValue, Instruction, Load, Phi, Select, ShuffleVector, Store)
-from enzcc.ir.values import Value
+from enzcc.ir.values import Argument, ConstantNull, ConstantPoison, ConstantUndef, GlobalRef, Value
 
 #: allocation functions whose result is fresh memory (shadowed when it holds floats)
 ALLOCATORS = {"malloc", "calloc", "realloc", "_Znwm", "_Znam", "aligned_alloc"}
@@ -151,6 +151,7 @@ class Activity:
                         changed |= self._mark(self.varied, inst)
                 elif any(id(op) in self.varied for op in inst.operands):
                     changed |= self._mark(self.varied, inst)
+        self._check_lost_stores(insts, arg_kinds)
         # 3. useful floats: backward from the return value and from stores into shadowed memory
         work: list[Value] = []
         for inst in insts:
@@ -203,6 +204,73 @@ class Activity:
                                   "select", "bitcast", "freeze", "extractelement", "extractvalue"):
                     stack += [op for op in v.operands if isinstance(op, Instruction)]
 
+    def _check_lost_stores(self, insts: list[Instruction], arg_kinds: list[str]) -> None:
+        """A value with derivatives stored into memory without derivatives loses them. That is what the user
+        asked for when the memory is reached from an ``enzyme_const`` argument; anywhere else (memory from a
+        call enzcc knows nothing about, a global) it would be a silently wrong derivative: refused."""
+        from enzcc.ad.errors import ad_error
+
+        const_args = {id(a) for a, k in zip(self.fn.args, arg_kinds) if k not in (DUP, DUPNONEED)}
+        read_back: dict[int, object] | None = None
+        for inst in insts:
+            if not (isinstance(inst, Store) and id(inst.value) in self.varied and has_float(inst.value.type)
+                    and id(inst.pointer) not in self.active_ptrs):
+                continue
+            root = self._unknown_root(inst.pointer, const_args)
+            if root is not None and read_back is None:
+                # memory read again in the function (a float load, a copy from it): there the loss shows
+                read_back = {}
+                for i in insts:
+                    src = i.pointer if isinstance(i, Load) and has_float(i.type) else \
+                        i.args[1] if isinstance(i, Call) and (i.callee_name or "").startswith(
+                            ("llvm.memcpy", "llvm.memmove")) else None
+                    if src is not None and id(src) not in self.active_ptrs:
+                        r = self._unknown_root(src, const_args)
+                        if r is not None:
+                            read_back[id(r)] = r
+            if root is not None and id(root) in read_back:
+                from enzcc.ad.shadow import describe_pointer
+
+                if isinstance(root, GlobalRef):
+                    what = f"global @{root.symbol}, which has no shadow in enzcc"
+                else:
+                    what = f"memory from {describe_pointer(root)}, which enzcc cannot give a shadow"
+                raise ad_error(f"a value with derivatives is stored into {what}; its derivative would be lost "
+                               "(mark the memory enzyme_const if that is intended)", inst)
+
+    def _unknown_root(self, p: Value, const_args: set[int], depth: int = 0):
+        """The first place ``p`` comes from that is neither an ``enzyme_const`` argument nor memory reached
+        from one, or None."""
+        seen: set[int] = set()
+        stack = [p]
+        while stack:
+            v = stack.pop()
+            if id(v) in seen:
+                continue
+            seen.add(id(v))
+            if isinstance(v, Argument):
+                if id(v) not in const_args:
+                    return v
+            elif isinstance(v, (GetElementPtr, Cast)) and v.opcode in ("getelementptr", "bitcast",
+                                                                       "addrspacecast"):
+                stack.append(v.operands[0])
+            elif isinstance(v, (Phi, Select)) or (isinstance(v, Instruction) and v.opcode == "freeze"):
+                stack += [op for op in self._ptr_sources(v) if isinstance(op.type, T.PointerType)]
+            elif isinstance(v, Load):
+                stack.append(v.pointer)  # a pointer kept in memory: where that memory comes from
+            elif isinstance(v, Alloca):  # a local that holds pointers: what is put there
+                for u in v.uses:
+                    user = u.user
+                    if isinstance(user, Store) and u.index == 1:
+                        stack.append(user.value)
+                    elif isinstance(user, Call) and not (user.callee_name or "").startswith("llvm.lifetime"):
+                        return user
+            elif isinstance(v, (ConstantNull, ConstantPoison, ConstantUndef)):
+                continue
+            else:
+                return v
+        return None
+
     def _ptr_sources(self, inst: Instruction) -> list[Value]:
         if isinstance(inst, Select):
             return [inst.true_value, inst.false_value]
@@ -250,7 +318,9 @@ class Activity:
                         holds = True
                     elif isinstance(u, Call) and u.callee_name and (u.callee_name.startswith(("llvm.memcpy",
                                                                                                "llvm.memmove"))
-                                                                     or is_user_call(u)):
+                                                                     or is_user_call(u)
+                                                                     or (u.callee_name == "posix_memalign"
+                                                                         and use.index == 1)):
                         holds = True
                     elif (u.opcode in _PTR_FORWARD or (isinstance(u, Call) and u.callee_name == "realloc"
                                                        and use.index == 1)) and id(u) not in seen:

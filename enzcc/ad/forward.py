@@ -208,7 +208,7 @@ class ForwardMode:
                 else:
                     b.memset(self.shadows.of(dest, inst), 0, inst.args[2])
             return
-        if name in ALLOCATORS:
+        if name in ALLOCATORS or name == "posix_memalign":
             return  # the shadow allocation was made with the shadows
         if name in ("free", "_ZdlPv", "_ZdlPvm", "_ZdaPv"):
             # the primal is released: so is its shadow, if it was allocated here (shadows come from malloc)

@@ -659,7 +659,7 @@ class ReverseMode:
         if name.startswith(("llvm.memcpy", "llvm.memmove")):
             self._reverse_memcpy(inst, block, b)
             return
-        if name in ALLOCATORS:
+        if name in ALLOCATORS or name == "posix_memalign":
             for call, shadow in self.shadows.allocations:
                 if call is inst:
                     if name == "realloc":

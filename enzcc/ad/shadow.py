@@ -54,6 +54,9 @@ class Shadows:
                     if isinstance(inst, Store) and self.activity.is_active_ptr(inst.pointer) and \
                             isinstance(inst.value.type, T.PointerType):
                         self._store_pointer(inst)
+                    elif isinstance(inst, Call) and inst.callee_name == "posix_memalign" and \
+                            self.activity.is_active_ptr(inst.args[0]):
+                        self._shadow_posix_memalign(inst)
                     continue
                 if isinstance(inst, Phi):
                     sp = Phi(inst.type)
@@ -149,6 +152,17 @@ class Shadows:
         self.allocations.append((call, s))
         return s
 
+    def _shadow_posix_memalign(self, call: Call) -> None:
+        """``posix_memalign(&p, align, n)``: a zero-filled shadow allocation with the same alignment, whose
+        address goes into the shadow of ``p``."""
+        module = self.fn.module
+        b = IRBuilder.after(call)
+        fn = module.get_or_insert_function("posix_memalign", call.function_type)
+        b.call(fn, [self.of(call.args[0], call), call.args[1], call.args[2]])
+        s = b.load(T.ptr, self.of(call.args[0], call))
+        b.memset(s, 0, to_i64(b, call.args[2]))
+        self.allocations.append((call, s))
+
     def _shadow_realloc(self, call: Call, b: IRBuilder) -> Value:
         """``q = realloc(p, n)``: a fresh zero-filled shadow of ``n`` bytes that receives the old shadow's
         bytes (as many as both hold). The old shadow stays alive in reverse mode, whose sweep moves the
@@ -175,7 +189,8 @@ def describe_pointer(v: Value) -> str:
     an unnumbered ``%<badref>``)."""
     name = getattr(v, "name", None)
     if isinstance(v, Instruction):
-        what = f"call to '{v.callee_name}'" if isinstance(v, Call) and v.callee_name else f"'{v.opcode}'"
+        what = (f"call to '{v.callee_name}'" if v.callee_name else "a call through a function pointer") \
+            if isinstance(v, Call) else f"'{v.opcode}'"
         return f"pointer %{name} (from {what})" if name and not name.isdigit() else f"the pointer from {what}"
     if name:
         return f"pointer {'@' if hasattr(v, 'symbol') else '%'}{name}"

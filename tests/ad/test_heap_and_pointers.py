@@ -134,3 +134,55 @@ int main(void) {
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert r.stderr.strip().count("\n") == 0
     assert "cannot tell whether the memory this memcpy copies holds floating-point values" in r.stderr
+
+
+POSIX_MEMALIGN = r"""
+double pm(double x) {
+  double *p;
+  if (posix_memalign((void **)&p, 64, 4 * sizeof(double))) return 0;
+  for (int i = 0; i < 4; i++) p[i] = x * (i + 1);
+  double s = 0;
+  for (int i = 0; i < 4; i++) s += p[i] * p[i];
+  free(p);
+  return s;  /* 30 x^2 */
+}
+int main(void) {
+  report("rev", __enzyme_autodiff((void *)pm, 0.7));
+  report("fwd", __enzyme_fwddiff((void *)pm, 0.7, 1.0));
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O1", "-O2", "-O3"])
+def test_posix_memalign_gets_a_shadow(enzcc, opt):
+    v = build_and_run(enzcc, POSIX_MEMALIGN, opt)
+    assert v["rev"] == pytest.approx(42.0, rel=1e-12) and v["fwd"] == pytest.approx(42.0, rel=1e-12)
+
+
+LOST = {
+    # memory from a function pointer that can change at run time: no shadow can be made for it
+    "allocator behind a mutable function pointer": (r"""
+void *(*alloc_fn)(size_t) = malloc;
+double f(double x) { double *p = alloc_fn(2 * sizeof(double)); p[0] = x; p[1] = x * x;
+  double r = p[0] * p[1]; free(p); return r; }
+""", "stored into memory from the pointer from a call through a function pointer"),
+    "a global written and read back": (r"""
+double G;
+double f(double x) { G = x * x; return G * x; }
+""", "stored into global @G, which has no shadow in enzcc"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LOST))
+def test_derivatives_stored_where_they_would_be_lost_are_refused(enzcc, case):
+    """Before, these gave a zero or partial derivative without a word."""
+    from adharness import PRELUDE
+
+    src, message = LOST[case]
+    enzcc.write("l.c", PRELUDE + src + 'int main(void) { report("d", __enzyme_autodiff((void *)f, 0.7)); '
+                "return 0; }\n")
+    r = enzcc("-O0", "l.c", "-o", "l", check=False)
+    assert r.returncode == 1 and r.stderr.strip().count("\n") == 0, r.stderr
+    assert message in r.stderr
+    assert not (enzcc.cwd / "l").exists()
