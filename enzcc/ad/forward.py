@@ -15,7 +15,7 @@ from enzcc.ad.memory import memory_types_for
 from enzcc.ad import custom
 from enzcc.ad.hints import hints_of, rule_name
 from enzcc.ad.prepare import finalize, inactive_functions, new_derivative_function, prepare
-from enzcc.ad.reverse import _IGNORED_INTRINSICS, INACTIVE_CALLS
+from enzcc.ad.adjoint import _IGNORED_INTRINSICS, INACTIVE_CALLS
 from enzcc.ad.rules import load_rules
 from enzcc.ad.shadow import Shadows
 from enzcc.ir import types as T

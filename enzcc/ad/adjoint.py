@@ -1,0 +1,368 @@
+"""The reverse of each instruction (the role of Enzyme's AdjointGenerator): adjoint slots, and the
+derivative of every instruction, store, memory intrinsic and call in one place. :class:`AdjointGenerator` is
+mixed into :class:`enzcc.ad.reverse.ReverseMode`, which decides the order and the control flow.
+"""
+
+from __future__ import annotations
+
+
+from enzcc.ad.activity import ALLOCATORS, has_float, is_user_call
+from enzcc.ad.api import CONST, DUP, OUT, is_float
+from enzcc.ad.emit import add_values, emit_partial, splat, times, zero
+from enzcc.ad.errors import ad_error
+from enzcc.ad import custom
+from enzcc.ad.hints import hints_of, rule_name
+from enzcc.ad.prepare import inactive_functions
+from enzcc.ad.shadow import to_i64, usable_size
+from enzcc.ir import types as T
+from enzcc.ir.block import BasicBlock
+from enzcc.ir.builder import IRBuilder
+from enzcc.ir.instructions import (Alloca, BinaryOp, Call, Cast, ExtractElement, ExtractValue, FCmp, Freeze,
+                                   GetElementPtr, ICmp, InsertElement, InsertValue, Instruction, Load, Select,
+                                   ShuffleVector, Store, UnaryOp)
+from enzcc.ir.values import Argument, Constant, ConstantInt, Value
+
+
+
+
+#: calls that never carry derivatives and are kept in the forward sweep as they are
+INACTIVE_CALLS = {"printf", "fprintf", "puts", "putchar", "fputs", "fflush", "abort", "exit", "free", "fwrite",
+                  "time", "clock", "rand", "srand", "assert", "__assert_fail", "omp_get_thread_num", "sprintf",
+                  "snprintf", "__cxa_guard_acquire", "__cxa_guard_release", "_ZdlPv", "_ZdaPv", "_ZdlPvm"}
+#: intrinsics with nothing to do in the reverse sweep
+_IGNORED_INTRINSICS = ("llvm.lifetime.", "llvm.assume", "llvm.experimental.noalias.scope.decl", "llvm.dbg.",
+                       "llvm.prefetch", "llvm.stacksave", "llvm.stackrestore", "llvm.invariant.", "llvm.trap",
+                       "llvm.umax", "llvm.umin", "llvm.smax", "llvm.smin", "llvm.abs", "llvm.ctpop", "llvm.ctlz",
+                       "llvm.cttz", "llvm.fshl", "llvm.fshr", "llvm.bswap", "llvm.is.fpclass", "llvm.sadd.",
+                       "llvm.uadd.", "llvm.ssub.", "llvm.usub.", "llvm.smul.", "llvm.umul.", "llvm.expect",
+                       "llvm.objectsize", "llvm.vscale")
+
+
+
+class AdjointGenerator:
+    """Adjoints and per-instruction reverse code of a :class:`enzcc.ad.reverse.ReverseMode`."""
+
+    # -- adjoints -------------------------------------------------------------------------------
+
+    def _slot(self, v: Value, ty: T.Type | None = None) -> Instruction:
+        s = self.adjoint_slots.get(id(v))
+        if s is None:
+            ty = ty or v.type
+            b = IRBuilder.at_start(self.G.entry_block)
+            s = b.alloca(ty, in_entry=True)
+            # zero it right after the allocas
+            first = next(i for i in self.G.entry_block.instructions if not isinstance(i, Alloca))
+            IRBuilder.before(first).store(zero(ty), s)
+            self.adjoint_slots[id(v)] = s
+            self._keep.append(v)
+        return s
+
+    def _add_adjoint(self, b: IRBuilder, v: Value, contribution: Value) -> None:
+        """``adjoint(v) += contribution`` (nothing for constants and inactive values)."""
+        if isinstance(v, Constant) or not (self.activity.is_active(v) or
+                                           (isinstance(v, Argument) and self._is_out_arg(v))):
+            return
+        slot = self._slot(v)
+        old = b.load(v.type, slot)
+        b.store(add_values(b, old, contribution), slot)
+
+    def _is_out_arg(self, v: Argument) -> bool:
+        return v.index < self.nprimal and self.kinds[v.index] == OUT
+
+    def _take_adjoint(self, b: IRBuilder, v: Value, ty: T.Type | None = None) -> Value:
+        """Load and reset ``adjoint(v)`` (reset matters in loops)."""
+        ty = ty or v.type
+        slot = self._slot(v, ty)
+        d = b.load(ty, slot)
+        b.store(zero(ty), slot)
+        return d
+
+    def _bits_type(self, v: Value):
+        """For an integer loaded from floating-point memory (a float copied as bits): that float type."""
+        if isinstance(v, Load) and isinstance(v.type, T.IntType) and self.activity.is_active_ptr(v.pointer):
+            into_shadowed = any(isinstance(u.user, Store) and self.activity.is_active_ptr(u.user.pointer)
+                                for u in v.uses)
+            return self.memtypes.bits_type(v, required=into_shadowed)
+        return None
+
+    # -- one instruction ----------------------------------------------------------------------------
+
+    def _reverse_instruction(self, inst: Instruction, block: BasicBlock, b: IRBuilder) -> None:
+        act = self.activity
+        if isinstance(inst, Store):
+            self._reverse_store(inst, block, b)
+            return
+        if isinstance(inst, Call):
+            self._reverse_call(inst, block, b)
+            return
+        bits = self._bits_type(inst)
+        if bits is not None:  # the reverse of copying a float as an integer: its adjoint goes back to memory
+            d = self._take_adjoint(b, inst, bits)
+            sp = self._shadow(inst.pointer, block, b, inst)
+            b.store(b.fadd(b.load(bits, sp, align=inst.align), d), sp, align=inst.align)
+            return
+        if not act.is_active(inst):
+            return
+        P = lambda v: self._primal(v, block, b)  # noqa: E731
+        if isinstance(inst, (BinaryOp, UnaryOp)) and inst.opcode in self.rules.instructions:
+            rule = self.rules.instructions[inst.opcode]
+            d = self._take_adjoint(b, inst)
+            env = {name: (lambda v=v: P(v)) for name, v in zip(rule.args, inst.operands)}
+            env["ret"] = lambda: P(inst)
+            for name, v in zip(rule.args, inst.operands):
+                if name in rule.inactive or not act.is_active(v) and not self._is_out(v):
+                    continue
+                partial = emit_partial(b, rule, name, env, inst.type)
+                self._add_adjoint(b, v, times(b, partial, d))
+        elif isinstance(inst, Load):
+            d = self._take_adjoint(b, inst)
+            if self.activity.is_active_ptr(inst.pointer):
+                sp = self._shadow(inst.pointer, block, b, inst)
+                old = b.load(inst.type, sp, align=inst.align)
+                b.store(add_values(b, old, d), sp, align=inst.align)
+        elif isinstance(inst, Cast):
+            d = self._take_adjoint(b, inst)
+            if inst.opcode in ("fpext", "fptrunc"):
+                self._add_adjoint(b, inst.value, b.cast("fptrunc" if inst.opcode == "fpext" else "fpext", d,
+                                                        inst.value.type))
+            elif inst.opcode == "bitcast" and has_float(inst.value.type):
+                self._add_adjoint(b, inst.value, b.bitcast(d, inst.value.type))
+            else:
+                raise ad_error(f"cannot differentiate '{inst.opcode}' of a value with derivatives", inst)
+        elif isinstance(inst, Select):
+            d = self._take_adjoint(b, inst)
+            c = P(inst.condition)
+            z = zero(inst.type)
+            self._add_adjoint(b, inst.true_value, b.select(c, d, z))
+            self._add_adjoint(b, inst.false_value, b.select(c, z, d))
+        elif isinstance(inst, Freeze):
+            self._add_adjoint(b, inst.value, self._take_adjoint(b, inst))
+        elif isinstance(inst, ExtractValue):
+            d = self._take_adjoint(b, inst)
+            agg = inst.aggregate
+            self._add_adjoint(b, agg, b.insert_value(zero(agg.type), d, list(inst.indices)))
+        elif isinstance(inst, InsertValue):
+            d = self._take_adjoint(b, inst)
+            self._add_adjoint(b, inst.value, b.extract_value(d, list(inst.indices)))
+            self._add_adjoint(b, inst.aggregate, b.insert_value(d, zero(inst.value.type), list(inst.indices)))
+        elif isinstance(inst, ExtractElement):
+            d = self._take_adjoint(b, inst)
+            vec = inst.vector
+            self._add_adjoint(b, vec, b.insert_element(zero(vec.type), d, P(inst.index_operand)))
+        elif isinstance(inst, InsertElement):
+            d = self._take_adjoint(b, inst)
+            idx = P(inst.index_operand)
+            self._add_adjoint(b, inst.element, b.extract_element(d, idx))
+            self._add_adjoint(b, inst.vector, b.insert_element(d, splat(inst.element.type, 0.0), idx))
+        elif isinstance(inst, ShuffleVector):
+            d = self._take_adjoint(b, inst)
+            self._reverse_shuffle(inst, d, b)
+        elif isinstance(inst, (FCmp, ICmp, GetElementPtr, Alloca)):
+            return
+        else:
+            raise ad_error(f"cannot differentiate instruction '{inst.opcode}'", inst)
+
+    def _is_out(self, v: Value) -> bool:
+        return isinstance(v, Argument) and self._is_out_arg(v)
+
+    def _reverse_shuffle(self, inst: ShuffleVector, d: Value, b: IRBuilder) -> None:
+        a, c = inst.operands[0], inst.operands[1]
+        n = a.type.count
+        mask = [e.value if isinstance(e, ConstantInt) else -1 for e in getattr(inst.mask, "elements", [])]
+        if not mask:
+            raise ad_error("cannot differentiate shufflevector with this mask", inst)
+        da, dc = zero(a.type), zero(c.type)
+        for j, m in enumerate(mask):
+            if m < 0:
+                continue
+            lane = b.extract_element(d, j)
+            if m < n:
+                da = b.insert_element(da, b.fadd(b.extract_element(da, m), lane), m)
+            else:
+                dc = b.insert_element(dc, b.fadd(b.extract_element(dc, m - n), lane), m - n)
+        self._add_adjoint(b, a, da)
+        self._add_adjoint(b, c, dc)
+
+    def _reverse_store(self, inst: Store, block: BasicBlock, b: IRBuilder) -> None:
+        if not self.activity.is_active_ptr(inst.pointer):
+            if self.activity.is_active(inst.value):
+                pass  # written into memory without derivatives (an enzyme_const buffer): the derivative stops
+            return
+        ty = inst.value.type
+        bits = self._bits_type(inst.value)
+        if bits is not None:
+            sp = self._shadow(inst.pointer, block, b, inst)
+            d = b.load(bits, sp, align=inst.align)
+            b.store(zero(bits), sp, align=inst.align)
+            slot = self._slot(inst.value, bits)
+            b.store(b.fadd(b.load(bits, slot), d), slot)
+            return
+        if self.memtypes.overwrites_float(inst):  # the float it overwrites has no derivative any more
+            b.store(zero(ty), self._shadow(inst.pointer, block, b, inst), align=inst.align)
+            return
+        if not has_float(ty):
+            return  # integers and pointers carry no adjoint (pointer shadows were stored going forward)
+        sp = self._shadow(inst.pointer, block, b, inst)
+        d = b.load(ty, sp, align=inst.align)
+        b.store(zero(ty), sp, align=inst.align)
+        self._add_adjoint(b, inst.value, d)
+
+    def _prepare_user_calls(self) -> None:
+        """A call that was not inlined (recursion) through which derivatives flow becomes, in the forward code,
+        a call to the callee's augmented primal, which returns the result and a tape; the reverse code calls
+        the callee's reverse function with that tape (:meth:`_reverse_user_call`)."""
+        self.user_calls: dict[int, tuple] = {}
+        if self.logic is None:
+            return
+        act = self.activity
+        inactive = inactive_functions(self.module)
+        for block in self.blocks:
+            insts = self.orig_insts[id(block)]
+            for i, inst in enumerate(insts):
+                if not isinstance(inst, Call) or not is_user_call(inst) or inst.callee_name in inactive:
+                    continue
+                if inst.callee_name in hints_of(self.module).gradient:  # the user's own derivative
+                    entry = custom.augment_call(self, inst)
+                    insts[i] = entry[0]
+                    self.user_calls[id(entry[0])] = ("custom", entry)
+                    self._keep.append(entry[0])
+                    continue
+                kinds = tuple(DUP if isinstance(a.type, T.PointerType) and act.is_active_ptr(a) else
+                              OUT if is_float(a.type) and (act.is_active(a) or self._is_out(a)) else CONST
+                              for a in inst.args)
+                ret_active = is_float(inst.type) and act.is_active(inst)
+                if act.is_active_ptr(inst):
+                    raise ad_error("returning a pointer to memory with derivatives from a function that is not "
+                                   "inlined (a recursive one) is not supported", inst)
+                if all(k == CONST for k in kinds) and not ret_active:
+                    continue  # no derivative flows through it: the primal call stays
+                callee = self.module.functions[inst.callee_name]
+                nargs = len(inst.args)
+                aug, rev = self.logic.split_of_call(inst, callee, kinds, ret_active)
+                b = IRBuilder.before(inst)
+                args = list(inst.args) + [self.shadows.of(a, inst) for a, k in zip(inst.args, kinds) if k == DUP]
+                new = b.call(aug, args)
+                tape = b.extract_value(new, [0])
+                result = None
+                if not isinstance(inst.type, T.VoidType):
+                    result = b.extract_value(new, [1])
+                    inst.replace_all_uses_with(result)
+                    if ret_active:
+                        act._mark(act.varied, result)
+                        act._mark(act.useful, result)
+                inst.erase()
+                insts[i] = new
+                self.user_calls[id(new)] = ("split", (new, nargs, rev, kinds, tape, result, ret_active))
+                self._keep.append(new)
+
+    def _reverse_user_call(self, entry: tuple, block: BasicBlock, b: IRBuilder) -> None:
+        call, nargs, rev, kinds, tape, result, ret_active = entry
+        args = [self._primal(a, block, b) for a in call.args]
+        if ret_active:
+            args.append(self._take_adjoint(b, result))
+        args.append(self._primal(tape, block, b))
+        r = b.call(rev, args)
+        outs = [a for a, k in zip(call.args[:nargs], kinds) if k == OUT]
+        if len(outs) == 1:
+            self._add_adjoint(b, outs[0], r)
+        else:
+            for j, a in enumerate(outs):
+                self._add_adjoint(b, a, b.extract_value(r, [j]))
+
+    def _reverse_call(self, inst: Call, block: BasicBlock, b: IRBuilder) -> None:
+        user_call = self.user_calls.get(id(inst))
+        if user_call is not None:
+            kind, entry = user_call
+            if kind == "custom":
+                custom.reverse_call(self, entry, block, b)
+            else:
+                self._reverse_user_call(entry, block, b)
+            return
+        name = inst.callee_name or ""
+        act = self.activity
+        if name.startswith(_IGNORED_INTRINSICS) or name in inactive_functions(self.module):
+            return
+        if name.startswith(("llvm.memset",)):
+            dest = inst.args[0]
+            if act.is_active_ptr(dest):
+                b.memset(self._shadow(dest, block, b, inst), 0, self._primal(inst.args[2], block, b))
+            return
+        if name.startswith(("llvm.memcpy", "llvm.memmove")):
+            self._reverse_memcpy(inst, block, b)
+            return
+        if name in ALLOCATORS or name == "posix_memalign":
+            for call, shadow in self.shadows.allocations:
+                if call is inst:
+                    if name == "realloc":
+                        self._reverse_realloc(inst, shadow, block, b)
+                    free = self.module.get_or_insert_function("free", T.FunctionType(T.void, (T.ptr,)))
+                    b.call(free, [self._primal(shadow, block, b)])
+            return
+        if name.startswith("llvm.vector.reduce.fadd"):
+            if act.is_active(inst):
+                d = self._take_adjoint(b, inst)
+                start, vec = inst.args
+                self._add_adjoint(b, start, d)
+                v = b.insert_element(zero(vec.type), d, 0)
+                self._add_adjoint(b, vec, b.shuffle_vector(v, zero(vec.type), [0] * vec.type.count))
+            return
+        rule = self.rules.for_call(rule_name(self.module, name)) if name else None
+        if rule is not None:
+            if not act.is_active(inst):
+                return  # e.g. its result reaches no output: nothing flows back
+            d = self._take_adjoint(b, inst)
+            P = lambda v: self._primal(v, block, b)  # noqa: E731
+            env = {n: (lambda v=v: P(v)) for n, v in zip(rule.args, inst.args)}
+            env["ret"] = lambda: P(inst)
+            for n, v in zip(rule.args, inst.args):
+                if n in rule.inactive or not (act.is_active(v) or self._is_out(v)):
+                    continue
+                partial = emit_partial(b, rule, n, env, inst.type)
+                self._add_adjoint(b, v, times(b, partial, d))
+            return
+        active_args = [a for a in inst.args if act.is_active(a) or act.is_active_ptr(a) or self._is_out(a)]
+        if not active_args and not act.is_active(inst):
+            return  # no derivatives flow through this call
+        if name in INACTIVE_CALLS:
+            return
+        what = f"'{name}'" if name else "a function pointer"
+        raise ad_error(f"no derivative rule for call to {what}", inst)
+
+    def _reverse_realloc(self, inst: Call, shadow: Value, block: BasicBlock, b: IRBuilder) -> None:
+        """The adjoints of the bytes ``realloc`` moved go back to the old shadow (kept alive until here)."""
+        kind = self.memtypes.reallocated_kind(inst)
+        if isinstance(kind, (T.PointerType, T.IntType)):
+            return  # shadow pointers were copied going forward; integers and pointers carry no adjoint
+        if not isinstance(kind, T.FloatType):
+            raise ad_error("cannot tell whether the memory realloc moves holds floating-point values", inst)
+        old = self.shadows.shadow_or_null(inst.args[0])
+        if isinstance(old, Constant):
+            return  # the old memory had no derivatives (or was null): nothing to give back
+        old = self._primal(old, block, b)
+        n = b.call_intrinsic("llvm.umin", [usable_size(b, self.module, old),
+                                           to_i64(b, self._primal(inst.args[1], block, b))], [T.i64])
+        b.call(self.tape.memcpy_adjoint_helper(kind), [self._primal(shadow, block, b), old, n,
+                                                        ConstantInt(T.i1, 1)])
+
+    def _reverse_memcpy(self, inst: Call, block: BasicBlock, b: IRBuilder) -> None:
+        dest, src, size = inst.args[0], inst.args[1], inst.args[2]
+        act = self.activity
+        if not act.is_active_ptr(dest) and not act.is_active_ptr(src):
+            return
+        kind = self.memtypes.copy_kind(inst)
+        if kind is None:
+            raise ad_error("cannot tell whether the memory this memcpy copies holds floating-point values "
+                           "(nothing in the function or its caller reads or writes it with one type)", inst)
+        if isinstance(kind, T.PointerType) or isinstance(kind, T.IntType):
+            return  # pointers were copied into the shadow in the forward sweep; integers carry nothing
+        n = self._primal(size, block, b)
+        ddest = self._shadow(dest, block, b, inst) if act.is_active_ptr(dest) else None
+        dsrc = self._shadow(src, block, b, inst) if act.is_active_ptr(src) else None
+        if ddest is None:
+            return
+        helper = self.tape.memcpy_adjoint_helper(kind)
+        b.call(helper, [ddest, dsrc if dsrc is not None else ddest, n,
+                        ConstantInt(T.i1, int(dsrc is not None))])
+
+
+__all__ = ["AdjointGenerator", "INACTIVE_CALLS"]

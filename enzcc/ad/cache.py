@@ -1,0 +1,317 @@
+"""Which primal values the reverse sweep reads, and how (the role of Enzyme's GradientUtils/CacheUtility):
+used directly when their block always runs outside loops, recomputed when cheap (arithmetic, casts, address
+computations, loads of memory nothing writes, induction variables from the reverse iteration counter), or
+cached: a stack slot written where the value is defined, pushed on the tape at the end of each loop iteration
+and popped back when the reverse sweep starts that iteration. One place decides; :class:`CacheUtility` is
+mixed into :class:`enzcc.ad.reverse.ReverseMode`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from enzcc.ad.activity import ALLOCATORS, has_float
+from enzcc.ad.adjoint import _IGNORED_INTRINSICS
+from enzcc.ad.hints import rule_name
+from enzcc.ir import types as T
+from enzcc.ir.block import BasicBlock
+from enzcc.ir.builder import IRBuilder
+from enzcc.ir.instructions import (Alloca, BinaryOp, Call, Cast, ExtractElement, ExtractValue, FCmp, Freeze,
+                                   GetElementPtr, ICmp, InsertElement, InsertValue, Instruction, Invoke, Load,
+                                   Phi, Select, Store, UnaryOp)
+from enzcc.ir.values import Argument, ConstantInt, Value
+from enzcc.ir.values import GlobalRef as GlobalRefType
+
+
+
+@dataclass
+class _Cached:
+    """A primal value the reverse sweep reads from a slot."""
+
+    value: Value
+    slot: Instruction
+    use_blocks: list[BasicBlock] = field(default_factory=list)
+    """Primal blocks whose reverse code reads it."""
+    loads: list[tuple[Instruction, BasicBlock]] = field(default_factory=list)
+    """The reverse sweep's reads of the slot, with the primal block whose reverse code holds each."""
+
+
+
+class CacheUtility:
+    """Cache-or-recompute decisions and the tape pushes of a :class:`enzcc.ad.reverse.ReverseMode`."""
+
+    # -- primal values in the reverse sweep --------------------------------------------------------
+
+    def _primal(self, v: Value, block: BasicBlock, b: IRBuilder, depth: int = 0) -> Value:
+        """``v`` as available at the current reverse position (reverse of primal ``block``): used directly,
+        recomputed from values that are free to get, or read from its cache."""
+        free = self._free(v, block, b, 0)
+        if free is not None:
+            return free
+        if depth < 4 and self._cheap(v) and id(v) not in self.cached:
+            # caching one operand instead of v costs the same and the operand is often needed anyway
+            ops = [(op, self._free(op, block, b, 1)) for op in v.operands]
+            missing = [op for op, f in ops if f is None]
+            if len(missing) == 1 and not isinstance(missing[0], BasicBlock) and has_float(missing[0].type):
+                c = v.clone()
+                for i, (op, f) in enumerate(ops):
+                    c.set_operand(i, f if f is not None else self._primal(op, block, b, depth + 1))
+                return b.insert(c)
+        c = self.cached.get(id(v))
+        if c is None:
+            slot = IRBuilder.at_start(self.G.entry_block).alloca(v.type, in_entry=True)
+            c = self.cached[id(v)] = _Cached(v, slot)
+            self._keep.append(v)
+        if not any(u is block for u in c.use_blocks):
+            c.use_blocks.append(block)
+        load = b.load(v.type, c.slot)
+        c.loads.append((load, block))
+        return load
+
+    #: instructions cheap enough to recompute in the reverse sweep rather than cache
+    _RECOMPUTABLE = (BinaryOp, UnaryOp, Cast, ICmp, FCmp, Select, GetElementPtr, ExtractValue, ExtractElement,
+                     InsertValue, InsertElement, Freeze)
+    _MAX_RECOMPUTE_DEPTH = 6
+
+    def _free(self, v: Value, block: BasicBlock, b: IRBuilder, depth: int) -> Value | None:
+        """``v`` in the reverse sweep without any cache, or None: constants and arguments; values of blocks that
+        always run outside loops; loop induction variables (from the reverse iteration counter); cheap
+        instructions and loads from never-written memory whose operands are themselves free."""
+        if not isinstance(v, Instruction):
+            return v
+        if id(v.parent) in self.always:
+            return v
+        key = (id(v), id(b.block))
+        memo = self._recomputed.get(key)
+        if memo is not None:
+            return memo
+        out = None
+        iv = self.induction.get(id(v))
+        if iv is not None:
+            loop, init, step = iv
+            if loop.contains(block) and depth < self._MAX_RECOMPUTE_DEPTH:
+                # init and step are defined outside the loop: caching them (once per loop entry) is cheaper
+                # than caching the induction variable every iteration
+                init_v = self._outer(init, block, b, depth)
+                step_v = self._outer(step, block, b, depth)
+                if init_v is not None and step_v is not None:
+                    k = b.load(T.i64, self.rev_counter[id(loop.header)])
+                    k = k if v.type == T.i64 else b.trunc(k, v.type) if v.type.bits < 64 else b.zext(k, v.type)
+                    out = b.add(init_v, b.mul(k, step_v))
+        elif depth < self._MAX_RECOMPUTE_DEPTH and (
+                self._cheap(v) or (isinstance(v, Load) and self._load_recomputable(v))):
+            ops = []
+            loop = self.loops.loop_for(v.parent)
+            for op in v.operands:
+                if isinstance(op, BasicBlock):
+                    return None
+                fo = self._free(op, block, b, depth + 1)
+                if fo is None and loop is not None and isinstance(op, Instruction) and not loop.contains(op.parent):
+                    fo = self._primal(op, block, b, depth + 1)  # loop-invariant: cached outside the loop
+                if fo is None:
+                    return None
+                ops.append(fo)
+            c = v.clone()
+            for i, op in enumerate(ops):
+                c.set_operand(i, op)
+            out = b.insert(c)
+        if out is not None:
+            self._recomputed[key] = out
+        return out
+
+    #: intrinsics as cheap as arithmetic (recomputed like it)
+    _CHEAP_INTRINSICS = ("llvm.fmuladd.", "llvm.fma.", "llvm.fabs.", "llvm.copysign.", "llvm.minnum.",
+                         "llvm.maxnum.", "llvm.minimum.", "llvm.maximum.")
+
+    def _cheap(self, v: Value) -> bool:
+        if isinstance(v, self._RECOMPUTABLE):
+            return True
+        return isinstance(v, Call) and not isinstance(v, Invoke) and \
+            (v.callee_name or "").startswith(self._CHEAP_INTRINSICS)
+
+    def _outer(self, v: Value, block: BasicBlock, b: IRBuilder, depth: int) -> Value:
+        """A value defined outside the current loop: free, or cached at its own (outer) level."""
+        f = self._free(v, block, b, depth + 1)
+        return f if f is not None else self._primal(v, block, b, depth + 1)
+
+    def _load_recomputable(self, load: Load) -> bool:
+        """A load can be repeated in the reverse sweep when nothing in the function writes primal memory it
+        could read: the function writes no memory reachable from its arguments."""
+        from enzcc.ad.memory import base_object
+
+        return not load.volatile and load.ordering is None and self.memory_is_read_only and \
+            isinstance(base_object(load.pointer), (Argument, GlobalRefType))
+
+    def _arguments_never_written(self) -> bool:
+        """True when the function's writes all go to memory it allocated itself (so argument and global memory
+        is the same in the reverse sweep as in the forward one)."""
+        from enzcc.ad.memory import base_object
+
+        local = set()
+        for inst in self.G.instructions():
+            if isinstance(inst, Alloca) or (isinstance(inst, Call) and inst.callee_name in ALLOCATORS):
+                local.add(id(inst))
+        for inst in self.G.instructions():
+            if isinstance(inst, Store):
+                if id(base_object(inst.pointer)) not in local:
+                    return False
+            elif isinstance(inst, Call):
+                name = inst.callee_name or ""
+                if name.startswith(("llvm.memcpy", "llvm.memmove", "llvm.memset")):
+                    if id(base_object(inst.args[0])) not in local:
+                        return False
+                elif name in ALLOCATORS or name == "free" or name.startswith(_IGNORED_INTRINSICS) or \
+                        self.rules.for_call(rule_name(self.module, name)) is not None:
+                    continue
+                else:
+                    return False
+            elif inst.opcode in ("atomicrmw", "cmpxchg", "va_arg"):
+                return False
+        return True
+
+    # -- caches and tape pushes --------------------------------------------------------------------
+
+    def _uncache_recomputable(self) -> None:
+        """Once every cache is known: a cheap value computable from values that are cached (or free) anyway is
+        recomputed from them where the reverse sweep reads it, instead of taking a tape slot of its own."""
+        position = {}
+        for block in self.blocks:
+            for inst in block.instructions:
+                position[id(inst)] = len(position)
+        eligible: set[int] = set()
+
+        def from_caches(v: Value, depth: int) -> bool:
+            if not isinstance(v, Instruction) or id(v.parent) in self.always:
+                return not isinstance(v, BasicBlock)
+            if id(v) in self.cached and id(v) not in eligible:
+                return True
+            if depth > self._MAX_RECOMPUTE_DEPTH or not self._cheap(v) or id(v) in self.induction:
+                return False
+            return all(from_caches(op, depth + 1) for op in v.operands)
+
+        for c in sorted(self.cached.values(), key=lambda c: position.get(id(c.value), -1)):
+            v = c.value
+            if id(v) in position and self._cheap(v) and all(from_caches(op, 1) for op in v.operands):
+                eligible.add(id(v))
+
+        def rebuild(v: Value, b: IRBuilder, block: BasicBlock, memo: dict) -> Value:
+            if not isinstance(v, Instruction) or id(v.parent) in self.always:
+                return v
+            if id(v) in memo:
+                return memo[id(v)]
+            oc = self.cached.get(id(v))
+            if oc is not None and id(v) not in eligible:
+                out = b.load(v.type, oc.slot)
+                if not any(u is block for u in oc.use_blocks):
+                    oc.use_blocks.append(block)
+            else:
+                out = v.clone()
+                for i, op in enumerate(v.operands):
+                    new = rebuild(op, b, block, memo)
+                    if new is not op:
+                        out.set_operand(i, new)
+                b.insert(out)
+            memo[id(v)] = out
+            return out
+
+        removed = [self.cached[vid] for vid in eligible]
+        for c in removed:
+            for load, block in c.loads:
+                b = IRBuilder.before(load)
+                memo: dict = {}
+                clone = c.value.clone()
+                for i, op in enumerate(c.value.operands):
+                    new = rebuild(op, b, block, memo)
+                    if new is not op:
+                        clone.set_operand(i, new)
+                b.insert(clone)
+                load.replace_all_uses_with(clone)
+                load.erase()
+        for vid in eligible:
+            del self.cached[vid]
+
+    def _emit_caches(self) -> None:
+        self._uncache_recomputable()
+        loops = self.loops
+        push_sets: dict[int, list[_Cached]] = {}
+        for c in self.cached.values():
+            v = c.value
+            # store the value into its slot where it is defined
+            if isinstance(v, Phi):
+                anchor = v.parent.first_non_phi
+                IRBuilder.before(anchor).store(v, c.slot)
+            else:
+                IRBuilder.after(v).store(v, c.slot)
+            # which loops' iterations must save and restore it
+            chain = []
+            loop = loops.loop_for(v.parent)
+            while loop is not None:
+                chain.append(loop)
+                loop = loop.parent
+            for j, L in enumerate(chain):
+                if j == 0 or any(not chain[j - 1].contains(u) for u in c.use_blocks):
+                    push_sets.setdefault(id(L.header), []).append(c)
+        # forward edge blocks push; reverse edge blocks pop
+        for block in self.blocks:
+            preds = self.orig_preds[id(block)]
+            loop = self.loops.loop_for(block)
+            if loop is not None and loop.header is block:
+                groups = [[p for p in preds if not loop.contains(p)], [p for p in preds if loop.contains(p)]]
+            else:
+                groups = [preds]
+            for pred in preds:
+                group = next(g for g in groups if any(x is pred for x in g))
+                ended = self._loops_ended(pred, block)
+                # (value in the forward code, type, where the reverse sweep puts it back)
+                items: list[tuple] = []
+                for L in ended:
+                    for c in push_sets.get(id(L.header), []):
+                        items.append(("slot", c.value.type, c.slot))
+                    if not L.contains(block):  # leaving L: its iteration count starts the reverse count
+                        items.append(("counter", T.i64, L))
+                if not items and len(group) == 1:
+                    continue
+                fwd = self._split_edge(pred, block)
+                fb = IRBuilder.before(fwd.terminator)
+                values = [fb.load(t, where) if kind == "slot" else self.counter[id(where.header)]
+                          for kind, t, where in items]
+                types = [t for _, t, _ in items]
+                if len(group) > 1:
+                    values.append(ConstantInt(T.i32, [id(x) for x in group].index(id(pred))))
+                    types.append(T.i32)
+                self.tape.push_values(fb, values, types)
+                if items:
+                    eb = self.edges[(id(pred), id(block))]
+                    rb = IRBuilder.before(eb.terminator)
+                    popped = self.tape.pop_values(rb, types[:len(items)])
+                    for (kind, _, where), v in zip(items, popped):
+                        rb.store(v, where if kind == "slot" else self.rev_counter[id(where.header)])
+
+    def _loops_ended(self, pred: BasicBlock, block: BasicBlock):
+        """Loops whose current iteration ends on the edge ``pred -> block``, innermost first."""
+        out = []
+        loop = self.loops.loop_for(pred)
+        while loop is not None:
+            if not loop.contains(block) or loop.header is block:
+                out.append(loop)
+                if loop.header is block:
+                    break
+            else:
+                break
+            loop = loop.parent
+        return out
+
+    def _split_edge(self, pred: BasicBlock, block: BasicBlock) -> BasicBlock:
+        eb = BasicBlock(f"{pred.name or ''}.to.{block.name or ''}")
+        eb.move_after(pred)
+        IRBuilder.at_end(eb).br(block)
+        term = pred.terminator
+        for i, op in enumerate(term.operands):
+            if op is block:
+                term.set_operand(i, eb)
+        for phi in block.phis():
+            phi.replace_incoming_block(pred, eb)
+        return eb
+
+
+__all__ = ["CacheUtility"]
