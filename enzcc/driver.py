@@ -25,6 +25,9 @@ ENZCC_HELP = """
 ENZCC OPTIONS (besides clang's, above; Fortran, Rust, LLVM IR and MLIR inputs are accepted too):
   --lang <c|c++|fortran|rust|llvm|mlir>  Treat source inputs as this language
   --ad-mode=<after-opt|before-opt>      Synthesize gradients after optimization (default) or before it
+  --ad-inline=<auto|all|none>           Inside differentiated code, inline calls to functions up to a size
+                                        (auto, default), every call (all) or none: calls that are not
+                                        inlined use the callee's own derivative functions
   --time-report                         Print the seconds spent in each compiler stage
   --keep-temps                          Keep intermediate files (their directory is printed)
   --enzcc-version                       Print enzcc's version alone
@@ -229,7 +232,8 @@ class Driver:
         if level is None:
             level = max((r.opt for r in records), default=0)
         triple = self.inv.target if self.inv.target else None
-        return PipelineOptions(opt_level=level, ad_mode=self.inv.ad_mode, cpu=self.inv.cpu, triple=triple)
+        return PipelineOptions(opt_level=level, ad_mode=self.inv.ad_mode, cpu=self.inv.cpu, triple=triple,
+                               ad_inline=self.inv.ad_inline)
 
     def asm_mode(self) -> int:
         """``-S``: clang's own assembly when enzcc has nothing to add (host C/C++ without ``__enzyme_*`` calls),

@@ -89,7 +89,7 @@ FLAGS: tuple[FlagSpec, ...] = (
     _f("--version", QUERY), _f("-dumpversion", QUERY), _f("-dumpmachine", QUERY), _f("-print-", QUERY, 0, True),
     _f("--print-", QUERY, 0, True), _f("-###", QUERY), _f("--help", QUERY), _f("-help", QUERY),
     # enzcc's own options
-    _f("--lang", ENZCC, 1, True), _f("--ad-mode", ENZCC, 1, True), _f("--time-report", ENZCC),
+    _f("--lang", ENZCC, 1, True), _f("--ad-mode", ENZCC, 1, True), _f("--ad-inline", ENZCC, 1, True), _f("--time-report", ENZCC),
     _f("--keep-temps", ENZCC), _f("--enzcc-version", ENZCC), _f("--whole-program-object", ENZCC),
 )
 
@@ -111,7 +111,7 @@ def lookup(arg: str) -> tuple[FlagSpec | None, str | None]:
     if best is None:
         return None, None
     value = arg[len(best.name):]
-    if best.name in ("--lang", "--ad-mode") and value.startswith("="):
+    if best.name in ("--lang", "--ad-mode", "--ad-inline") and value.startswith("="):
         value = value[1:]
     return best, value
 
@@ -230,6 +230,8 @@ class Invocation:
     lang_override: str | None = None
     """``--lang`` value."""
     ad_mode: str = "after-opt"
+    ad_inline: str = "auto"
+    """``--ad-inline``: which calls inside differentiated code are inlined (``auto``, ``all``, ``none``)."""
     time_report: bool = False
     keep_temps: bool = False
     whole_object: bool = False
@@ -342,6 +344,10 @@ def parse_args(argv: list[str]) -> Invocation:
                 if value not in ("after-opt", "before-opt"):
                     raise EnzccError(f"--ad-mode: expected 'after-opt' or 'before-opt', not '{value}'")
                 inv.ad_mode = value
+            elif spec.name == "--ad-inline":
+                if value not in ("auto", "all", "none"):
+                    raise EnzccError(f"--ad-inline: expected 'auto', 'all' or 'none', not '{value}'")
+                inv.ad_inline = value
             elif spec.name == "--time-report":
                 inv.time_report = True
             elif spec.name == "--keep-temps":

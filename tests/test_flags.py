@@ -98,3 +98,11 @@ def test_lookup_prefers_longest():
     assert lookup("-fuse-ld=lld")[0].role == "link"
     assert lookup("-fPIC")[0].role == "both"
     assert lookup("-MF")[0].name == "-MF" and lookup("-MD")[1] is None
+
+
+def test_ad_inline_option():
+    assert parse_args(["-c", "a.c"]).ad_inline == "auto"
+    assert parse_args(["--ad-inline=none", "-c", "a.c"]).ad_inline == "none"
+    assert parse_args(["--ad-inline", "all", "-c", "a.c"]).ad_inline == "all"
+    with pytest.raises(EnzccError, match="--ad-inline: expected 'auto', 'all' or 'none', not 'some'"):
+        parse_args(["--ad-inline=some", "a.c"])

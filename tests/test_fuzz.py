@@ -111,6 +111,17 @@ def test_fixed_seed_sample_has_no_bugs():
     assert sum(o.cls == "pass" for o in outcomes) >= len(outcomes) * 0.6, table(outcomes, opts)
 
 
+def test_fixed_seed_sample_without_inlining_has_no_bugs(monkeypatch):
+    """The same kind of sample with ``--ad-inline=none``: every call inside differentiated code goes through
+    the callee's derived functions (forward derivative; augmented primal and reverse with a tape)."""
+    monkeypatch.setenv("ENZCC_FUZZ_FLAGS", "--ad-inline=none")
+    opts = [0, 2]
+    outcomes = fuzz(16, 2025, opts, jobs=2, batch=8)
+    bugs = [o for o in outcomes if o.cls in BUG_CLASSES]
+    assert not bugs, table(outcomes, opts) + "\n" + "\n".join(f"{o.name} -O{o.opt} {o.cls}: {o.detail}" for o in bugs)
+    assert sum(o.cls == "pass" for o in outcomes) >= len(outcomes) * 0.6, table(outcomes, opts)
+
+
 @need("clang-22", "llvm-objcopy-22")
 @pytest.mark.parametrize("path", REGRESSIONS, ids=[p.stem for p in REGRESSIONS])
 def test_reduced_failure_now_passes(enzcc, path):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from enzcc.ad.api import mode_of, parse_call
 from enzcc.ad.errors import ADError, ad_error
+from enzcc.ad.hints import hints_of
 from enzcc.ad.inline import is_kept_recursive
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
@@ -18,7 +19,7 @@ from enzcc.ir.values import ConstantInt, GlobalRef
 ENZYME_PREFIX = "__enzyme_"
 
 
-def differentiate_text(text: str, target_machine=None) -> tuple[str, int]:
+def differentiate_text(text: str, target_machine=None, inline: str = "auto") -> tuple[str, int]:
     """Differentiate every ``__enzyme_*`` call in the module. Returns (new text, number of calls replaced).
 
     Three steps: (1) for each function to differentiate, a private copy with every user call inlined;
@@ -29,6 +30,7 @@ def differentiate_text(text: str, target_machine=None) -> tuple[str, int]:
     calls = _enzyme_calls(module)
     if not calls:
         return text, 0
+    module.enzcc_inline = inline
     requests = [parse_call(c, module) for c in calls]
     prep_names: dict[str, str] = {}
     todo = [dc.fn for dc in requests]
@@ -40,8 +42,13 @@ def differentiate_text(text: str, target_machine=None) -> tuple[str, int]:
         for inst in module.functions[prep_names[fn.name]].instructions():
             if isinstance(inst, Call) and is_kept_recursive(inst):
                 todo.append(module.functions[inst.callee_name])
+            elif isinstance(inst, Call) and inst.callee_name in module.functions and \
+                    not module.functions[inst.callee_name].is_declaration and \
+                    inst.callee_name not in hints_of(module).protected():
+                todo.append(module.functions[inst.callee_name])  # not inlined (--ad-inline): called
     text = _simplify(str(module), list(prep_names.values()), target_machine)
     module = parse_module(text)
+    module.enzcc_inline = inline
     count = differentiate_module(module, prep_names)
     for name in prep_names.values():
         del module.functions[name]

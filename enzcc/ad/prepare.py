@@ -85,7 +85,8 @@ def prepare(fn: Function) -> None:
     from enzcc.ad.hints import hints_of
 
     keep = hints_of(fn.module).protected()
-    inline_all(fn, lambda callee: callee.name not in keep)
+    policy = getattr(fn.module, "enzcc_inline", "auto")
+    inline_all(fn, lambda callee: callee.name not in keep and should_inline(callee, policy))
     for inst in list(fn.instructions()):
         for rec in inst.debug_records:
             rec.detach()
@@ -125,6 +126,28 @@ def prepare(fn: Function) -> None:
         b.ret(phi) if phi is not None else b.ret_void()
     retype_float_bits(fn)
     check_reducible(fn)
+
+
+#: ``--ad-inline=auto`` inlines callees of at most this many instructions (and any callee returning a pointer:
+#: the shadow of a returned pointer exists only inlined)
+INLINE_THRESHOLD = 1500
+
+
+def should_inline(callee: Function, policy: str) -> bool:
+    """Whether a call to ``callee`` inside code being differentiated is inlined; one that is not calls the
+    callee's derived functions (:mod:`enzcc.ad.logic`)."""
+    if policy == "all":
+        return True
+    if policy == "none":
+        return False
+    if isinstance(callee.return_type, T.PointerType):
+        return True
+    n = 0
+    for _ in callee.instructions():
+        n += 1
+        if n > INLINE_THRESHOLD:
+            return False
+    return True
 
 
 def retype_float_bits(fn: Function) -> None:

@@ -26,6 +26,8 @@ class PipelineOptions:
     """Speed level of both optimization runs (0..3)."""
     ad_mode: str = "after-opt"
     """``after-opt`` (default) or ``before-opt``."""
+    ad_inline: str = "auto"
+    """Which calls inside differentiated code are inlined: ``auto`` (up to a size), ``all`` or ``none``."""
     cpu: str | None = None
     """CPU for codegen (``-march``); for NVPTX the SM, e.g. ``sm_90``."""
     triple: str | None = None
@@ -119,7 +121,7 @@ def ad_stage(mod: llvm.ModuleRef, opts: PipelineOptions, where: str, tm=None) ->
     from enzcc.ir.errors import IRError, IRParseError
 
     try:
-        text, count = differentiate_text(L.module_text(mod, where), tm)
+        text, count = differentiate_text(L.module_text(mod, where), tm, inline=opts.ad_inline)
     except IRParseError as exc:
         raise EnzccError(f"cannot differentiate: enzcc's IR model does not support this code yet ({exc})") from None
     except IRError as exc:

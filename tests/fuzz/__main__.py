@@ -89,11 +89,15 @@ def main(argv=None) -> int:
     ap.add_argument("--shrink-tries", type=int, default=300)
     ap.add_argument("--lang", choices=sorted(SUFFIX), default="c", help="compile the programs as C or C++")
     ap.add_argument("--out", default="build/fuzz")
+    ap.add_argument("--enzcc-flags", default=None,
+                    help="extra enzcc flags, e.g. '--ad-inline=none' (sets ENZCC_FUZZ_FLAGS)")
     args = ap.parse_args(argv)
     opts = [int(o) for o in args.opt.split(",") if o.strip()]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
+    if args.enzcc_flags is not None:
+        os.environ["ENZCC_FUZZ_FLAGS"] = args.enzcc_flags
     outcomes = fuzz(args.n, args.seed, opts, args.jobs, args.batch, args.first, args.lang)
     elapsed = time.monotonic() - start
     with open(out / "results.jsonl", "w") as fh:
