@@ -111,7 +111,8 @@ def differentiate_module(module: Module, prepared: dict[str, str] | None = None)
         name = call.callee_name
         mode = mode_of(name)
         if mode is None:
-            raise ad_error(f"{name} is not supported (known: __enzyme_autodiff, __enzyme_fwddiff)", call)
+            raise ad_error(f"{name} is not supported by enzcc (known: __enzyme_autodiff, __enzyme_fwddiff, "
+                           "__enzyme_augmentfwd, __enzyme_reverse, __enzyme_augmentsize)", call)
         dc = parse_call(call, module)
         if mode in ("augment", "reverse-split", "size"):
             _replace_split_call(dc, logic)

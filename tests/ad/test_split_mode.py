@@ -53,6 +53,13 @@ int main(void) {
                                     enzyme_allocated, SIZE, enzyme_tape, buf));
   report("buf.da.2", db[2]);
   report("size", size);
+  double c[3] = {1, 2, 3}, dc[3] = {0};
+  void *t2 = __enzyme_augmentfwd_v((void *)f, enzyme_noret, 0.5, enzyme_dup, c, dc, enzyme_const, 3);
+  report("noret.dx", __enzyme_reverse((void *)f, 0.5, enzyme_dup, c, dc, enzyme_const, 3, 1.0, t2));
+  double e[3] = {1, 2, 3}, de[3] = {0};
+  aug_t t3 = __enzyme_augmentfwd((void *)f, enzyme_const_return, 0.5, enzyme_dup, e, de, enzyme_const, 3);
+  __enzyme_reverse_v((void *)f, enzyme_const_return, 0.5, enzyme_dup, e, de, enzyme_const, 3, t3.tape);
+  report("constret.da.0", de[0]);
   free(buf);
   return 0;
 }
@@ -64,7 +71,8 @@ def _expected():
     return {"y": sum(math.sin(v * x) for v in a), "dx": 2 * sum(v * math.cos(v * x) for v in a),
             **{f"da.{i}": 2 * x * math.cos(v * x) for i, v in enumerate(a)},
             "g.0": 3.0, "g.1": 2.0, "g.out": 6.0, "g.dout": 0.0,
-            "buf.dx": sum(v * math.cos(v * x) for v in a), "buf.da.2": x * math.cos(3 * x)}
+            "buf.dx": sum(v * math.cos(v * x) for v in a), "buf.da.2": x * math.cos(3 * x),
+            "noret.dx": sum(v * math.cos(v * x) for v in a), "constret.da.0": 0.0}
 
 
 @pytest.mark.parametrize("opt", ["-O0", "-O1", "-O2", "-O3"])
