@@ -241,6 +241,10 @@ class Activity:
     def _unknown_root(self, p: Value, const_args: set[int], depth: int = 0):
         """The first place ``p`` comes from that is neither an ``enzyme_const`` argument nor memory reached
         from one, or None."""
+        from enzcc.ad.hints import hints_of
+
+        module = getattr(self.fn, "module", None)
+        inactive_globals = hints_of(module).inactive_globals if module is not None else frozenset()
         seen: set[int] = set()
         stack = [p]
         while stack:
@@ -251,6 +255,8 @@ class Activity:
             if isinstance(v, Argument):
                 if id(v) not in const_args:
                     return v
+            elif isinstance(v, GlobalRef) and v.symbol in inactive_globals:
+                continue  # the user said its memory has no derivatives
             elif isinstance(v, (GetElementPtr, Cast)) and v.opcode in ("getelementptr", "bitcast",
                                                                        "addrspacecast"):
                 stack.append(v.operands[0])

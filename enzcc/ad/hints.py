@@ -2,8 +2,10 @@
 
 - ``void *__enzyme_inactivefn[] = {(void *)log_msg};``: calls never carry derivatives.
 - ``__attribute__((enzyme_inactive))`` on a function: the same (enzcc's clang frontend turns the attribute into
-  ``annotate("enzyme_inactive")``, found in ``@llvm.global.annotations``); ``enzyme_nofree``: accepted (a
-  promise that the function frees no memory, which enzcc's derivatives do not rely on).
+  ``annotate("enzyme_inactive")``, found in ``@llvm.global.annotations``); on a global variable, or
+  ``void *__enzyme_inactive_global[] = {(void *)&g};``: its memory carries no derivatives; ``enzyme_nofree``:
+  accepted (a promise that the function frees no memory, which enzcc's derivatives do not rely on);
+  ``__attribute__((enzyme_function_like("log")))``: as ``__enzyme_function_like`` below.
 - ``void *__enzyme_function_like[2] = {(void *)mylog, (void *)"log"};``: calls are differentiated with the rule
   of the named math function.
 - ``void *__enzyme_register_gradient_f[3] = {(void *)f, (void *)f_aug, (void *)f_rev};`` and
@@ -29,6 +31,7 @@ ANNOTATIONS = "llvm.global.annotations"
 
 #: globals whose name starts with one of these are read here
 INACTIVE_FN = "__enzyme_inactivefn"
+INACTIVE_GLOBAL = "__enzyme_inactive_global"
 FUNCTION_LIKE = "__enzyme_function_like"
 
 REGISTER_GRADIENT = "__enzyme_register_gradient"
@@ -38,7 +41,6 @@ REGISTER_DERIVATIVE = "__enzyme_register_derivative"
 NOT_IMPLEMENTED = (
     ("__enzyme_register_splitderivative", "custom split-mode derivatives (__enzyme_register_splitderivative_*)"),
     ("__enzyme_allocation_like", "custom allocation functions (__enzyme_allocation_like)"),
-    ("__enzyme_inactive_global", "inactive globals (__enzyme_inactive_global)"),
 )
 
 #: annotations enzcc knows (from Enzyme's function attributes)
@@ -59,6 +61,9 @@ class Hints:
     """Function name -> (augmented forward, reverse): its registered reverse-mode derivative."""
     derivative: dict = field(default_factory=dict)
     """Function name -> its registered forward-mode derivative."""
+    inactive_globals: frozenset = frozenset()
+    """Global variables whose memory carries no derivatives (what is stored there loses its derivative, as
+    the user asked)."""
 
     def protected(self) -> set[str]:
         """Functions that must stay calls until the derivative is made (not inlined before)."""
@@ -90,6 +95,7 @@ def read_hints(names: Iterable[str], text_of: Callable[[str], str | None],
     like: dict[str, str] = {}
     gradient: dict[str, tuple[str, str]] = {}
     derivative: dict[str, str] = {}
+    inactive_globals: set[str] = set()
     for name in names:
         if name == ANNOTATIONS:
             text = text_of(name) or ""
@@ -97,7 +103,12 @@ def read_hints(names: Iterable[str], text_of: Callable[[str], str | None],
                 fn, tag = m.group(1) or m.group(2), m.group(3) or m.group(4)
                 what = _c_string(text_of(tag))
                 if what == "enzyme_inactive":
-                    inactive.add(fn)
+                    if is_function(fn):
+                        inactive.add(fn)
+                    else:
+                        inactive_globals.add(fn)
+                elif what and what.startswith("enzyme_function_like="):
+                    like[fn] = what.split("=", 1)[1]
                 elif what and what.startswith("enzyme_") and what not in KNOWN_ANNOTATIONS:
                     raise ADError(f"attribute {what} on '{fn}' is not supported by enzcc "
                                   f"(known: {', '.join(KNOWN_ANNOTATIONS)})")
@@ -109,6 +120,11 @@ def read_hints(names: Iterable[str], text_of: Callable[[str], str | None],
             continue  # a declaration: defined in another object, read there
         if name.startswith(INACTIVE_FN):
             inactive.update(s for s in _symbols(text) if is_function(s))
+        elif name.startswith(INACTIVE_GLOBAL):
+            syms = _symbols(text)
+            if not syms or any(is_function(x) for x in syms):
+                raise ADError(f"@{name} must point to global variables ((void *)&name)")
+            inactive_globals.update(syms)
         elif name.startswith(REGISTER_GRADIENT) or name.startswith(REGISTER_DERIVATIVE):
             n = 3 if name.startswith(REGISTER_GRADIENT) else 2
             syms = _symbols(text)
@@ -137,9 +153,9 @@ def read_hints(names: Iterable[str], text_of: Callable[[str], str | None],
                 if name.startswith(prefix):
                     raise ADError(f"@{name}: enzcc does not implement {what} yet; without it the derivative "
                                   "would silently differ from the one you registered")
-            raise ADError(f"@{name} is not an Enzyme global enzcc knows (known: {INACTIVE_FN}, {FUNCTION_LIKE}, "
-                          f"{REGISTER_GRADIENT}_*, {REGISTER_DERIVATIVE}_*)")
-    return Hints(frozenset(inactive), like, gradient, derivative)
+            raise ADError(f"@{name} is not an Enzyme global enzcc knows (known: {INACTIVE_FN}, {INACTIVE_GLOBAL}, "
+                          f"{FUNCTION_LIKE}, {REGISTER_GRADIENT}_*, {REGISTER_DERIVATIVE}_*)")
+    return Hints(frozenset(inactive), like, gradient, derivative, frozenset(inactive_globals))
 
 
 def hints_of(module) -> Hints:

@@ -11,7 +11,8 @@ from enzcc.tools import find_tool, run
 #: Enzyme's function attributes. clang-22 does not know them and would drop them with a warning; as macros they
 #: become ``annotate`` attributes, which reach the IR in ``@llvm.global.annotations`` (read by enzcc.ad.hints).
 ENZYME_ATTRIBUTES = ("enzyme_inactive", "enzyme_nofree")
-ATTRIBUTE_DEFINES = [f'-D{a}=annotate("{a}")' for a in ENZYME_ATTRIBUTES]
+ATTRIBUTE_DEFINES = [f'-D{a}=annotate("{a}")' for a in ENZYME_ATTRIBUTES] + \
+    ['-Denzyme_function_like(name)=annotate("enzyme_function_like=" name)']
 
 
 def _x_args(req: CompileRequest) -> list[str]:

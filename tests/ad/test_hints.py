@@ -78,8 +78,8 @@ def _refused(enzcc, source: str, message: str, opt: str = "-O2") -> None:
 
 @pytest.mark.parametrize("opt", ["-O0", "-O2"])
 def test_unimplemented_registrations_are_errors(enzcc, opt):
-    _refused(enzcc, "double G;\nvoid *__enzyme_inactive_global[1] = {(void *)&G};\n" + INACTIVE
-             .replace("HINT", ""), "inactive globals (__enzyme_inactive_global)", opt)
+    _refused(enzcc, INACTIVE.replace("HINT", "void *__enzyme_allocation_like[4] = {(void *)h, (void *)0, "
+                                             "(void *)\"-1\", (void *)h};"), "custom allocation functions", opt)
     _refused(enzcc, INACTIVE.replace("HINT", "void *__enzyme_register_splitderivative_h[3] = "
                                              "{(void *)h, (void *)h, (void *)h};"), "custom split-mode derivatives", opt)
     _refused(enzcc, "void *__enzyme_made_up[1] = {0};\n" + INACTIVE.replace("HINT", ""),
@@ -100,3 +100,22 @@ int main(void) {
 
 def test_function_like_needs_a_string(enzcc):
     _refused(enzcc, LIKE.replace('(void *)"log"', "(void *)0"), 'must be {(void *)function, (void *)"name"}')
+
+
+GLOBALS = r"""
+double G;
+void *__enzyme_inactive_global[1] = {(void *)&G};
+__attribute__((enzyme_inactive)) double H;
+__attribute__((enzyme_function_like("log"))) double mylog(double x) { return (double)(long)(log(x) * 1e6) / 1e6; }
+double f(double x) { G = x * x; H = x; return G * x + H + mylog(x); }
+int main(void) { report("rev", __enzyme_autodiff((void *)f, 0.7)); return 0; }
+"""
+
+
+def test_inactive_globals_and_the_function_like_attribute(enzcc):
+    """Unoptimized, what is stored in the inactive globals loses its derivative, as asked (optimized, the
+    stored value may reach its use directly, and its derivative with it); mylog uses log's rule."""
+    v = build_and_run(enzcc, GLOBALS, "-O0")
+    assert v["rev"] == pytest.approx(0.7 * 0.7 + 1 / 0.7, rel=1e-12)
+    v = build_and_run(enzcc, GLOBALS, "-O2")
+    assert v["rev"] == pytest.approx(3 * 0.7 * 0.7 + 1 + 1 / 0.7, rel=1e-12)
