@@ -107,6 +107,13 @@ class Activity:
             changed = False
             for inst in insts:
                 if id(inst) in self.active_ptrs:
+                    if isinstance(inst, (Phi, Select)) and isinstance(inst.type, T.PointerType):
+                        # an allocation merged with memory that has derivatives gets a shadow too (reads
+                        # through the merged pointer then see zeros for it)
+                        for src in self._ptr_sources(inst):
+                            if (isinstance(src, Alloca) or (isinstance(src, Call) and src.callee_name in ALLOCATORS)) \
+                                    and id(src) not in self.active_ptrs:
+                                changed |= self._mark(self.active_ptrs, src)
                     continue
                 if isinstance(inst, InsertValue) and has_pointer(inst.type):
                     # aggregates carrying pointers (Rust slices, Fortran descriptors) carry their shadows

@@ -112,6 +112,9 @@ class Shadows:
     def _of_operand(self, v: Value, user: Instruction) -> Value:
         if self.has(v) or isinstance(v, (ConstantNull, ConstantPoison, ConstantUndef)):
             return self.of(v, user)
+        zero = self._zero_shadow_of_constant(v)
+        if zero is not None:
+            return zero
         from enzcc.ad.activity import is_user_call
 
         if isinstance(v, Call) and is_user_call(v):
@@ -120,6 +123,27 @@ class Shadows:
         raise ad_error(f"a {user.opcode} mixes memory with derivatives and {describe_pointer(v)}, which has no "
                        "shadow memory (such as a constant table or a buffer never used for floating-point data)",
                        user, fn=self.fn)
+
+    def _zero_shadow_of_constant(self, v: Value):
+        """A constant global without pointers (a table of numbers) merged with memory that has derivatives:
+        its derivative is zero. Forward mode reads its shadow: a zero-filled constant of the same type. Reverse
+        mode adds adjoints into the shadow of what it read: a zero-filled global that only ever receives them
+        (nothing reads it for a result, as the table cannot be written)."""
+        from enzcc.ad.activity import has_pointer
+        from enzcc.ir.values import GlobalRef
+
+        if not isinstance(v, GlobalRef):
+            return None
+        module = self.fn.module
+        gv = module.globals.get(v.symbol)
+        if gv is None or not gv.is_constant or gv.value_type is None or gv.is_declaration or \
+                has_pointer(gv.value_type):
+            return None
+        forward = self.activity.mode == "forward"
+        name = f"__enzcc_{'zero' if forward else 'sink'}_shadow.{v.symbol}"
+        if name not in module.globals:
+            module.add_global(name, gv.value_type, constant=forward, align=16)
+        return module.global_ref(name)
 
     def _store_pointer(self, store: Store) -> None:
         """Storing a pointer into shadowed memory stores its shadow into the shadow memory."""

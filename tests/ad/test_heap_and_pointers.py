@@ -186,3 +186,55 @@ def test_derivatives_stored_where_they_would_be_lost_are_refused(enzcc, case):
     assert r.returncode == 1 and r.stderr.strip().count("\n") == 0, r.stderr
     assert message in r.stderr
     assert not (enzcc.cwd / "l").exists()
+
+
+MERGED = r"""
+/* a pointer that is the differentiated buffer or a constant table; or a buffer that never held floats
+   before: the table's derivative is zero, the buffer gets a shadow */
+static const double table[4] = {1, 2, 3, 4};
+double f(double *x, int n) {
+  const double *src = n > 2 ? x : table;
+  double s = 0;
+  for (int i = 0; i < 4; i++) s += src[i] * x[i];
+  return s;
+}
+double g(double *x, int n) {
+  double *buf = malloc(4 * sizeof(double));
+  int *ib = malloc(4 * sizeof(int));
+  for (int i = 0; i < 4; i++) ib[i] = 3 - i;
+  double *src = n > 2 ? x : buf;
+  if (n <= 2) for (int i = 0; i < 4; i++) buf[i] = 1.0;
+  double s = 0;
+  for (int i = 0; i < 4; i++) s += src[ib[i]] * x[i];
+  free(buf); free(ib);
+  return s;
+}
+int main(void) {
+  double x[4] = {1, 2, 3, 4};
+  for (int n = 1; n <= 3; n += 2) {
+    double df[4] = {0}, dg[4] = {0};
+    __enzyme_autodiff((void *)f, enzyme_dup, x, df, enzyme_const, n);
+    __enzyme_autodiff((void *)g, enzyme_dup, x, dg, enzyme_const, n);
+    char k[16];
+    for (int i = 0; i < 4; i++) {
+      double t[4] = {0};
+      t[i] = 1;
+      snprintf(k, 16, "f.%d.%d", n, i); report(k, df[i]);
+      snprintf(k, 16, "ff.%d.%d", n, i); report(k, __enzyme_fwddiff((void *)f, enzyme_dup, x, t, enzyme_const, n));
+      snprintf(k, 16, "g.%d.%d", n, i); report(k, dg[i]);
+    }
+  }
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O1", "-O2", "-O3"])
+def test_pointer_merging_a_constant_table_or_a_new_buffer(enzcc, opt):
+    v = build_and_run(enzcc, MERGED, opt)
+    x = [1, 2, 3, 4]
+    for i in range(4):
+        assert v[f"f.1.{i}"] == x[i] + 0 and v[f"ff.1.{i}"] == x[i]      # s = sum table[i] x[i]
+        assert v[f"f.3.{i}"] == 2 * x[i] and v[f"ff.3.{i}"] == 2 * x[i]  # s = sum x[i]^2
+        assert v[f"g.1.{i}"] == 1.0                                      # s = sum x[i]
+        assert v[f"g.3.{i}"] == x[3 - i] + x[3 - i]                      # s = sum x[3-i] x[i]
