@@ -24,7 +24,7 @@ REVERSE = "__enzyme_reverse"
 AUGMENTSIZE = "__enzyme_augmentsize"
 MARKERS = ("enzyme_dupnoneed", "enzyme_dup", "enzyme_const", "enzyme_out")
 #: markers about the whole call (split mode): name -> whether a value follows
-CALL_MARKERS = {"enzyme_tape": True, "enzyme_allocated": True, "enzyme_noret": False,
+CALL_MARKERS = {"enzyme_tape": True, "enzyme_allocated": True, "enzyme_noret": False, "enzyme_primal_return": False,
                 "enzyme_const_return": False, "enzyme_active_return": False}
 
 #: argument kinds
@@ -106,6 +106,8 @@ class DiffCall:
     """``__enzyme_reverse``: the adjoint of the result."""
     noret: bool = False
     """``enzyme_noret``: ``__enzyme_augmentfwd`` does not return the result."""
+    primal_return: bool = False
+    """``enzyme_primal_return``: ``__enzyme_fwddiff`` returns ``{result, tangent}``."""
     return_kind: str | None = None
     """``const`` / ``active`` from ``enzyme_const_return`` / ``enzyme_active_return``, else None (the
     default: a float result is active)."""
@@ -231,7 +233,10 @@ def _call_markers(rest: list, mode: str, call, callee: str) -> dict:
         if name not in CALL_MARKERS:
             i += 1
             continue
-        if mode not in ("augment", "reverse-split", "size"):
+        if name == "enzyme_primal_return":
+            if mode != "forward":
+                raise ad_error(f"enzyme_primal_return is supported with __enzyme_fwddiff only, not {callee}", call)
+        elif mode not in ("augment", "reverse-split", "size"):
             raise ad_error(f"{name} is only for split mode (__enzyme_augmentfwd, __enzyme_reverse), not {callee}",
                            call)
         value = None
@@ -250,6 +255,8 @@ def _call_markers(rest: list, mode: str, call, callee: str) -> dict:
             out["allocated"] = value.value
         elif name == "enzyme_noret":
             out["noret"] = True
+        elif name == "enzyme_primal_return":
+            out["primal_return"] = True
         else:
             out["return_kind"] = "const" if name == "enzyme_const_return" else "active"
     return out

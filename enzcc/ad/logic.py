@@ -39,14 +39,17 @@ class DerivedFunctions:
         from enzcc.ad.forward import ForwardMode
         from enzcc.ad.reverse import ReverseMode
 
-        key = (dc.mode, dc.fn.name, tuple(s.kind for s in dc.args))
+        key = (dc.mode, dc.fn.name, tuple(s.kind for s in dc.args), dc.primal_return)
         G = self.cache.get(key)
         if G is None:
             hints = hints_of(self.module)
             registered = hints.gradient if dc.mode == "reverse" else hints.derivative
             # a function with a registered derivative: differentiate a call to it, which uses that derivative
             body = self._wrapper(dc.fn) if dc.fn.name in registered else self.body_of(dc.fn)
-            maker = (ReverseMode if dc.mode == "reverse" else ForwardMode)(dc, self.module, body, logic=self)
+            if dc.mode == "reverse":
+                maker = ReverseMode(dc, self.module, body, logic=self)
+            else:
+                maker = ForwardMode(dc, self.module, body, logic=self, return_primal=dc.primal_return)
             self.cache[key] = maker.G
             G = maker.build()
         return G

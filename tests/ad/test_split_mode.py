@@ -108,3 +108,20 @@ def test_too_small_tape_buffer_is_an_error(enzcc):
     assert r.returncode == 1 and r.stderr.strip().count("\n") == 0, r.stderr
     assert "the tape of 'f' needs" in r.stderr and "enzyme_allocated gives 8" in r.stderr
     assert not (enzcc.cwd / "s").exists()
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O2"])
+def test_forward_mode_primal_return(enzcc, opt):
+    v = build_and_run(enzcc, r"""
+extern int enzyme_primal_return;
+typedef struct { double v, d; } dual;
+dual __enzyme_fwddiff_pr(void *, ...);
+double f(double x, int n) { return sin(x) * n; }
+int main(void) {
+  dual r = __enzyme_fwddiff_pr((void *)f, enzyme_primal_return, 0.5, 1.0, enzyme_const, 3);
+  report("v", r.v); report("d", r.d);
+  return 0;
+}
+""", opt)
+    assert v["v"] == pytest.approx(3 * math.sin(0.5), rel=1e-15) and v["d"] == pytest.approx(3 * math.cos(0.5),
+                                                                                                rel=1e-15)
