@@ -35,6 +35,21 @@ def has_float(ty: T.Type) -> bool:
     return False
 
 
+def is_allocation(call) -> bool:
+    """A call that allocates memory: malloc & co., or a function registered with ``__enzyme_allocation_like``."""
+    name = call.callee_name
+    if not name:
+        return False
+    if name in ALLOCATORS:
+        return True
+    module = call.module
+    if module is None:
+        return False
+    from enzcc.ad.hints import hints_of
+
+    return name in hints_of(module).allocators
+
+
 def is_user_call(call) -> bool:
     """A call to a function with a body that was not inlined (a recursive call): differentiated by calling the
     callee's derived functions. (Functions the user gave hints about are not: they were kept on purpose.)"""
@@ -48,7 +63,8 @@ def is_user_call(call) -> bool:
     from enzcc.ad.hints import hints_of
 
     hints = hints_of(module)
-    return name not in hints.inactive and name not in hints.like  # (those have their own rules)
+    return name not in hints.inactive and name not in hints.like and name not in hints.allocators and \
+        name not in hints.deallocators  # (those have their own rules)
 
 
 def has_pointer(ty: T.Type) -> bool:
@@ -111,7 +127,7 @@ class Activity:
                         # an allocation merged with memory that has derivatives gets a shadow too (reads
                         # through the merged pointer then see zeros for it)
                         for src in self._ptr_sources(inst):
-                            if (isinstance(src, Alloca) or (isinstance(src, Call) and src.callee_name in ALLOCATORS)) \
+                            if (isinstance(src, Alloca) or (isinstance(src, Call) and is_allocation(src))) \
                                     and id(src) not in self.active_ptrs:
                                 changed |= self._mark(self.active_ptrs, src)
                     continue
@@ -314,7 +330,7 @@ class Activity:
         """Allocas and heap allocations whose memory is accessed with floating-point types (or holds pointers
         to such memory)."""
         allocs = [i for i in insts if isinstance(i, Alloca) or
-                  (isinstance(i, Call) and i.callee_name in ALLOCATORS)]
+                  (isinstance(i, Call) and is_allocation(i))]
         out = []
         for a in allocs:
             seen = {id(a)}
@@ -344,7 +360,7 @@ class Activity:
         return out
 
 
-__all__ = ["Activity", "ALLOCATORS", "has_float", "has_pointer", "is_user_call"]
+__all__ = ["Activity", "ALLOCATORS", "has_float", "has_pointer", "is_allocation", "is_user_call"]
 
 
 def _integer_tbaa(load) -> bool:

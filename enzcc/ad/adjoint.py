@@ -6,7 +6,7 @@ mixed into :class:`enzcc.ad.reverse.ReverseMode`, which decides the order and th
 from __future__ import annotations
 
 
-from enzcc.ad.activity import ALLOCATORS, has_float, is_user_call
+from enzcc.ad.activity import has_float, is_allocation, is_user_call
 from enzcc.ad.api import CONST, DUP, OUT, is_float
 from enzcc.ad.emit import add_values, emit_partial, splat, times, zero
 from enzcc.ad.errors import ad_error
@@ -280,7 +280,8 @@ class AdjointGenerator:
             return
         name = inst.callee_name or ""
         act = self.activity
-        if name.startswith(_IGNORED_INTRINSICS) or name in inactive_functions(self.module):
+        if name.startswith(_IGNORED_INTRINSICS) or name in inactive_functions(self.module) or \
+                name in hints_of(self.module).deallocators:  # (a shadow goes at the reverse of its allocation)
             return
         if name.startswith(("llvm.memset",)):
             dest = inst.args[0]
@@ -290,11 +291,16 @@ class AdjointGenerator:
         if name.startswith(("llvm.memcpy", "llvm.memmove")):
             self._reverse_memcpy(inst, block, b)
             return
-        if name in ALLOCATORS or name == "posix_memalign":
+        if is_allocation(inst) or name == "posix_memalign":
             for call, shadow in self.shadows.allocations:
                 if call is inst:
                     if name == "realloc":
                         self._reverse_realloc(inst, shadow, block, b)
+                    if name in hints_of(self.module).allocators:  # its own deallocation function
+                        _, dealloc, sources = hints_of(self.module).allocators[name]
+                        b.call(self.module.functions[dealloc],
+                               [self._primal(shadow if k < 0 else inst.args[k], block, b) for k in sources])
+                        continue
                     free = self.module.get_or_insert_function("free", T.FunctionType(T.void, (T.ptr,)))
                     b.call(free, [self._primal(shadow, block, b)])
             return

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from enzcc.ad.activity import ALLOCATORS, has_float
+from enzcc.ad.activity import ALLOCATORS, has_float, is_allocation
 from enzcc.ad.adjoint import _IGNORED_INTRINSICS
 from enzcc.ad.hints import rule_name
 from enzcc.ir import types as T
@@ -149,7 +149,7 @@ class CacheUtility:
 
         local = set()
         for inst in self.G.instructions():
-            if isinstance(inst, Alloca) or (isinstance(inst, Call) and inst.callee_name in ALLOCATORS):
+            if isinstance(inst, Alloca) or (isinstance(inst, Call) and is_allocation(inst)):
                 local.add(id(inst))
         for inst in self.G.instructions():
             if isinstance(inst, Store):

@@ -6,7 +6,7 @@ scalar for floats, a shadow pointer for memory) and returns the tangent of the r
 
 from __future__ import annotations
 
-from enzcc.ad.activity import ALLOCATORS, Activity, has_float, is_user_call
+from enzcc.ad.activity import Activity, has_float, is_allocation, is_user_call
 from enzcc.ad.logic import call_kinds
 from enzcc.ad.api import DUP, DUPNONEED, DiffCall, is_float
 from enzcc.ad.emit import add_values, emit_partial, times, zero
@@ -191,6 +191,17 @@ class ForwardMode:
     def _tangent_of_call(self, inst: Call) -> None:
         name = inst.callee_name or ""
         act = self.activity
+        dealloc = hints_of(self.module).deallocators.get(name)
+        if dealloc is not None:  # a registered deallocation: the shadow made here goes with the primal
+            j = dealloc[1].index(-1)
+            p = inst.args[j] if j < len(inst.args) else None
+            if p is not None and act.is_active_ptr(p) and self.shadows.has(p):
+                shadow = self.shadows.of(p)
+                if any(s is shadow for _, s in self.shadows.allocations):
+                    args = list(inst.args)
+                    args[j] = shadow
+                    IRBuilder.after(inst).call(self.module.functions[name], args)
+            return
         if name.startswith(_IGNORED_INTRINSICS) or name in inactive_functions(self.module):
             return
         if name.startswith("llvm.memset"):
@@ -208,7 +219,7 @@ class ForwardMode:
                 else:
                     b.memset(self.shadows.of(dest, inst), 0, inst.args[2])
             return
-        if name in ALLOCATORS or name == "posix_memalign":
+        if is_allocation(inst) or name == "posix_memalign":
             return  # the shadow allocation was made with the shadows
         if name in ("free", "_ZdlPv", "_ZdlPvm", "_ZdaPv"):
             # the primal is released: so is its shadow, if it was allocated here (shadows come from malloc)

@@ -8,6 +8,9 @@
   ``__attribute__((enzyme_function_like("log")))``: as ``__enzyme_function_like`` below.
 - ``void *__enzyme_function_like[2] = {(void *)mylog, (void *)"log"};``: calls are differentiated with the rule
   of the named math function.
+- ``void *__enzyme_allocation_like[4] = {(void *)my_alloc, (void *)1, (void *)"2,-1", (void *)my_free};``:
+  ``my_alloc`` allocates (its argument 1 is the size in bytes); ``my_free(arg 2 of the allocation, pointer)``
+  releases. Shadows are made and released with the same functions.
 - ``void *__enzyme_register_gradient_f[3] = {(void *)f, (void *)f_aug, (void *)f_rev};`` and
   ``void *__enzyme_register_derivative_f[2] = {(void *)f, (void *)f_fwd};``: derivatives the user wrote, called
   instead of differentiating ``f`` (:mod:`enzcc.ad.custom` has the calling conventions).
@@ -32,6 +35,7 @@ ANNOTATIONS = "llvm.global.annotations"
 #: globals whose name starts with one of these are read here
 INACTIVE_FN = "__enzyme_inactivefn"
 INACTIVE_GLOBAL = "__enzyme_inactive_global"
+ALLOCATION_LIKE = "__enzyme_allocation_like"
 FUNCTION_LIKE = "__enzyme_function_like"
 
 REGISTER_GRADIENT = "__enzyme_register_gradient"
@@ -40,7 +44,6 @@ REGISTER_DERIVATIVE = "__enzyme_register_derivative"
 #: Enzyme globals enzcc recognises but does not implement yet: (name prefix, what it is)
 NOT_IMPLEMENTED = (
     ("__enzyme_register_splitderivative", "custom split-mode derivatives (__enzyme_register_splitderivative_*)"),
-    ("__enzyme_allocation_like", "custom allocation functions (__enzyme_allocation_like)"),
 )
 
 #: annotations enzcc knows (from Enzyme's function attributes)
@@ -61,13 +64,22 @@ class Hints:
     """Function name -> (augmented forward, reverse): its registered reverse-mode derivative."""
     derivative: dict = field(default_factory=dict)
     """Function name -> its registered forward-mode derivative."""
+    allocators: dict = field(default_factory=dict)
+    """Allocation function name -> (index of its size argument, deallocation function, where each argument of
+    the deallocation call comes from: an argument index of the allocation call, or -1 for the pointer)."""
     inactive_globals: frozenset = frozenset()
     """Global variables whose memory carries no derivatives (what is stored there loses its derivative, as
     the user asked)."""
 
     def protected(self) -> set[str]:
         """Functions that must stay calls until the derivative is made (not inlined before)."""
-        return set(self.inactive) | set(self.like) | set(self.gradient) | set(self.derivative)
+        return set(self.inactive) | set(self.like) | set(self.gradient) | set(self.derivative) | \
+            set(self.allocators) | {d for _, d, _ in self.allocators.values()}
+
+    @property
+    def deallocators(self) -> dict:
+        """Deallocation function name -> (allocation function, argument sources) (see :attr:`allocators`)."""
+        return {d: (a, idx) for a, (_, d, idx) in self.allocators.items()}
 
 
 def _symbols(text: str) -> list[str]:
@@ -96,6 +108,7 @@ def read_hints(names: Iterable[str], text_of: Callable[[str], str | None],
     gradient: dict[str, tuple[str, str]] = {}
     derivative: dict[str, str] = {}
     inactive_globals: set[str] = set()
+    allocators: dict = {}
     for name in names:
         if name == ANNOTATIONS:
             text = text_of(name) or ""
@@ -139,6 +152,24 @@ def read_hints(names: Iterable[str], text_of: Callable[[str], str | None],
                 gradient[syms[0]] = (syms[1], syms[2])
             else:
                 derivative[syms[0]] = syms[1]
+        elif name.startswith(ALLOCATION_LIKE):
+            shape = ('{(void *)alloc, (void *)size_index, (void *)"dealloc argument indices", '
+                     '(void *)dealloc}')
+            m = re.search(r"\[\s*ptr " + _SYMBOL + r",\s*ptr (null|inttoptr \(i64 (\d+) to ptr\)),\s*ptr "
+                          + _SYMBOL + r",\s*ptr " + _SYMBOL + r"\s*\]", text)
+            if m is None:
+                raise ADError(f"@{name} must be {shape}")
+            alloc, dealloc = m.group(1) or m.group(2), m.group(7) or m.group(8)
+            size_index = int(m.group(4)) if m.group(4) else 0
+            spec = _c_string(text_of(m.group(5) or m.group(6)))
+            try:
+                indices = [int(t) for t in (spec or "").split(",") if t.strip()]
+            except ValueError:
+                indices = []
+            if not (is_function(alloc) and is_function(dealloc)) or indices.count(-1) != 1:
+                raise ADError(f"@{name} must be {shape}, with functions defined in this program and the "
+                              "pointer (-1) once among the deallocation arguments")
+            allocators[alloc] = (size_index, dealloc, tuple(indices))
         elif name.startswith(FUNCTION_LIKE):
             syms = _symbols(text)
             if len(syms) != 2 or not is_function(syms[0]):
@@ -154,8 +185,8 @@ def read_hints(names: Iterable[str], text_of: Callable[[str], str | None],
                     raise ADError(f"@{name}: enzcc does not implement {what} yet; without it the derivative "
                                   "would silently differ from the one you registered")
             raise ADError(f"@{name} is not an Enzyme global enzcc knows (known: {INACTIVE_FN}, {INACTIVE_GLOBAL}, "
-                          f"{FUNCTION_LIKE}, {REGISTER_GRADIENT}_*, {REGISTER_DERIVATIVE}_*)")
-    return Hints(frozenset(inactive), like, gradient, derivative, frozenset(inactive_globals))
+                          f"{FUNCTION_LIKE}, {ALLOCATION_LIKE}, {REGISTER_GRADIENT}_*, {REGISTER_DERIVATIVE}_*)")
+    return Hints(frozenset(inactive), like, gradient, derivative, allocators, frozenset(inactive_globals))
 
 
 def hints_of(module) -> Hints:

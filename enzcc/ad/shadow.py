@@ -7,7 +7,7 @@ are loaded from the shadow memory, and allocations get zero-filled shadow alloca
 
 from __future__ import annotations
 
-from enzcc.ad.activity import ALLOCATORS, Activity, has_pointer
+from enzcc.ad.activity import ALLOCATORS, Activity, has_pointer, is_allocation
 from enzcc.ad.errors import ad_error
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
@@ -100,7 +100,7 @@ class Shadows:
                 elif isinstance(inst, ExtractValue):
                     self._set(inst, IRBuilder.after(inst).extract_value(self.of(inst.aggregate, inst),
                                                                         list(inst.indices)))
-                elif isinstance(inst, Call) and inst.callee_name in ALLOCATORS:
+                elif isinstance(inst, Call) and is_allocation(inst):
                     self._set(inst, self._shadow_allocation(inst))
                 else:
                     raise ad_error(f"cannot compute the shadow of pointer produced by '{inst.opcode}'", inst,
@@ -166,6 +166,12 @@ class Shadows:
                        list(call.args))
         elif name == "realloc":
             return self._shadow_realloc(call, b)
+        elif name not in ALLOCATORS:  # registered with __enzyme_allocation_like: the same call again
+            from enzcc.ad.hints import hints_of
+
+            size_index = hints_of(module).allocators[name][0]
+            s = b.call(module.functions[name], list(call.args))
+            b.memset(s, 0, to_i64(b, call.args[size_index]))
         elif name == "aligned_alloc":
             s = b.call(module.get_or_insert_function(name, call.function_type), list(call.args))
             b.memset(s, 0, call.args[1])

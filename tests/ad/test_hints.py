@@ -79,7 +79,7 @@ def _refused(enzcc, source: str, message: str, opt: str = "-O2") -> None:
 @pytest.mark.parametrize("opt", ["-O0", "-O2"])
 def test_unimplemented_registrations_are_errors(enzcc, opt):
     _refused(enzcc, INACTIVE.replace("HINT", "void *__enzyme_allocation_like[4] = {(void *)h, (void *)0, "
-                                             "(void *)\"-1\", (void *)h};"), "custom allocation functions", opt)
+                                             "(void *)\"0\", (void *)h};"), "@__enzyme_allocation_like must be", opt)
     _refused(enzcc, INACTIVE.replace("HINT", "void *__enzyme_register_splitderivative_h[3] = "
                                              "{(void *)h, (void *)h, (void *)h};"), "custom split-mode derivatives", opt)
     _refused(enzcc, "void *__enzyme_made_up[1] = {0};\n" + INACTIVE.replace("HINT", ""),
@@ -119,3 +119,38 @@ def test_inactive_globals_and_the_function_like_attribute(enzcc):
     assert v["rev"] == pytest.approx(0.7 * 0.7 + 1 / 0.7, rel=1e-12)
     v = build_and_run(enzcc, GLOBALS, "-O2")
     assert v["rev"] == pytest.approx(3 * 0.7 * 0.7 + 1 + 1 / 0.7, rel=1e-12)
+
+
+ALLOCATION_LIKE = r"""
+static int live = 0;
+void *pool_alloc(void *pool, size_t bytes, int *count) { (*count)++; live++; return malloc(bytes); }
+void pool_free(int *count, void *p) { (*count)--; live--; free(p); }
+void *__enzyme_allocation_like[4] = {(void *)pool_alloc, (void *)1, (void *)"2,-1", (void *)pool_free};
+double f(double *x, int n) {
+  int count = 0;
+  double *t = pool_alloc(0, n * sizeof(double), &count);
+  for (int i = 0; i < n; i++) t[i] = sin(x[i]);
+  double s = 0;
+  for (int i = 0; i < n; i++) s += t[i] * t[(i + 1) % n];
+  pool_free(&count, t);
+  return s;
+}
+int main(void) {
+  double x[3] = {0.1, 0.2, 0.3}, dx[3] = {0}, t[3] = {1, 0, 0};
+  __enzyme_autodiff((void *)f, enzyme_dup, x, dx, enzyme_const, 3);
+  report("rev", dx[0]);
+  report("fwd", __enzyme_fwddiff((void *)f, enzyme_dup, x, t, enzyme_const, 3));
+  report("exact", cos(0.1) * (sin(0.2) + sin(0.3)));
+  report("live", live);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", OPTS)
+def test_allocation_like(enzcc, opt):
+    """A registered allocator gets its shadows from itself and releases them with its deallocator (every
+    allocation it made is released: the counter returns to 0)."""
+    v = build_and_run(enzcc, ALLOCATION_LIKE, opt)
+    assert v["rev"] == pytest.approx(v["exact"], rel=1e-12) and v["fwd"] == pytest.approx(v["exact"], rel=1e-12)
+    assert v["live"] == 0
