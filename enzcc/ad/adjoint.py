@@ -12,6 +12,7 @@ from enzcc.ad.emit import add_values, emit_partial, splat, times, zero
 from enzcc.ad.errors import ad_error
 from enzcc.ad import custom
 from enzcc.ad.hints import hints_of, rule_name
+from enzcc.ad.logic import check_call_signature
 from enzcc.ad.prepare import inactive_functions
 from enzcc.ad.shadow import to_i64, usable_size
 from enzcc.ir import types as T
@@ -231,11 +232,10 @@ class AdjointGenerator:
                               OUT if is_float(a.type) and (act.is_active(a) or self._is_out(a)) else CONST
                               for a in inst.args)
                 ret_active = is_float(inst.type) and act.is_active(inst)
-                if act.is_active_ptr(inst):
-                    raise ad_error("returning a pointer to memory with derivatives from a function that is not "
-                                   "inlined (a recursive one) is not supported", inst)
-                if all(k == CONST for k in kinds) and not ret_active:
+                if all(k == CONST for k in kinds) and not ret_active and not act.is_active_ptr(inst) and \
+                        not any(act.is_active_ptr(a) or act.is_active(a) for a in inst.args):
                     continue  # no derivative flows through it: the primal call stays
+                check_call_signature(inst, act)
                 callee = self.module.functions[inst.callee_name]
                 nargs = len(inst.args)
                 aug, rev = self.logic.split_of_call(inst, callee, kinds, ret_active)

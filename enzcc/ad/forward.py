@@ -7,7 +7,7 @@ scalar for floats, a shadow pointer for memory) and returns the tangent of the r
 from __future__ import annotations
 
 from enzcc.ad.activity import Activity, has_float, is_allocation, is_user_call
-from enzcc.ad.logic import call_kinds
+from enzcc.ad.logic import call_kinds, check_call_signature
 from enzcc.ad.api import DUP, DUPNONEED, DiffCall, is_float
 from enzcc.ad.emit import add_values, emit_partial, times, zero
 from enzcc.ad.errors import ad_error
@@ -263,6 +263,7 @@ class ForwardMode:
         """A call that was not inlined (recursion) becomes a call to the callee's forward derivative, which
         computes the primal result and its tangent."""
         callee = self.module.functions[inst.callee_name]
+        check_call_signature(inst, self.activity)
         kinds = call_kinds(inst, self.activity, lambda a: id(a) in self.tangents)
         F = self.logic.forward_of_call(inst, callee, kinds)
         b = IRBuilder.before(inst)

@@ -111,6 +111,35 @@ def _call_site(call, callee, kinds, mode: str) -> DiffCall:
     return DiffCall(call, mode, callee, specs)
 
 
+def needs_inlining(ty) -> bool:
+    """A parameter or result type that derived functions do not pass: an aggregate holding pointers or floats
+    (a Rust slice, a struct by value), a pointer returned. Calls with such types are inlined (``auto``) or
+    refused (:func:`check_call_signature`)."""
+    from enzcc.ad.activity import has_float, has_pointer
+
+    scalar = isinstance(ty, (T.FloatType, T.IntType, T.PointerType, T.VoidType)) or \
+        (isinstance(ty, T.VectorType) and isinstance(ty.element, T.FloatType))
+    return not scalar and (has_float(ty) or has_pointer(ty))
+
+
+def check_call_signature(call, activity) -> None:
+    """Refuse a call that is not inlined and whose arguments or result the derived functions cannot pass with
+    their derivatives (see :func:`needs_inlining`); a pointer result is refused where the callee is made."""
+    from enzcc.ad.errors import ad_error
+
+    what = None
+    if needs_inlining(call.type) or isinstance(call.type, T.PointerType):
+        what = f"returns {call.type}"
+    else:
+        for i, a in enumerate(call.args):
+            if needs_inlining(a.type) and (activity.is_active_ptr(a) or activity.is_active(a)):
+                what = f"takes {a.type} (argument {i + 1}) with derivatives"
+                break
+    if what is not None:
+        raise ad_error(f"'{call.callee_name}' {what} and is not inlined (it is recursive, or --ad-inline says "
+                       "so): such calls are not supported", call)
+
+
 def call_kinds(call, activity, has_tangent) -> tuple[str, ...]:
     """Activity of each argument of a call to a user function: ``dup`` for pointers to memory with
     derivatives and for floats that carry derivatives (``has_tangent``), ``const`` otherwise."""
@@ -127,4 +156,4 @@ def call_kinds(call, activity, has_tangent) -> tuple[str, ...]:
     return tuple(out)
 
 
-__all__ = ["DerivedFunctions", "call_kinds"]
+__all__ = ["DerivedFunctions", "call_kinds", "check_call_signature", "needs_inlining"]

@@ -128,8 +128,8 @@ def prepare(fn: Function) -> None:
     check_reducible(fn)
 
 
-#: ``--ad-inline=auto`` inlines callees of at most this many instructions (and any callee returning a pointer:
-#: the shadow of a returned pointer exists only inlined)
+#: ``--ad-inline=auto`` inlines callees of at most this many instructions (and any callee returning a pointer
+#: or passing aggregates of pointers or floats: their shadows and derivatives exist only inlined)
 INLINE_THRESHOLD = 1500
 
 
@@ -140,7 +140,10 @@ def should_inline(callee: Function, policy: str) -> bool:
         return True
     if policy == "none":
         return False
-    if isinstance(callee.return_type, T.PointerType):
+    from enzcc.ad.logic import needs_inlining
+
+    if isinstance(callee.return_type, T.PointerType) or needs_inlining(callee.return_type) or \
+            any(needs_inlining(t) for t in callee.function_type.params):
         return True
     n = 0
     for _ in callee.instructions():

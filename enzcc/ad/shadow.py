@@ -118,8 +118,8 @@ class Shadows:
         from enzcc.ad.activity import is_user_call
 
         if isinstance(v, Call) and is_user_call(v):
-            raise ad_error(f"'{v.callee_name}' returns a pointer into memory with derivatives and is not inlined "
-                           "(it is recursive): such a pointer has no shadow; not supported", v, fn=self.fn)
+            raise ad_error(f"'{v.callee_name}' returns {v.type} and is not inlined (it is recursive, or --ad-inline "
+                           "says so): such calls are not supported", v, fn=self.fn)
         raise ad_error(f"a {user.opcode} mixes memory with derivatives and {describe_pointer(v)}, which has no "
                        "shadow memory (such as a constant table or a buffer never used for floating-point data)",
                        user, fn=self.fn)
