@@ -211,7 +211,8 @@ def split_packed_floats(fn, memtypes) -> bool:
     changed = False
     for inst in list(fn.instructions()):
         if id(inst) in done or inst.parent is None or not isinstance(inst.type, T.IntType) or \
-                inst.type.bits not in (64, 128) or not isinstance(inst, (Load, Phi, Select)):
+                inst.type.bits not in (64, 128) or not (isinstance(inst, (Load, Phi, Select)) or
+                                                        (isinstance(inst, BinaryOp) and inst.opcode == "or")):
             continue
         web = _collect(inst, memtypes)
         if web is None:

@@ -189,3 +189,42 @@ define void @grad(ptr %x, ptr %dx, ptr %out, ptr %dout) {
 """
     with pytest.raises(ADError, match="integer bits loaded from memory that has derivatives are stored here"):
         differentiate_text(HEADER + text)
+
+
+# two floats packed with zext/shl/or straight into a store (no load, phi or select of the packed integer)
+PACKED_STORE = """
+define void @pk(ptr %x, ptr %out) {
+  %a = load float, ptr %x, align 4
+  %p1 = getelementptr i8, ptr %x, i64 4
+  %b = load float, ptr %p1, align 4
+  %a2 = fmul float %a, %a
+  %ai = bitcast float %a2 to i32
+  %bi = bitcast float %b to i32
+  %lo = zext i32 %ai to i64
+  %hz = zext i32 %bi to i64
+  %hi = shl i64 %hz, 32
+  %pk = or disjoint i64 %hi, %lo
+  store i64 %pk, ptr %out, align 4
+  %o = load float, ptr %out, align 4
+  ret void
+}
+define void @grad(ptr %x, ptr %dx, ptr %out, ptr %dout) {
+  call void (ptr, ...) @__enzyme_autodiff(ptr @pk, ptr %x, ptr %dx, ptr %out, ptr %dout)
+  ret void
+}
+"""
+
+
+def test_packed_integer_stored_directly():
+    fn, changed = _split(PACKED_STORE, "pk")
+    assert changed
+    out, _ = differentiate_text(HEADER + PACKED_STORE)
+    engine = _jit(out)
+    grad = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 4)(engine.get_function_address("grad"))
+    x = (ctypes.c_float * 2)(1.5, 2.5)
+    dx = (ctypes.c_float * 2)(0.0, 0.0)
+    o = (ctypes.c_float * 2)(0.0, 0.0)
+    do = (ctypes.c_float * 2)(1.0, 2.0)
+    grad(*(ctypes.addressof(v) for v in (x, dx, o, do)))
+    assert list(o) == [2.25, 2.5]
+    assert list(dx) == pytest.approx([2 * 1.5 * 1.0, 2.0])
