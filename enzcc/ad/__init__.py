@@ -1,6 +1,10 @@
-"""The AD engine: replaces ``__enzyme_autodiff`` / ``__enzyme_fwddiff`` calls with synthesized derivatives.
+"""The AD engine: replaces ``__enzyme_autodiff`` / ``__enzyme_fwddiff`` / ``__enzyme_augmentfwd`` /
+``__enzyme_reverse`` / ``__enzyme_augmentsize`` calls with synthesized derivatives.
 
 Entry point: :func:`differentiate_text` (LLVM 22 text in, text out), used by the pipeline's ``ad`` stage.
+Derived functions are made on demand and cached by :class:`enzcc.ad.logic.DerivedFunctions`; reverse mode
+is :mod:`enzcc.ad.reverse` (layout), :mod:`enzcc.ad.adjoint` (per-instruction adjoints) and
+:mod:`enzcc.ad.cache` (cache or recompute); forward mode is :mod:`enzcc.ad.forward`.
 """
 
 from __future__ import annotations
@@ -22,9 +26,11 @@ ENZYME_PREFIX = "__enzyme_"
 def differentiate_text(text: str, target_machine=None, inline: str = "auto") -> tuple[str, int]:
     """Differentiate every ``__enzyme_*`` call in the module. Returns (new text, number of calls replaced).
 
-    Three steps: (1) for each function to differentiate, a private copy with every user call inlined;
-    (2) LLVM's SROA and CFG simplification on those copies only (promoting locals to SSA values, as Enzyme's
-    preprocessing does); (3) derivative synthesis from the simplified copies, which are then deleted.
+    Three steps: (1) for each function to differentiate, and each function reached by a call that is not
+    inlined (recursion, ``inline`` = ``auto``/``none``: see :func:`enzcc.ad.prepare.should_inline`), a
+    private copy with the calls it inlines inlined; (2) LLVM's SROA and CFG simplification on those copies only
+    (promoting locals to SSA values, as Enzyme's preprocessing does); (3) derivative synthesis from the
+    simplified copies, which are then deleted.
     """
     module = parse_module(text)
     calls = _enzyme_calls(module)
