@@ -119,8 +119,13 @@ def _cut(maker, aug: Function, rev: Function, buffer: bool) -> None:
         frame = aug.args[-1]
     else:
         b = IRBuilder.before(entry.instructions[0])
-        malloc = G.module.get_or_insert_function("malloc", T.FunctionType(T.ptr, (T.i64,)))
-        frame = b.call(malloc, [ConstantInt(T.i64, max(size, 1))])
+        align = max([a.align or 1 for a in allocas] + [G.module.data_layout.abi_alignment(frame_ty) if fields else 1])
+        if align <= 16:  # what malloc guarantees on the hosts enzcc targets
+            malloc = G.module.get_or_insert_function("malloc", T.FunctionType(T.ptr, (T.i64,)))
+            frame = b.call(malloc, [ConstantInt(T.i64, max(size, 1))])
+        else:
+            aligned = G.module.get_or_insert_function("aligned_alloc", T.FunctionType(T.ptr, (T.i64, T.i64)))
+            frame = b.call(aligned, [ConstantInt(T.i64, align), ConstantInt(T.i64, -(-max(size, 1) // align) * align)])
     for k, a in enumerate(allocas):
         ca = vmap[a]
         ca.replace_all_uses_with(IRBuilder.before(ca).struct_gep(frame_ty, frame, k))
