@@ -262,8 +262,13 @@ static void {p}_check(void) {{
     int smooth = fabs(fd1 - fd2) <= {rtol} * fmax(fabs(fd1), fabs(fd2)) + 2 * noise;
     int rok = fabs(a - fd2) <= {rtol} * fmax(fabs(a), fabs(fd2)) + 2 * noise;
     int fok = fabs(b - fd2) <= {rtol} * fmax(fabs(b), fabs(fd2)) + 2 * noise;
+    /* a kink inside the stencil (|v| near 0) moves the two quotients apart by a fraction of their distance
+       to the one-sided derivative AD gives: only a miss far beyond that spread is a wrong gradient */
+    double spread = fabs(fd1 - fd2);
+    int rbad = !rok && fabs(a - fd2) > 20 * spread, fbad = !fok && fabs(b - fd2) > 20 * spread;
+    if (smooth && (!rok || !fok) && !rbad && !fbad) smooth = 0;
     const char *bad = 0;
-    if (smooth && (!rok || !fok)) bad = !rok && !fok ? "wrong-both" : !rok ? "wrong-reverse" : "wrong-forward";
+    if (smooth && (rbad || fbad)) bad = rbad && fbad ? "wrong-both" : rbad ? "wrong-reverse" : "wrong-forward";
     else if (!same) bad = "ad-mismatch";
     if (bad) {{
       printf("FUZZ {p} %s coordinate %d of %d: reverse %.10g forward %.10g fd %.10g (fd at h/2 %.10g)\\n",
