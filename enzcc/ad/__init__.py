@@ -40,6 +40,7 @@ def differentiate_text(text: str, target_machine=None, inline: str = "auto") -> 
     requests = [parse_call(c, module) for c in calls]
     prep_names: dict[str, str] = {}
     todo = [dc.fn for dc in requests]
+    protected = hints_of(module).protected()
     while todo:  # the functions asked for, and those their recursive calls reach
         fn = todo.pop()
         if fn.name in prep_names:
@@ -50,7 +51,7 @@ def differentiate_text(text: str, target_machine=None, inline: str = "auto") -> 
                 todo.append(module.functions[inst.callee_name])
             elif isinstance(inst, Call) and inst.callee_name in module.functions and \
                     not module.functions[inst.callee_name].is_declaration and \
-                    inst.callee_name not in hints_of(module).protected():
+                    inst.callee_name not in protected:
                 todo.append(module.functions[inst.callee_name])  # not inlined (--ad-inline): called
     text = _simplify(str(module), list(prep_names.values()), target_machine)
     module = parse_module(text)
