@@ -145,12 +145,16 @@ def should_inline(callee: Function, policy: str) -> bool:
     if isinstance(callee.return_type, T.PointerType) or needs_inlining(callee.return_type) or \
             any(needs_inlining(t) for t in callee.function_type.params):
         return True
-    n = 0
-    for _ in callee.instructions():
-        n += 1
-        if n > INLINE_THRESHOLD:
-            return False
-    return True
+    cache = callee.module.__dict__.setdefault("_enzcc_small", {}) if callee.module is not None else {}
+    small = cache.get(callee.name)
+    if small is None:  # (asked again for every call while inlining: counted once)
+        n = 0
+        for _ in callee.instructions():
+            n += 1
+            if n > INLINE_THRESHOLD:
+                break
+        small = cache[callee.name] = n <= INLINE_THRESHOLD
+    return small
 
 
 def retype_float_bits(fn: Function) -> None:
