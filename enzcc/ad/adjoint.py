@@ -12,7 +12,7 @@ from enzcc.ad.emit import add_values, emit_partial, splat, times, zero
 from enzcc.ad.errors import ad_error
 from enzcc.ad import custom
 from enzcc.ad.hints import hints_of, rule_name
-from enzcc.ad.logic import check_call_signature
+from enzcc.ad.logic import call_kinds, check_call_signature
 from enzcc.ad.prepare import inactive_functions
 from enzcc.ad.shadow import to_i64, usable_size
 from enzcc.ir import types as T
@@ -228,9 +228,7 @@ class AdjointGenerator:
                     self.user_calls[id(entry[0])] = ("custom", entry)
                     self._keep.append(entry[0])
                     continue
-                kinds = tuple(DUP if isinstance(a.type, T.PointerType) and act.is_active_ptr(a) else
-                              OUT if is_float(a.type) and (act.is_active(a) or self._is_out(a)) else CONST
-                              for a in inst.args)
+                kinds = call_kinds(inst, act, lambda a: act.is_active(a) or self._is_out(a), OUT)
                 ret_active = is_float(inst.type) and act.is_active(inst)
                 if all(k == CONST for k in kinds) and not ret_active and not act.is_active_ptr(inst) and \
                         not any(act.is_active_ptr(a) or act.is_active(a) for a in inst.args):

@@ -19,7 +19,6 @@ Signatures are those of the LLVM functions (after the C ABI lowered them); a mis
 
 from __future__ import annotations
 
-from enzcc.ad.activity import has_float
 from enzcc.ad.errors import ad_error
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
@@ -170,7 +169,7 @@ def _read_augmented(inst, aug, value, b):
 
 def reverse_call(mode, entry, block, b: IRBuilder) -> None:
     """The registered reverse function, called at the reverse position of the augmented call."""
-    new, prefix, rev, tape, result, primal_args, rty = entry
+    _, prefix, rev, tape, result, primal_args, rty = entry
     args = [mode._primal(v, block, b) for v in prefix]
     if _is_float(rty):
         if result is not None and mode.activity.is_active(result):
@@ -180,13 +179,9 @@ def reverse_call(mode, entry, block, b: IRBuilder) -> None:
     if tape is not None:
         args.append(mode._primal(tape, block, b))
     r = b.call(rev, args)
-    floats = [a for a in primal_args if _is_float(a.type)]
-    if not floats:
-        return
-    for j, a in enumerate(floats):
-        d = r if not isinstance(r.type, T.StructType) else b.extract_value(r, [j])
-        if has_float(a.type) and (mode.activity.is_active(a) or mode._is_out(a)):
-            mode._add_adjoint(b, a, d)
+    for j, a in enumerate(a for a in primal_args if _is_float(a.type)):
+        if mode.activity.is_active(a) or mode._is_out(a):
+            mode._add_adjoint(b, a, b.extract_value(r, [j]) if isinstance(r.type, T.StructType) else r)
 
 
 __all__ = ["augment_call", "forward_call", "reverse_call"]

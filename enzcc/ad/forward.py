@@ -264,7 +264,7 @@ class ForwardMode:
         computes the primal result and its tangent."""
         callee = self.module.functions[inst.callee_name]
         check_call_signature(inst, self.activity)
-        kinds = call_kinds(inst, self.activity, lambda a: id(a) in self.tangents)
+        kinds = call_kinds(inst, self.activity, lambda a: id(a) in self.tangents, DUP)
         F = self.logic.forward_of_call(inst, callee, kinds)
         b = IRBuilder.before(inst)
         args = []

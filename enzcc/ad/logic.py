@@ -124,9 +124,7 @@ def needs_inlining(ty) -> bool:
 
 def check_call_signature(call, activity) -> None:
     """Refuse a call that is not inlined and whose arguments or result the derived functions cannot pass with
-    their derivatives (see :func:`needs_inlining`); a pointer result is refused where the callee is made."""
-    from enzcc.ad.errors import ad_error
-
+    their derivatives (see :func:`needs_inlining`), or that returns a pointer (its shadow is not returned)."""
     what = None
     if needs_inlining(call.type) or isinstance(call.type, T.PointerType):
         what = f"returns {call.type}"
@@ -136,24 +134,25 @@ def check_call_signature(call, activity) -> None:
                 what = f"takes {a.type} (argument {i + 1}) with derivatives"
                 break
     if what is not None:
-        raise ad_error(f"'{call.callee_name}' {what} and is not inlined (it is recursive, or --ad-inline says "
-                       "so): such calls are not supported", call)
+        raise not_inlined_error(call, what)
 
 
-def call_kinds(call, activity, has_tangent) -> tuple[str, ...]:
+def call_kinds(call, activity, has_derivative, float_kind: str) -> tuple[str, ...]:
     """Activity of each argument of a call to a user function: ``dup`` for pointers to memory with
-    derivatives and for floats that carry derivatives (``has_tangent``), ``const`` otherwise."""
-    from enzcc.ad.activity import has_float
+    derivatives, ``float_kind`` (``dup`` in forward mode, ``out`` in reverse mode) for floats with a
+    derivative (``has_derivative``), ``const`` otherwise."""
+    from enzcc.ad.api import is_float
 
-    out = []
-    for a in call.args:
-        if isinstance(a.type, T.PointerType) and activity.is_active_ptr(a):
-            out.append("dup")
-        elif has_float(a.type) and has_tangent(a):
-            out.append("dup")
-        else:
-            out.append("const")
-    return tuple(out)
+    return tuple("dup" if isinstance(a.type, T.PointerType) and activity.is_active_ptr(a) else
+                 float_kind if is_float(a.type) and has_derivative(a) else "const" for a in call.args)
 
 
-__all__ = ["DerivedFunctions", "call_kinds", "check_call_signature", "needs_inlining"]
+def not_inlined_error(call, what: str):
+    """The error for a call that is not inlined and passes ``what`` the derived functions cannot carry."""
+    from enzcc.ad.errors import ad_error
+
+    return ad_error(f"'{call.callee_name}' {what} and is not inlined (it is recursive, or --ad-inline says so): "
+                    "such calls are not supported", call)
+
+
+__all__ = ["DerivedFunctions", "call_kinds", "check_call_signature", "needs_inlining", "not_inlined_error"]

@@ -116,10 +116,10 @@ class Shadows:
         if zero is not None:
             return zero
         from enzcc.ad.activity import is_user_call
+        from enzcc.ad.logic import not_inlined_error
 
         if isinstance(v, Call) and is_user_call(v):
-            raise ad_error(f"'{v.callee_name}' returns {v.type} and is not inlined (it is recursive, or --ad-inline "
-                           "says so): such calls are not supported", v, fn=self.fn)
+            raise not_inlined_error(v, f"returns {v.type}")
         raise ad_error(f"a {user.opcode} mixes memory with derivatives and {describe_pointer(v)}, which has no "
                        "shadow memory (such as a constant table or a buffer never used for floating-point data)",
                        user, fn=self.fn)
