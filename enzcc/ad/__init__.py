@@ -12,10 +12,10 @@ from __future__ import annotations
 from enzcc.ad.api import mode_of, parse_call
 from enzcc.ad.errors import ADError, ad_error
 from enzcc.ad.hints import hints_of
-from enzcc.ad.inline import is_kept_recursive
+from enzcc.ad.inline import invoke_to_call, is_kept_recursive
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
-from enzcc.ir.instructions import Call, Load
+from enzcc.ir.instructions import Call, Invoke, Load
 from enzcc.ir.module import Module
 from enzcc.ir.parser import parse_module
 from enzcc.ir.values import ConstantInt, GlobalRef
@@ -115,11 +115,9 @@ def differentiate_module(module: Module, prepared: dict[str, str] | None = None)
     logic = DerivedFunctions(module, prepared)
     calls = _enzyme_calls(module)
     for call in calls:
-        name = call.callee_name
-        mode = mode_of(name)
-        if mode is None:
-            raise ad_error(f"{name} is not supported by enzcc (known: __enzyme_autodiff, __enzyme_fwddiff, "
-                           "__enzyme_augmentfwd, __enzyme_reverse, __enzyme_augmentsize)", call)
+        if isinstance(call, Invoke):  # C++: the __enzyme_* declaration may throw, as far as clang knows
+            call = invoke_to_call(call)
+        mode = mode_of(call.callee_name)
         dc = parse_call(call, module)
         if mode in ("augment", "reverse-split", "size"):
             _replace_split_call(dc, logic)

@@ -9,6 +9,7 @@ the argument they describe; in IR they are loads of those globals.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from enzcc.ad.errors import MissingBodyError, ad_error
@@ -29,6 +30,19 @@ CALL_MARKERS = {"enzyme_tape": True, "enzyme_allocated": True, "enzyme_noret": F
 
 #: argument kinds
 CONST, DUP, DUPNONEED, OUT = "const", "dup", "dupnoneed", "out"
+
+
+def cxx_api_name(symbol: str) -> str | None:
+    """The name C++ code gives an ``__enzyme_*`` function or global it declares without ``extern "C"``:
+    ``_Z17__enzyme_autodiffPvd`` (a plain declaration), ``_Z17__enzyme_autodiffIdJPvdEET_DpT0_`` (Enzyme's
+    ``template <typename Ret, typename... Args> Ret __enzyme_autodiff(Args...)``), ``_ZL..`` (internal
+    linkage). Returns the unmangled identifier (``__enzyme_autodiff``), or None for any other symbol."""
+    m = re.match(r"_ZL?(\d+)", symbol)
+    if not m:
+        return None
+    n = int(m.group(1))
+    ident = symbol[m.end():m.end() + n]
+    return ident if len(ident) == n and ident.startswith("__enzyme_") else None
 
 
 def mode_of(callee: str | None) -> str | None:
@@ -107,7 +121,8 @@ class DiffCall:
     noret: bool = False
     """``enzyme_noret``: ``__enzyme_augmentfwd`` does not return the result."""
     primal_return: bool = False
-    """``enzyme_primal_return``: ``__enzyme_fwddiff`` returns ``{result, tangent}``."""
+    """``enzyme_primal_return``: ``__enzyme_fwddiff`` returns ``{result, tangent}``, ``__enzyme_autodiff``
+    ``{result, derivatives of the enzyme_out arguments...}``."""
     return_kind: str | None = None
     """``const`` / ``active`` from ``enzyme_const_return`` / ``enzyme_active_return``, else None (the
     default: a float result is active)."""
@@ -126,6 +141,9 @@ def parse_call(call: Call, module) -> DiffCall:
     error naming the call's source line."""
     callee = call.callee_name
     mode = mode_of(callee)
+    if mode is None:
+        raise ad_error(f"{callee.split('.')[0]} is not supported by enzcc (known: __enzyme_autodiff, "
+                       "__enzyme_fwddiff, __enzyme_augmentfwd, __enzyme_reverse, __enzyme_augmentsize)", call)
     args = list(call.args)
     sret = None
     if args and call.arg_attrs and any(a.startswith("sret") for a in call.arg_attrs[0]):
@@ -234,8 +252,12 @@ def _call_markers(rest: list, mode: str, call, callee: str) -> dict:
             i += 1
             continue
         if name == "enzyme_primal_return":
-            if mode != "forward":
-                raise ad_error(f"enzyme_primal_return is supported with __enzyme_fwddiff only, not {callee}", call)
+            if mode not in ("forward", "reverse"):
+                raise ad_error(f"enzyme_primal_return is supported with __enzyme_fwddiff and __enzyme_autodiff, "
+                               f"not {callee}", call)
+        elif (name in ("enzyme_const_return", "enzyme_active_return") and mode == "reverse") or \
+                (name == "enzyme_noret" and mode in ("reverse", "forward")):
+            pass  # (enzyme_noret: the result is not returned, already the default of these two)
         elif mode not in ("augment", "reverse-split", "size"):
             raise ad_error(f"{name} is only for split mode (__enzyme_augmentfwd, __enzyme_reverse), not {callee}",
                            call)

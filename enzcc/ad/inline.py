@@ -12,8 +12,9 @@ from enzcc.ir.builder import IRBuilder
 from enzcc.ir.clone import clone_blocks
 from enzcc.ad.errors import ad_error
 from enzcc.ad.memory import base_object
-from enzcc.ir.instructions import Alloca, Br, Call, Invoke, Load, Phi, Ret, Select
-from enzcc.ir.values import ConstantInt, GlobalRef
+from enzcc.ir import types as T
+from enzcc.ir.instructions import Alloca, Br, Call, GetElementPtr, Invoke, Load, Phi, Ret, Select, Store
+from enzcc.ir.values import ConstantExpr, ConstantInt, GlobalRef
 
 MAX_INLINED_CALLS = 20000
 #: string attribute marking a call that recursion keeps from being inlined (it survives LLVM's passes on the
@@ -52,21 +53,26 @@ def invokes_to_calls(fn) -> None:
     """Derivatives do not unwind: every ``invoke`` becomes a ``call`` followed by a branch to its normal
     destination (an exception or panic raised inside differentiated code is not caught there)."""
     for inst in list(fn.instructions()):
-        if not isinstance(inst, Invoke):
-            continue
-        normal, unwind = inst.normal_dest, inst.unwind_dest
-        call = Call(inst.callee, list(inst.args), inst.function_type, flags=inst.flags, arg_attrs=inst.arg_attrs,
-                    cconv=inst.cconv, ret_attrs=inst.ret_attrs, fn_attrs=inst.fn_attrs)
-        call.metadata = list(inst.metadata)
-        call.insert_before(inst)
-        if inst.has_uses():
-            inst.replace_all_uses_with(call)
-        block = inst.parent
-        for phi in unwind.phis():
-            while block in phi.incoming_blocks:
-                phi.remove_incoming(phi.incoming_blocks.index(block))
-        inst.erase()
-        block.append(Br(normal))
+        if isinstance(inst, Invoke):
+            invoke_to_call(inst)
+
+
+def invoke_to_call(inst: Invoke) -> Call:
+    """Replace one ``invoke`` with a ``call`` and a branch to its normal destination (the unwind edge goes)."""
+    normal, unwind = inst.normal_dest, inst.unwind_dest
+    call = Call(inst.callee, list(inst.args), inst.function_type, flags=inst.flags, arg_attrs=inst.arg_attrs,
+                cconv=inst.cconv, ret_attrs=inst.ret_attrs, fn_attrs=inst.fn_attrs)
+    call.metadata = list(inst.metadata)
+    call.insert_before(inst)
+    if inst.has_uses():
+        inst.replace_all_uses_with(call)
+    block = inst.parent
+    for phi in unwind.phis():
+        while block in phi.incoming_blocks:
+            phi.remove_incoming(phi.incoming_blocks.index(block))
+    inst.erase()
+    block.append(Br(normal))
+    return call
 
 
 def devirtualize(fn) -> None:
@@ -75,7 +81,7 @@ def devirtualize(fn) -> None:
     are then inlined and differentiated like any other."""
     module = fn.module
     for call in [i for i in fn.instructions() if isinstance(i, Call) and i.callee_name is None]:
-        targets = possible_targets(call.operands[0], module)
+        targets = possible_targets(call.operands[0], module, function_type=call.function_type)
         if not targets or any(module.functions[t].function_type != call.function_type for t in targets):
             continue
         block = call.parent
@@ -106,9 +112,11 @@ def devirtualize(fn) -> None:
         call.erase()
 
 
-def possible_targets(v, module, depth: int = 0) -> list[str] | None:
+def possible_targets(v, module, depth: int = 0, function_type=None) -> list[str] | None:
     """The functions a function pointer can hold, when they are known: a function, a select or phi of known
-    ones, or a load from a constant global whose initializer names only functions with bodies."""
+    ones, or a load from a constant global whose initializer names only functions with bodies. Given the
+    ``function_type`` of a call through the pointer, a table's other entries (a C++ vtable's type info,
+    functions of other types) are left out: the call could not reach them without undefined behaviour."""
     if depth > 8:
         return None
     if isinstance(v, GlobalRef):
@@ -118,19 +126,83 @@ def possible_targets(v, module, depth: int = 0) -> list[str] | None:
         ops = [v.true_value, v.false_value] if isinstance(v, Select) else [x for x, _ in v.incoming]
         out: list[str] = []
         for op in ops:
-            sub = possible_targets(op, module, depth + 1)
+            sub = possible_targets(op, module, depth + 1, function_type)
             if sub is None:
                 return None
             out += [t for t in sub if t not in out]
         return out
     if isinstance(v, Load) and not v.volatile:
         base = base_object(v.pointer)
+        if isinstance(base, Load):  # a C++ object's vtable pointer, stored by its (inlined) constructor
+            base = _global_of(_stored_before(base))
         gv = module.globals.get(base.symbol) if isinstance(base, GlobalRef) else None
         if gv is None or not gv.is_constant:
             return None
         names = gv.initializer_symbols()
+        if function_type is not None:
+            names = [n for n in names if n in module.functions and module.functions[n].function_type == function_type]
         if names and all(n in module.functions and not module.functions[n].is_declaration for n in names):
             return names
+    return None
+
+
+def _global_of(v):
+    """The global a constant address points into (through constant ``getelementptr``), else None."""
+    while isinstance(v, ConstantExpr) and v.opcode == "getelementptr":
+        v = v.operands[0]
+    return v if isinstance(v, GlobalRef) else None
+
+
+def _byte_offset(p, dl):
+    """(object, constant byte offset) of an address made by ``getelementptr`` with constant indices."""
+    off = 0
+    while isinstance(p, GetElementPtr):
+        if not all(isinstance(i, ConstantInt) for i in p.indices):
+            return None, None
+        ty = p.source_type
+        idx = [i.value for i in p.indices]
+        off += idx[0] * dl.alloc_size(ty)
+        for i in idx[1:]:
+            if isinstance(ty, (T.StructType, T.NamedStructType)):
+                off += dl.field_offset(ty, i)
+                ty = ty.elements[i]
+            elif isinstance(ty, (T.ArrayType, T.VectorType)):
+                ty = ty.element
+                off += i * dl.alloc_size(ty)
+            else:
+                return None, None
+        p = p.pointer
+    return p, off
+
+
+def _stored_before(load: Load):
+    """The value ``load`` reads from a local object when the last store to its address is in the same block or
+    a chain of single predecessors and nothing between can change it (no call, no store that may overlap);
+    else None."""
+    dl = load.module.data_layout
+    base, off = _byte_offset(load.pointer, dl)
+    if not isinstance(base, Alloca):
+        return None
+    size = dl.store_size(load.type)
+    block, end = load.parent, load.index
+    for _ in range(256):
+        for inst in reversed(block.instructions[:end]):
+            if isinstance(inst, Store):
+                b, o = _byte_offset(inst.pointer, dl)
+                if b is base:
+                    if o == off and inst.value.type == load.type:
+                        return inst.value
+                    if o is None or (o < off + size and off < o + dl.store_size(inst.value.type)):
+                        return None
+                elif not isinstance(b, (Alloca, GlobalRef)):
+                    return None  # through a pointer that may point into the object
+            elif isinstance(inst, Call) and not (inst.callee_name or "").startswith(("llvm.lifetime", "llvm.dbg")):
+                return None
+        preds = block.predecessors
+        if len(preds) != 1:
+            return None
+        block = preds[0]
+        end = len(block.instructions)
     return None
 
 

@@ -39,7 +39,7 @@ class DerivedFunctions:
         from enzcc.ad.forward import ForwardMode
         from enzcc.ad.reverse import ReverseMode
 
-        key = (dc.mode, dc.fn.name, tuple(s.kind for s in dc.args), dc.primal_return)
+        key = (dc.mode, dc.fn.name, tuple(s.kind for s in dc.args), dc.primal_return, dc.active_return)
         G = self.cache.get(key)
         if G is None:
             hints = hints_of(self.module)
@@ -47,7 +47,7 @@ class DerivedFunctions:
             # a function with a registered derivative: differentiate a call to it, which uses that derivative
             body = self._wrapper(dc.fn) if dc.fn.name in registered else self.body_of(dc.fn)
             if dc.mode == "reverse":
-                maker = ReverseMode(dc, self.module, body, logic=self)
+                maker = ReverseMode(dc, self.module, body, logic=self, active_return=dc.active_return)
             else:
                 maker = ForwardMode(dc, self.module, body, logic=self, return_primal=dc.primal_return)
             self.cache[key] = maker.G

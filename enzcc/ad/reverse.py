@@ -61,13 +61,15 @@ class ReverseMode(AdjointGenerator, CacheUtility):
         shadow_specs = [s for s in dc.args if s.kind in (DUP, DUPNONEED)]
         params = [a.type for a in primal.args] + [T.ptr] * len(shadow_specs)
         names = [a.name for a in primal.args] + [f"d_{s.param.name or s.param.index}" for s in shadow_specs]
-        outs = dc.out_args
-        if not outs:
+        self.return_primal = dc.primal_return and not split and not isinstance(primal.return_type, T.VoidType)
+        """``enzyme_primal_return``: the result comes back first, before the derivatives."""
+        results = ([primal.return_type] if self.return_primal else []) + [s.param.type for s in dc.out_args]
+        if not results:
             ret = T.void
-        elif len(outs) == 1:
-            ret = outs[0].param.type
+        elif len(results) == 1:
+            ret = results[0]
         else:
-            ret = T.StructType(tuple(s.param.type for s in outs))
+            ret = T.StructType(tuple(results))
         self.ret_type = ret
         self.d_ret_index = None
         if split and self.active_return:
@@ -262,14 +264,14 @@ class ReverseMode(AdjointGenerator, CacheUtility):
     def _emit_exit(self) -> None:
         b = IRBuilder.at_end(self.exit_block)
         outs = [s for s in self.dc.args if s.kind == OUT]
-        vals = []
+        vals = [self.primal_return_value] if self.return_primal else []
         for s in outs:
             arg = self.G.args[s.param.index]
             vals.append(b.load(arg.type, self._slot(arg)))
         self.tape.free(b)
-        if not outs:
+        if not vals:
             b.ret_void()
-        elif len(outs) == 1:
+        elif len(vals) == 1:
             b.ret(vals[0])
         else:
             agg = IRBuilder.poison(self.ret_type)

@@ -162,6 +162,15 @@ def optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, level: int, vectorize:
     pb.getModulePassManager().run(mod, pb)
 
 
+def promote_locals(mod: llvm.ModuleRef, tm: llvm.TargetMachine, names: list[str]) -> None:
+    """SROA (locals to SSA values) on the functions ``names``."""
+    pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=0))
+    fpm = llvm.create_new_function_pass_manager()
+    fpm.add_sroa_pass()
+    for name in names:
+        fpm.run(mod.get_function(name), pb)
+
+
 _unroll_options_set = False
 
 

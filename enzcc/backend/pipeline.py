@@ -96,21 +96,41 @@ def _enzyme_names(mod: llvm.ModuleRef) -> set[str]:
     return {name for name in map(L.value_name, mod.functions) if name.startswith(ENZYME_PREFIX)}
 
 
-def has_enzyme_calls(mod: llvm.ModuleRef) -> bool:
-    """Whether any function calls an ``__enzyme_*`` entry point (stops at the first call found)."""
+def enzyme_callers(mod: llvm.ModuleRef) -> list[str]:
+    """Names of the functions that call an ``__enzyme_*`` entry point."""
     targets = _enzyme_names(mod)
     if not targets:
-        return False
+        return []
+    out = []
     for fn in mod.functions:
         if fn.is_declaration:
             continue
-        for block in fn.blocks:
-            for ins in block.instructions:
-                if ins.opcode in ("call", "invoke"):
-                    ops = list(ins.operands)
-                    if ops and L.value_name(ops[-1]) in targets:
-                        return True
-    return False
+        if any(ins.opcode in ("call", "invoke") and (ops := list(ins.operands)) and L.value_name(ops[-1]) in targets
+               for block in fn.blocks for ins in block.instructions):
+            out.append(L.value_name(fn))
+    return out
+
+
+def has_enzyme_calls(mod: llvm.ModuleRef) -> bool:
+    """Whether any function calls an ``__enzyme_*`` entry point."""
+    return bool(enzyme_callers(mod))
+
+
+def unmangle_api_names(mod: llvm.ModuleRef) -> None:
+    """C++ declares ``__enzyme_*`` functions and globals with mangled names (``_Z17__enzyme_autodiffPvd``, or
+    Enzyme's templated ``__enzyme_autodiff<double>``): each is renamed to its identifier plus a suffix
+    (``__enzyme_autodiff._Z17...``; any suffix is allowed), so the AD stage recognises it as in C."""
+    from enzcc.ad.api import cxx_api_name
+
+    taken = {L.value_name(g) for g in mod.global_variables} | {L.value_name(f) for f in mod.functions}
+    for value in list(mod.functions) + list(mod.global_variables):
+        name = L.value_name(value)
+        ident = cxx_api_name(name)
+        if ident is None:
+            continue
+        new = ident if ident not in taken and not value.is_declaration else f"{ident}.{name}"
+        value.name = new
+        taken.add(new)
 
 
 def ad_stage(mod: llvm.ModuleRef, opts: PipelineOptions, where: str, tm=None) -> tuple[llvm.ModuleRef, bool]:
@@ -170,10 +190,16 @@ def protect_hinted_functions(mod: llvm.ModuleRef) -> None:
 def run_pipeline(mod: llvm.ModuleRef, opts: PipelineOptions, tm: llvm.TargetMachine, where: str) -> llvm.ModuleRef:
     """optimize -> AD -> optimize (or AD -> optimize with ``before-opt``). The run after AD is the same in
     both modes, so they compare only where AD happens."""
-    needs_ad = has_enzyme_calls(mod)
+    unmangle_api_names(mod)
+    callers = enzyme_callers(mod)
+    needs_ad = bool(callers)
     if needs_ad:
         L.no_partial_unrolling()
         protect_hinted_functions(mod)
+        if opts.opt_level == 0:
+            # -O0 keeps every local in memory: a marker or function passed through C++ helpers (the enzyme/enzyme
+            # header) would reach the __enzyme_* call as a load from a stack slot instead of the value itself
+            L.promote_locals(mod, tm, callers)
     if opts.ad_mode == "before-opt":
         with TIMES.stage("ad", where):
             mod, _ = ad_stage(mod, opts, where, tm)

@@ -15,6 +15,14 @@ ATTRIBUTE_DEFINES = [f'-D{a}=annotate("{a}")' for a in ENZYME_ATTRIBUTES] + \
     ['-Denzyme_function_like(name)=annotate("enzyme_function_like=" name)']
 
 
+#: enzcc's own headers (``#include <enzyme/enzyme>``, the C++ interface), searched after the user's -I/-isystem
+INCLUDE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "include")
+
+
+def _include_args(req: CompileRequest) -> list[str]:
+    return ["-idirafter", INCLUDE_DIR] if req.lang == "c++" else []
+
+
 def _x_args(req: CompileRequest) -> list[str]:
     if not req.forced_lang:
         return []
@@ -45,7 +53,7 @@ class ClangFrontend(Frontend):
 
     def compile(self, req: CompileRequest) -> None:
         cmd = [self.driver(req), *_x_args(req), *ATTRIBUTE_DEFINES, *req.compile_args, *req.lang_args,
-               *dependency_args(req)]
+               *_include_args(req), *dependency_args(req)]
         if req.opt_flag:
             cmd.append(req.opt_flag)
         cmd += ["-c", req.src, "-o", req.out_obj]
@@ -54,7 +62,7 @@ class ClangFrontend(Frontend):
     def bitcode(self, req: CompileRequest) -> bytes:
         out = req.tmp(".bc")
         cmd = [self.driver(req), *_x_args(req), *ATTRIBUTE_DEFINES, *req.compile_args, *req.lang_args,
-               f"-O{min(req.level, 3)}"]
+               *_include_args(req), f"-O{min(req.level, 3)}"]
         if req.level == 0:
             cmd += ["-Xclang", "-disable-O0-optnone"]
         else:

@@ -1,0 +1,211 @@
+"""C++: the API declared as C++ functions (mangled names, Enzyme's templated declaration) and the
+``enzyme/enzyme`` header (enzyme::autodiff with Active / Duplicated / DuplicatedNoNeed / Const, in Forward,
+Reverse and ReverseWithPrimal mode) on lambdas, templates, a virtual call, std::vector and std::array, at
+-O0..-O3, against analytic derivatives and central differences computed by the same program."""
+
+import re
+
+import pytest
+
+from enzcc_testing import need
+
+pytestmark = need("clang-22", "llvm-objcopy-22")
+
+PRELUDE = r"""
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+#include <enzyme/enzyme>
+static void report(const char *name, double v) { printf("%s %.17g\n", name, v); }
+/* ad.K, an.K (analytic) and fd.K (central difference of g at x) */
+template <typename G> static void check(const char *k, double ad, double an, G g, double x) {
+  char buf[64];
+  const double h = 1e-6;
+  snprintf(buf, sizeof buf, "ad.%s", k); report(buf, ad);
+  snprintf(buf, sizeof buf, "an.%s", k); report(buf, an);
+  snprintf(buf, sizeof buf, "fd.%s", k); report(buf, (g(x + h) - g(x - h)) / (2 * h));
+}
+"""
+
+
+def run_cxx(enzcc, source: str, opt: str, name: str = "t") -> dict[str, float]:
+    enzcc.write(f"{name}.cpp", PRELUDE + source)
+    enzcc(opt, "-std=c++17", f"{name}.cpp", "-o", name, cmd="enzcc++")
+    values = {}
+    for line in enzcc.run(f"./{name}").stdout.splitlines():
+        m = re.fullmatch(r"(\S+) (\S+)", line.strip())
+        if m:
+            values[m.group(1)] = float(m.group(2))
+    return values
+
+
+def assert_checked(values: dict[str, float], expected_keys: set[str]):
+    keys = {k[3:] for k in values if k.startswith("ad.")}
+    assert keys == expected_keys, f"reported {sorted(keys)}, expected {sorted(expected_keys)}"
+    for k in keys:
+        ad, an, fd = values["ad." + k], values["an." + k], values["fd." + k]
+        assert abs(ad - an) <= 1e-9 + 1e-9 * abs(an), f"{k}: enzcc {ad}, analytic {an}"
+        assert abs(ad - fd) <= 1e-5 + 1e-5 * abs(an), f"{k}: enzcc {ad}, finite difference {fd}"
+
+
+HEADER = r"""
+double foo(double x, double y) { return x * x * y + std::sin(y); }
+void cube(const double *x, double *out, int n) { for (int i = 0; i < n; i++) out[i] = x[i] * x[i] * x[i]; }
+double scaled(const double *x, double s) { return s * (x[0] * x[1]); }
+double vsum(const std::vector<double> &v) { double s = 0; for (double a : v) s += a * a * a; return s; }
+template <std::size_t N> double norm(const std::array<double, N> &a) {
+  double s = 0; for (double v : a) s += v * v; return std::sqrt(s);
+}
+template <typename T> T poly(T x) { return x * x * x - T(2) * x; }
+struct Energy { virtual double at(double x) const = 0; virtual ~Energy() {} };
+struct Spring : Energy {
+  double k; explicit Spring(double k) : k(k) {}
+  double at(double x) const override { return 0.5 * k * x * x + std::sin(x); }
+};
+double through_virtual(double x) { Spring s(3.0); const Energy &e = s; return e.at(x); }
+
+int main() {
+  const double x = 0.7, y = 1.3;
+  using namespace enzyme;
+  /* Reverse: the derivatives of the Active arguments, in order */
+  auto r = autodiff<Reverse>(foo, Active<double>(x), Active<double>(y));
+  check("rev.dx", get<0>(get<0>(r)), 2 * x * y, [&](double t) { return foo(t, y); }, x);
+  check("rev.dy", get<1>(get<0>(r)), x * x + std::cos(y), [&](double t) { return foo(x, t); }, y);
+  /* ReverseWithPrimal: the result comes second */
+  tuple<tuple<double, double>, double> rp = autodiff<ReverseWithPrimal>(foo, Active<double>(x), Active<double>(y));
+  report("primal", get<1>(rp));
+  report("primal.expected", foo(x, y));
+  check("revp.dx", get<0>(get<0>(rp)), 2 * x * y, [&](double t) { return foo(t, y); }, x);
+  /* a Const argument and a Const return: no derivative flows */
+  auto rc = autodiff<Reverse>(foo, Active<double>(x), Const<double>(y));
+  check("revc.dx", get<0>(get<0>(rc)), 2 * x * y, [&](double t) { return foo(t, y); }, x);
+  auto rz = autodiff<Reverse, Const<double>>(foo, Active<double>(x), Const<double>(y));
+  report("constret.dx", get<0>(get<0>(rz)));
+  /* Duplicated and DuplicatedNoNeed pointers */
+  double v[3] = {0.5, 1.5, 2.5}, dv[3] = {0, 0, 0}, out[3], dout[3] = {1, 1, 1};
+  autodiff<Reverse>(cube, Duplicated<const double *>(v, dv), DuplicatedNoNeed<double *>(out, dout), Const<int>(3));
+  for (int i = 0; i < 3; i++) {
+    char k[16]; snprintf(k, sizeof k, "dup.%d", i);
+    check(k, dv[i], 3 * v[i] * v[i], [](double t) { return t * t * t; }, v[i]);
+  }
+  double p[2] = {2.0, 3.0}, dp[2] = {0, 0};
+  auto rs = autodiff<Reverse>(scaled, Duplicated<const double *>(p, dp), Active<double>(4.0));
+  check("mixed.ds", get<0>(get<0>(rs)), 6.0, [&](double s) { return scaled(p, s); }, 4.0);
+  check("mixed.dp0", dp[0], 12.0, [&](double t) { double q[2] = {t, 3.0}; return scaled(q, 4.0); }, 2.0);
+  /* references */
+  auto by_ref = [](double &a, double &o) { o = a * a * std::exp(a); };
+  double a = 0.4, da = 0, o = 0, dO = 1;
+  autodiff<Reverse>(by_ref, Duplicated<double &>(a, da), Duplicated<double &>(o, dO));
+  check("ref", da, (2 * a + a * a) * std::exp(a), [](double t) { return t * t * std::exp(t); }, a);
+  /* Forward: the tangent (default), result and tangent (Duplicated return), the result (Const return) */
+  auto f1 = autodiff<Forward>(foo, Duplicated<double>(x, 1.0), Const<double>(y));
+  check("fwd.dx", get<0>(f1), 2 * x * y, [&](double t) { return foo(t, y); }, x);
+  auto f2 = autodiff<Forward, Duplicated<double>>(foo, Const<double>(x), Duplicated<double>(y, 1.0));
+  report("fwd.primal", get<0>(f2));
+  check("fwd.dy", get<1>(f2), x * x + std::cos(y), [&](double t) { return foo(x, t); }, y);
+  auto f3 = autodiff<Forward, Const<double>>(foo, Duplicated<double>(x, 1.0), Const<double>(y));
+  report("fwdconst.primal", get<0>(f3));
+  double w[3] = {0.5, 1.5, 2.5}, dw[3] = {1, 0, 0}, wo[3], dwo[3];
+  autodiff<Forward>(cube, Duplicated<const double *>(w, dw), Duplicated<double *>(wo, dwo), Const<int>(3));
+  check("fwd.ptr", dwo[0], 3 * w[0] * w[0], [](double t) { return t * t * t; }, w[0]);
+  /* a lambda with captures (the object is a constant argument), a template, a virtual call */
+  const double k = 2.5;
+  auto lam = [k](double t) { return k * std::log(t) * t; };
+  auto rl = autodiff<Reverse>(lam, Active<double>(1.7));
+  check("lambda", get<0>(get<0>(rl)), k * (std::log(1.7) + 1), lam, 1.7);
+  auto rt = autodiff<Reverse>(poly<double>, Active<double>(x));
+  check("template", get<0>(get<0>(rt)), 3 * x * x - 2, poly<double>, x);
+  auto rtf = autodiff<Reverse>(poly<float>, Active<float>(0.5f));
+  report("template.float", get<0>(get<0>(rtf)));
+  auto rv = autodiff<Reverse>(through_virtual, Active<double>(x));
+  check("virtual", get<0>(get<0>(rv)), 3 * x + std::cos(x), through_virtual, x);
+  /* std::vector and std::array */
+  std::vector<double> sv{1.0, 2.0, 3.0}, dsv(3, 0.0);
+  autodiff<Reverse>(vsum, Duplicated<const std::vector<double> &>(sv, dsv));
+  check("vector", dsv[1], 3 * 2.0 * 2.0, [](double t) { return t * t * t; }, 2.0);
+  std::array<double, 3> ar{3.0, 4.0, 12.0}, dar{};
+  autodiff<Reverse>(norm<3>, Duplicated<const std::array<double, 3> &>(ar, dar));
+  check("array", dar[2], 12.0 / 13.0, [](double t) { return std::sqrt(25.0 + t * t); }, 12.0);
+}
+"""
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O1", "-O2", "-O3"])
+def test_enzyme_header(enzcc, opt):
+    v = run_cxx(enzcc, HEADER, opt)
+    assert_checked(v, {"rev.dx", "rev.dy", "revp.dx", "revc.dx", "dup.0", "dup.1", "dup.2", "mixed.ds", "mixed.dp0",
+                       "ref", "fwd.dx", "fwd.dy", "fwd.ptr", "lambda", "template", "virtual", "vector", "array"})
+    assert v["primal"] == pytest.approx(v["primal.expected"], rel=1e-15)
+    assert v["constret.dx"] == 0.0  # a Const result seeds nothing
+    assert v["fwd.primal"] == pytest.approx(v["primal.expected"], rel=1e-15)
+    assert v["fwdconst.primal"] == pytest.approx(v["primal.expected"], rel=1e-15)
+    assert v["template.float"] == pytest.approx(3 * 0.25 - 2, rel=1e-6)
+
+
+MANGLED = r"""
+/* the API as C++ declares it: Enzyme's templated form, and plain declarations (mangled, C++ varargs) */
+template <typename Ret, typename... Args> Ret __enzyme_autodiff(Args...);
+double __enzyme_fwddiff(void *, ...);
+struct Pair { double a, b; };
+struct Taped { void *tape; double y; };
+Taped __enzyme_augmentfwd(void *, ...);
+double __enzyme_reverse(void *, ...);
+extern int enzyme_out, enzyme_const, enzyme_dup;
+double f(double x, double y) { return std::exp(x) * y; }
+double g(double *x, int n) { double s = 0; for (int i = 0; i < n; i++) s += x[i] * x[i]; return s; }
+int main() {
+  double x = 0.3, y = 2.0;
+  double d = __enzyme_autodiff<double>((void *)f, enzyme_out, x, enzyme_const, y);
+  check("tmpl", d, std::exp(x) * y, [&](double t) { return f(t, y); }, x);
+  Pair pr = __enzyme_autodiff<Pair>((void *)f, enzyme_out, x, enzyme_out, y);
+  check("pair.b", pr.b, std::exp(x), [&](double t) { return f(x, t); }, y);
+  double t = __enzyme_fwddiff((void *)f, x, 1.0, enzyme_const, y);
+  check("fwd", t, std::exp(x) * y, [&](double s) { return f(s, y); }, x);
+  double v[2] = {1.5, -0.5}, dv[2] = {0, 0};
+  Taped aug = __enzyme_augmentfwd((void *)g, enzyme_dup, v, dv, enzyme_const, 2);
+  __enzyme_reverse((void *)g, enzyme_dup, v, dv, enzyme_const, 2, 1.0, aug.tape);
+  report("split.y", aug.y);
+  check("split", dv[0], 3.0, [](double s) { double q[2] = {s, -0.5}; return g(q, 2); }, 1.5);
+}
+"""
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O2"])
+def test_mangled_declarations(enzcc, opt):
+    v = run_cxx(enzcc, MANGLED, opt)
+    assert_checked(v, {"tmpl", "pair.b", "fwd", "split"})
+    assert v["split.y"] == pytest.approx(2.5)
+
+
+def test_cxx_errors_are_one_line(enzcc):
+    """A C++ program misusing the API gets enzcc's one-line error (no link error about mangled symbols)."""
+    enzcc.write("bad.cpp", PRELUDE + r"""
+double f(double x) { return x * x; }
+int main() {
+  double x = 1.0;
+  /* reverse mode cannot return a derivative through a Duplicated value that is not a pointer */
+  enzyme::autodiff<enzyme::Reverse>(f, enzyme::Duplicated<double>(x, 1.0));
+}
+""")
+    proc = enzcc("-O2", "bad.cpp", "-o", "bad", check=False, cmd="enzcc++")
+    assert proc.returncode != 0
+    err = proc.stderr.strip().splitlines()
+    assert len(err) == 1 and "enzyme_dup parameter 1" in err[0] and "must be a pointer" in err[0], proc.stderr
+    enzcc.write("batch.cpp", r"""
+struct V { double a, b; };
+V __enzyme_batch(...);
+extern int enzyme_width;
+double sq(double x) { return x * x; }
+int main() { V v = __enzyme_batch((void *)sq, enzyme_width, 2, 1.0, 2.0); return v.a > 0; }
+""")
+    proc = enzcc("-O2", "batch.cpp", "-o", "batch", check=False, cmd="enzcc++")
+    assert proc.returncode != 0
+    err = proc.stderr.strip().splitlines()
+    assert len(err) == 1 and "__enzyme_batch" in err[0] and "not supported" in err[0], proc.stderr
+
+
+def test_header_is_on_the_include_path_only_for_cxx(enzcc):
+    enzcc.write("c.c", "#include <enzyme/enzyme>\nint main(void) { return 0; }\n")
+    proc = enzcc("-c", "c.c", check=False)
+    assert proc.returncode != 0 and "enzyme/enzyme" in proc.stderr
