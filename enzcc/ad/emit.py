@@ -131,34 +131,105 @@ def times(b: IRBuilder, partial: Value, d: Value) -> Value:
 def call_math(b: IRBuilder, rule_name: str, args: list[Value]) -> Value:
     """Call the primal of rule ``rule_name`` (``cos``, ``pow``...) on IR values: the LLVM intrinsic when there is
     one (works for vectors too), else the C library function (scalarized for vectors)."""
-    rule = load_rules().functions[rule_name]
     ty = args[0].type
+    if rule_name == "digamma":
+        return _scalarized(b, digamma_function(b.module), args, T.f64)
+    rule = load_rules().functions[rule_name]
     if rule.intrinsic:
         overloads = [ty] + ([args[1].type] if rule_name == "powi" else [])
         return b.call_intrinsic(rule.intrinsic, args, overload_types=overloads)
     elem = ty.element if isinstance(ty, T.VectorType) else ty
-    cname = _c_name(rule, elem)
-    module = b.module
     scalar_types = tuple(a.type.element if isinstance(a.type, T.VectorType) else a.type for a in args)
-    fn = module.get_or_insert_function(cname, T.FunctionType(elem, scalar_types))
+    fn = b.module.get_or_insert_function(_c_name(rule, elem), T.FunctionType(elem, scalar_types))
+    return _scalarized(b, fn, args)
+
+
+def c_function_for(module, rule, elem: T.Type, param_types: list[T.Type]):
+    """The declaration of ``rule``'s C function for the float type ``elem`` (``frexpf`` for float)."""
+    return module.get_or_insert_function(_c_name(rule, elem), T.FunctionType(elem, tuple(param_types)))
+
+
+def _scalarized(b: IRBuilder, fn, args: list[Value], via: T.Type | None = None) -> Value:
+    """Call the scalar function ``fn`` on scalar arguments, or lane by lane on vectors; ``via``: the float type
+    ``fn`` takes and returns, converted from and to the arguments' type."""
+    ty = args[0].type
+    elem = ty.element if isinstance(ty, T.VectorType) else ty
+
+    def one(lanes):
+        if via is not None and elem != via:
+            lanes = [b.cast("fpext" if via.bits > elem.bits else "fptrunc", a, via) for a in lanes]
+            r = b.call(fn, lanes)
+            return b.cast("fptrunc" if via.bits > elem.bits else "fpext", r, elem)
+        return b.call(fn, lanes)
+
     if isinstance(ty, T.VectorType):
         out = const_zero(ty)
         for i in range(ty.count):
             lanes = [b.extract_element(a, i) if isinstance(a.type, T.VectorType) else a for a in args]
-            out = b.insert_element(out, b.call(fn, lanes), i)
+            out = b.insert_element(out, one(lanes), i)
         return out
-    return b.call(fn, args)
+    return one(list(args))
 
 
 def _c_name(rule, elem: T.Type) -> str:
+    """The C library function for the element type: ``names`` are the double, float and long double spellings."""
     names = list(rule.names)
     if not names:
         raise KeyError(f"no C function for rule '{rule.name}'")
-    if isinstance(elem, T.FloatType) and elem.kind == "float":
-        for n in names:
-            if n.endswith("f"):
-                return n
-    return names[0]
+    kind = elem.kind if isinstance(elem, T.FloatType) else "double"
+    want = {"float": names[0] + "f", "x86_fp80": names[0] + "l"}.get(kind)
+    if want is not None and want not in names:
+        raise KeyError(f"no {kind} version of '{names[0]}'")
+    return want or names[0]
+
+
+DIGAMMA = "__enzcc_digamma"
+
+
+def digamma_function(module):
+    """``double __enzcc_digamma(double)``, psi(x) = d/dx log|Gamma(x)| (the derivative of ``lgamma``), added
+    to the module on first use: reflection psi(x) = psi(1 - x) - pi / tan(pi x) below 0, the recurrence
+    psi(x) = psi(x + 1) - 1/x up to 10, then the asymptotic series (error below 1e-14 there)."""
+    from enzcc.ir.function import Function
+
+    fn = module.functions.get(DIGAMMA)
+    if fn is not None:
+        return fn
+    d = T.f64
+    fn = Function(DIGAMMA, T.FunctionType(d, (d,)), ["x"])
+    fn.linkage = "internal"
+    module.add_function(fn)
+    entry, reflect, loop, tail = (fn.append_block(n) for n in ("entry", "reflect", "loop", "tail"))
+    x = fn.args[0]
+    b = IRBuilder.at_end(entry)
+    b.cond_br(b.fcmp("olt", x, const_float(d, 0.0)), reflect, loop)
+    b = IRBuilder.at_end(reflect)
+    pi = const_float(d, 3.141592653589793)
+    tan = b.call(module.get_or_insert_function("tan", T.FunctionType(d, (d,))), [b.fmul(pi, x)])
+    r_shift = b.fneg(b.fdiv(pi, tan))
+    r_x = b.fsub(const_float(d, 1.0), x)
+    b.br(loop)
+    b = IRBuilder.at_end(loop)
+    xv = b.phi(d, [(x, entry), (r_x, reflect)])
+    shift = b.phi(d, [(const_float(d, 0.0), entry), (r_shift, reflect)])
+    small = b.fcmp("olt", xv, const_float(d, 10.0))
+    step = IRBuilder.at_end(fn.append_block("step"))
+    nshift = step.fsub(shift, step.fdiv(const_float(d, 1.0), xv))
+    nx = step.fadd(xv, const_float(d, 1.0))
+    step.br(loop)
+    xv.add_incoming(nx, step.block)
+    shift.add_incoming(nshift, step.block)
+    b.cond_br(small, step.block, tail)
+    b = IRBuilder.at_end(tail)
+    x2 = b.fdiv(const_float(d, 1.0), b.fmul(xv, xv))
+    series = const_float(d, 1 / 132)
+    for c in (1 / 240, 1 / 252, 1 / 120, 1 / 12):
+        series = b.fsub(const_float(d, c), b.fmul(x2, series))
+    series = b.fmul(x2, series)
+    log = b.call_intrinsic("llvm.log", [xv], overload_types=[d])
+    r = b.fsub(b.fsub(b.fadd(shift, log), b.fdiv(const_float(d, 0.5), xv)), series)
+    b.ret(r)
+    return fn
 
 
 def emit_partial(b: IRBuilder, rule, arg: str, env: dict, ty: T.Type) -> Value:

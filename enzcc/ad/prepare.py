@@ -9,6 +9,7 @@ from enzcc.ir.clone import clone_blocks
 
 from enzcc.ad.errors import ad_error
 from enzcc.ad.inline import inline_all
+from enzcc.ad.rules import load_rules
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.cfg import DominatorTree, reverse_post_order
@@ -124,8 +125,50 @@ def prepare(fn: Function) -> None:
             term.erase()
             IRBuilder.at_end(r).br(unified)
         b.ret(phi) if phi is not None else b.ret_void()
+    lower_writing_calls(fn)
     retype_float_bits(fn)
     check_reducible(fn)
+
+
+#: LLVM's intrinsics for C functions that write through a pointer (they return both results) -> the rule
+_AGGREGATE_INTRINSICS = {"llvm.modf.": "modf", "llvm.frexp.": "frexp"}
+#: the types a rule's ``writes`` may name (besides ``ret``)
+_WRITTEN_TYPES = {"i32": T.i32}
+
+
+def lower_writing_calls(fn: Function) -> None:
+    """Math functions that also write through a pointer (``frexp``, ``modf``: rules with ``writes``) write into
+    a local instead, which is then copied to the pointer by an ordinary load and store: the value written
+    carries no derivative, and the store gives the pointer's memory a zero derivative as any store would.
+    ``llvm.modf`` / ``llvm.frexp`` (which return both results) become such calls."""
+    from enzcc.ad.emit import c_function_for
+
+    rules = load_rules()
+    for call in [i for i in fn.instructions() if isinstance(i, Call) and i.callee_name]:
+        name = call.callee_name
+        stem = next((r for p, r in _AGGREGATE_INTRINSICS.items() if name.startswith(p)), None)
+        if stem is not None:
+            if not isinstance(call.type, T.StructType) or not isinstance(call.type.elements[0], T.FloatType):
+                continue  # a vector version: left to the "no derivative rule" error
+            ret_ty, out_ty = call.type.elements
+            b = IRBuilder.before(call)
+            slot = b.alloca(out_ty, in_entry=True)
+            r = b.call(c_function_for(fn.module, rules.functions[stem], ret_ty, [ret_ty, T.ptr]), [call.args[0], slot])
+            agg = b.insert_value(b.insert_value(IRBuilder.poison(call.type), r, [0]), b.load(out_ty, slot), [1])
+            call.replace_all_uses_with(agg)
+            call.erase()
+            continue
+        rule = rules.by_c_name.get(name)
+        if rule is None or not rule.writes:
+            continue
+        b = IRBuilder.after(call)
+        for arg, what in rule.writes.items():
+            i = rule.args.index(arg)
+            ty = call.type if what == "ret" else _WRITTEN_TYPES[what]
+            target = call.args[i]
+            slot = IRBuilder.before(call).alloca(ty, in_entry=True)
+            call.set_arg(i, slot)
+            b.store(b.load(ty, slot), target)
 
 
 #: ``--ad-inline=auto`` inlines callees of at most this many instructions (and any callee returning a pointer

@@ -38,6 +38,9 @@ class Rule:
     """LLVM intrinsic stem (``llvm.sin``)."""
     domain: tuple = ()
     """Sampling ranges per argument for the rule's own tests."""
+    writes: dict = field(hash=False, compare=False, default_factory=dict)
+    """Pointer argument -> the type the function writes through it (``i32``, or ``ret``: the result's type);
+    such values carry no derivative (``frexp``'s exponent, ``modf``'s integral part)."""
 
     def partial(self, arg: str):
         return self.partials.get(arg)
@@ -146,11 +149,18 @@ def _rule(name: str, spec: dict) -> Rule:
     for a in list(partials) + list(inactive):
         if a not in args:
             raise EnzccError(f"{RULES_FILE}: rule '{name}': '{a}' is not an argument")
+    writes = dict(spec.get("writes", {}))
+    for a, ty in writes.items():
+        if ty not in ("ret", "i32"):
+            raise EnzccError(f"{RULES_FILE}: rule '{name}': writes '{ty}' through '{a}' (known: ret, i32)")
+        if a not in inactive:
+            raise EnzccError(f"{RULES_FILE}: rule '{name}': '{a}' is written through, so it must be inactive")
     for a in args:
         if a not in partials and a not in inactive:
             raise EnzccError(f"{RULES_FILE}: rule '{name}': no partial for argument '{a}'")
     return Rule(name=name, args=args, partials=partials, inactive=inactive, names=tuple(spec.get("names", ())),
-                intrinsic=spec.get("intrinsic"), domain=tuple(tuple(d) for d in spec.get("domain", ())))
+                intrinsic=spec.get("intrinsic"), domain=tuple(tuple(d) for d in spec.get("domain", ())),
+                writes=writes)
 
 
 @lru_cache(maxsize=None)
@@ -215,6 +225,21 @@ def _fmod(a, b):
     return math.fmod(a, b)
 
 
+def digamma(x: float) -> float:
+    """psi(x) = d/dx log|Gamma(x)| (the same method as the IR version in :func:`enzcc.ad.emit.digamma_function`:
+    reflection below 0, recurrence up to 10, then the asymptotic series)."""
+    shift = 0.0
+    if x < 0:
+        shift = -math.pi / math.tan(math.pi * x)
+        x = 1 - x
+    while x < 10:
+        shift -= 1 / x
+        x += 1
+    x2 = 1 / (x * x)
+    series = x2 * (1 / 12 - x2 * (1 / 120 - x2 * (1 / 252 - x2 * (1 / 240 - x2 / 132))))
+    return shift + math.log(x) - 0.5 / x - series
+
+
 #: Python versions of every rule's primal function (rule name -> callable)
 PRIMALS = {
     "sin": math.sin, "cos": math.cos, "tan": math.tan, "exp": math.exp, "exp2": lambda x: 2.0 ** x,
@@ -226,7 +251,10 @@ PRIMALS = {
     "asin": math.asin, "acos": math.acos, "atan": math.atan, "atan2": math.atan2, "asinh": math.asinh,
     "acosh": math.acosh, "atanh": math.atanh, "erf": math.erf, "erfc": math.erfc, "hypot": math.hypot,
     "floor": math.floor, "ceil": math.ceil, "trunc": math.trunc, "round": round, "rint": round,
-    "nearbyint": round, "roundeven": round, "fmod": _fmod,
+    "nearbyint": round, "roundeven": round, "fmod": _fmod, "remainder": math.remainder,
+    "ldexp": lambda x, n: math.ldexp(x, int(n)), "scalbn": lambda x, n: math.ldexp(x, int(n)),
+    "frexp": lambda x, e: math.frexp(x)[0], "modf": lambda x, ip: math.modf(x)[0], "lgamma": math.lgamma,
+    "tgamma": math.gamma, "digamma": digamma,
     # instructions
     "fadd": lambda a, b: a + b, "fsub": lambda a, b: a - b, "fmul": lambda a, b: a * b,
     "fdiv": lambda a, b: a / b, "fneg": lambda a: -a, "frem": _fmod,
