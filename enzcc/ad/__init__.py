@@ -214,13 +214,13 @@ def _replace_call(dc, G) -> None:
         args.append(_convert(b, spec.primal, spec.param.type))
     for spec in dc.args:
         if spec.shadow is not None and isinstance(spec.param.type, T.PointerType):
-            args.append(spec.shadow)
+            args += _lane_shadows(b, spec, dc.width)
     if dc.mode == "forward":
         args = []
         for spec in dc.args:
             args.append(_convert(b, spec.primal, spec.param.type))
             if spec.shadow is not None:
-                args.append(_convert(b, spec.shadow, spec.param.type))
+                args += _lane_shadows(b, spec, dc.width)
     result = b.call(G, args)
     rt = G.return_type
     want = call.type
@@ -261,6 +261,15 @@ def _replace_call(dc, G) -> None:
     for m in markers:  # loads of enzyme_dup & co. are dead now; they must not leave undefined symbols
         if not m.has_uses():
             m.erase()
+
+
+def _lane_shadows(b: IRBuilder, spec, width: int) -> list:
+    """The shadow of each lane (one without vector mode); ``enzyme_dupv``: lane k's is k strides past the first."""
+    if spec.stride is None:
+        return [_convert(b, s, spec.param.type) for s in spec.shadows]
+    stride = _convert(b, spec.stride, T.i64)
+    return [spec.shadow] + [b.gep(T.i8, spec.shadow, [b.mul(stride, ConstantInt(T.i64, lane))])
+                            for lane in range(1, width)]
 
 
 def _same_size(call, a, b) -> bool:

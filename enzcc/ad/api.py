@@ -23,10 +23,10 @@ FWDDIFF = "__enzyme_fwddiff"
 AUGMENTFWD = "__enzyme_augmentfwd"
 REVERSE = "__enzyme_reverse"
 AUGMENTSIZE = "__enzyme_augmentsize"
-MARKERS = ("enzyme_dupnoneed", "enzyme_dup", "enzyme_const", "enzyme_out")
+MARKERS = ("enzyme_dupnoneed", "enzyme_dup", "enzyme_const", "enzyme_out", "enzyme_dupv", "enzyme_dupnoneedv")
 #: markers about the whole call (split mode): name -> whether a value follows
 CALL_MARKERS = {"enzyme_tape": True, "enzyme_allocated": True, "enzyme_noret": False, "enzyme_primal_return": False,
-                "enzyme_const_return": False, "enzyme_active_return": False}
+                "enzyme_const_return": False, "enzyme_active_return": False, "enzyme_width": True}
 
 #: argument kinds
 CONST, DUP, DUPNONEED, OUT = "const", "dup", "dupnoneed", "out"
@@ -98,6 +98,10 @@ class ArgSpec:
     """The value passed at the call site."""
     shadow: Value | None = None
     """The shadow (``dup``: a pointer to the derivative memory; forward mode scalars: the tangent)."""
+    shadows: list = field(default_factory=list)
+    """Vector mode: the shadow of each lane (``shadow`` is the first); with ``stride``, only the first is given."""
+    stride: Value | None = None
+    """``enzyme_dupv, stride``: lane k's shadow is ``shadow`` plus k times this many bytes."""
 
 
 @dataclass
@@ -123,6 +127,8 @@ class DiffCall:
     primal_return: bool = False
     """``enzyme_primal_return``: ``__enzyme_fwddiff`` returns ``{result, tangent}``, ``__enzyme_autodiff``
     ``{result, derivatives of the enzyme_out arguments...}``."""
+    width: int = 1
+    """``enzyme_width, N``: vector mode, N tangents per run."""
     return_kind: str | None = None
     """``const`` / ``active`` from ``enzyme_const_return`` / ``enzyme_active_return``, else None (the
     default: a float result is active)."""
@@ -181,9 +187,21 @@ def parse_call(call: Call, module) -> DiffCall:
         if unknown:
             raise ad_error(f"{unknown} is not supported by enzcc (known markers: "
                            f"{', '.join(sorted(MARKERS))})", call)
+    width = extra.get("width", 1)
     for param in fn.args:
         value = take("the value", param)
         kind = marker_of(value)
+        stride = None
+        if kind in ("dupv", "dupnoneedv"):
+            stride = take(f"the byte stride after enzyme_{kind}", param)
+            if not isinstance(stride.type, T.IntType) or marker_of(stride) is not None:
+                raise ad_error(f"enzyme_{kind} must be followed by the byte stride between the lanes' shadows "
+                               f"(an integer), then the value and the shadow (parameter {param.index + 1} of "
+                               f"'{fn.name}')", call)
+            if not isinstance(param.type, T.PointerType):
+                raise ad_error(f"enzyme_{kind} parameter {param.index + 1} of '{fn.name}' must be a pointer, "
+                               f"not {param.type}", call)
+            kind = kind[:-1]
         if kind is not None:
             value = take(f"the value after enzyme_{kind}", param)
             if marker_of(value) is not None:
@@ -210,12 +228,16 @@ def parse_call(call: Call, module) -> DiffCall:
                 raise ad_error(f"enzyme_{kind} parameter {param.index + 1} of '{fn.name}' must be a pointer"
                                f"{' or a floating-point value' if mode == 'forward' else ''}, not {param.type} "
                                f"(use enzyme_out or enzyme_const)", call)
-            shadow = take("the shadow", param)
-            if marker_of(shadow) is not None:
-                raise ad_error(f"missing shadow after the value of parameter {param.index + 1} of '{fn.name}'",
-                               call)
-            shadow = _coerce(shadow, param, call, fn, callee, what="shadow of ")
-        specs.append(ArgSpec(param, kind, value, shadow))
+            lanes = []
+            for lane in range(1 if stride is not None else width):
+                shadow = take("the shadow" if width == 1 else f"the shadow of lane {lane + 1} of {width}", param)
+                if marker_of(shadow) is not None:
+                    raise ad_error(f"missing shadow after the value of parameter {param.index + 1} of '{fn.name}'"
+                                   + (f" (vector mode: {width} shadows, or enzyme_dupv)" if width > 1 else ""),
+                                   call)
+                lanes.append(_coerce(shadow, param, call, fn, callee, what="shadow of "))
+            shadow = lanes[0]
+        specs.append(ArgSpec(param, kind, value, shadow, lanes if shadow is not None else [], stride))
     dc = DiffCall(call, mode, fn, specs, sret, **extra)
     if mode == "reverse-split":
         if dc.active_return:
@@ -233,6 +255,11 @@ def parse_call(call: Call, module) -> DiffCall:
     if pos != len(rest):
         raise ad_error(f"too many arguments to {callee} for '{fn.name}': it has {len(fn.args)} parameter(s), "
                        f"{len(rest) - pos} argument(s) left over", call)
+    if dc.width > 1 and dc.out_args:
+        raise ad_error(f"enzyme_out (parameter {dc.out_args[0].param.index + 1} of '{fn.name}') with enzyme_width is "
+                       f"not supported in {callee}: pass it by pointer with enzyme_dup (one shadow per lane)", call)
+    if dc.width > 1 and dc.primal_return:
+        raise ad_error(f"enzyme_primal_return with enzyme_width is not supported in {callee}", call)
     if "tape" in extra and dc.allocated is None:
         raise ad_error(f"enzyme_tape needs enzyme_allocated, N (the bytes of the buffer) in {callee}", call)
     if dc.allocated is not None and "tape" not in extra:
@@ -251,7 +278,11 @@ def _call_markers(rest: list, mode: str, call, callee: str) -> dict:
         if name not in CALL_MARKERS:
             i += 1
             continue
-        if name == "enzyme_primal_return":
+        if name == "enzyme_width":
+            if mode not in ("forward", "reverse"):
+                raise ad_error(f"vector mode (enzyme_width) is supported with __enzyme_fwddiff and "
+                               f"__enzyme_autodiff, not {callee}", call)
+        elif name == "enzyme_primal_return":
             if mode not in ("forward", "reverse"):
                 raise ad_error(f"enzyme_primal_return is supported with __enzyme_fwddiff and __enzyme_autodiff, "
                                f"not {callee}", call)
@@ -275,6 +306,11 @@ def _call_markers(rest: list, mode: str, call, callee: str) -> dict:
             if not isinstance(value, ConstantInt):
                 raise ad_error(f"enzyme_allocated must be followed by a constant number of bytes in {callee}", call)
             out["allocated"] = value.value
+        elif name == "enzyme_width":
+            if not isinstance(value, ConstantInt) or value.value < 1:
+                raise ad_error(f"enzyme_width must be followed by a constant number of lanes (1 or more) in {callee}",
+                               call)
+            out["width"] = value.value
         elif name == "enzyme_noret":
             out["noret"] = True
         elif name == "enzyme_primal_return":
@@ -292,6 +328,8 @@ def _parse_size(call, fn, rest: list, extra: dict) -> DiffCall:
                        f"got {len(rest)} argument(s)", call)
     for param, v in zip(fn.args, rest):
         kind = marker_of(v)
+        if kind in ("dupv", "dupnoneedv"):
+            raise ad_error(f"enzyme_{kind} (vector mode) is not supported with __enzyme_augmentsize", call)
         if kind is None:
             raise ad_error(f"__enzyme_augmentsize takes only markers (enzyme_dup, enzyme_const, enzyme_out), "
                            f"not a value for parameter {param.index + 1} of '{fn.name}'", call)

@@ -17,6 +17,7 @@ from enzcc.ad.hints import hints_of, rule_name
 from enzcc.ad.prepare import finalize, inactive_functions, new_derivative_function, prepare
 from enzcc.ad.adjoint import _IGNORED_INTRINSICS, INACTIVE_CALLS
 from enzcc.ad.rules import load_rules
+from enzcc.ad import blas
 from enzcc.ad.shadow import Shadows
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
@@ -37,21 +38,29 @@ class ForwardMode:
         self.return_primal = return_primal
         """Return ``{result, tangent}`` (a call inside differentiated code needs both), not the tangent alone."""
         self.rules = load_rules()
+        self.width = dc.width
+        """Vector mode (``enzyme_width``): tangents per run, one set of tangent parameters for each."""
         primal = dc.fn
-        params, names, self.tangent_index = [], [], {}
+        params, names = [], []
+        self.tangent_index: dict[int, list[int]] = {}
+        """Parameter index -> positions of its tangent parameters in G (one per lane)."""
         for spec in dc.args:
             params.append(spec.param.type)
             names.append(spec.param.name)
             if spec.kind in (DUP, DUPNONEED):
-                self.tangent_index[spec.param.index] = len(params)
-                params.append(spec.param.type)
-                names.append(f"d_{spec.param.name or spec.param.index}")
+                self.tangent_index[spec.param.index] = list(range(len(params), len(params) + self.width))
+                for lane in range(self.width):
+                    params.append(spec.param.type)
+                    names.append(f"d{lane if self.width > 1 else ''}_{spec.param.name or spec.param.index}")
         ret = primal.return_type
         if return_primal and is_float(ret):
             ret = T.StructType((ret, ret))
+        elif self.width > 1 and is_float(ret):
+            ret = T.StructType((ret,) * self.width)
         self.G = new_derivative_function(module, primal, f"fwddiffe_{primal.name}", params, ret, names)
         # the primal's parameters are the non-tangent parameters of G
-        self.primal_args = [a for i, a in enumerate(self.G.args) if i not in set(self.tangent_index.values())]
+        tangent_params = {i for ps in self.tangent_index.values() for i in ps}
+        self.primal_args = [a for i, a in enumerate(self.G.args) if i not in tangent_params]
         from enzcc.ir.clone import clone_blocks
 
         vmap: dict = {}
@@ -71,24 +80,37 @@ class ForwardMode:
                             "forward")
         self.activity = activity
         self.memtypes = memory_types_for(self.dc, G, self.primal_args)
-        arg_shadows = {}
-        for spec in self.dc.args:
-            if spec.param.index in self.tangent_index:
-                arg = self.primal_args[spec.param.index]
-                t = G.args[self.tangent_index[spec.param.index]]
-                if isinstance(arg.type, T.PointerType):
-                    arg_shadows[id(arg)] = t
-                else:
-                    self._set(arg, t)
-        self.shadows = Shadows(G, activity, arg_shadows)
-        self.shadows.build()
-        pending: list[tuple[Phi, Phi]] = []
-        for block in reverse_post_order(G):
-            for inst in list(block.instructions):
-                self._tangent_of_instruction(inst, pending)
-        for phi, tphi in pending:
-            for v, blk in phi.incoming:
-                tphi.add_incoming(self._t(v), blk)
+        # the primal instructions, before any tangent code: each lane adds its own tangent code next to them
+        primal = [(block, list(block.instructions)) for block in reverse_post_order(G)]
+        self.lane_returns = []
+        for lane in range(self.width):
+            self.lane = lane
+            self.tangents = {}
+            arg_shadows = {}
+            for spec in self.dc.args:
+                if spec.param.index in self.tangent_index:
+                    arg = self.primal_args[spec.param.index]
+                    t = G.args[self.tangent_index[spec.param.index][lane]]
+                    if isinstance(arg.type, T.PointerType):
+                        arg_shadows[id(arg)] = t
+                    else:
+                        self._set(arg, t)
+            self.shadows = Shadows(G, activity, arg_shadows)
+            self.shadows.build(primal)
+            pending: list[tuple[Phi, Phi]] = []
+            for block, insts in primal:
+                for inst in insts:
+                    self._tangent_of_instruction(inst, pending)
+            for phi, tphi in pending:
+                for v, blk in phi.incoming:
+                    tphi.add_incoming(self._t(v), blk)
+        if self.width > 1 and self.lane_returns:
+            ret, values = self.lane_returns[0][0], [t for _, t in self.lane_returns]
+            b = IRBuilder.before(ret)
+            agg = IRBuilder.poison(G.return_type)
+            for lane, t in enumerate(values):
+                agg = b.insert_value(agg, t, [lane])
+            ret.set_operand(0, agg)
         finalize(G)
         return G
 
@@ -122,6 +144,12 @@ class ForwardMode:
                         act.is_active_ptr(inst.operands[0]):
                     raise ad_error("returning a pointer to memory with derivatives from a function that is "
                                    "not inlined (a recursive one) is not supported", inst)
+                return
+            if self.width > 1:
+                if inst.operands and is_float(inst.operands[0].type):
+                    self.lane_returns.append((inst, self._t(inst.operands[0])))
+                elif inst.operands:
+                    inst.set_operand(0, zero(inst.operands[0].type))
                 return
             if inst.operands and is_float(inst.operands[0].type):
                 t = self._t(inst.operands[0])
@@ -247,6 +275,12 @@ class ForwardMode:
         active_ptr_args = [a for a in inst.args if act.is_active_ptr(a)]
         if not has_tangent_args and not active_ptr_args:
             return
+        if blas.routine(name):
+            blas.forward(self, inst)
+            return
+        if self.width > 1 and (name in hints_of(self.module).derivative or is_user_call(inst)):
+            raise ad_error(f"vector mode (enzyme_width) with a call to '{name}' that is not inlined (recursive, "
+                           "--ad-inline, or with a registered derivative) is not supported", inst)
         if name in hints_of(self.module).derivative:  # the user's own derivative
             custom.forward_call(self, inst)
             return

@@ -39,7 +39,7 @@ class DerivedFunctions:
         from enzcc.ad.forward import ForwardMode
         from enzcc.ad.reverse import ReverseMode
 
-        key = (dc.mode, dc.fn.name, tuple(s.kind for s in dc.args), dc.primal_return, dc.active_return)
+        key = (dc.mode, dc.fn.name, tuple(s.kind for s in dc.args), dc.primal_return, dc.active_return, dc.width)
         G = self.cache.get(key)
         if G is None:
             hints = hints_of(self.module)

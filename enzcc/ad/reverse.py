@@ -58,9 +58,12 @@ class ReverseMode(AdjointGenerator, CacheUtility):
         self.active_return = is_float(dc.fn.return_type) if active_return is None else active_return
         self.rules = load_rules()
         primal = dc.fn
+        self.width = dc.width
+        """Vector mode (``enzyme_width``): adjoints per run, one set of shadow parameters for each."""
         shadow_specs = [s for s in dc.args if s.kind in (DUP, DUPNONEED)]
-        params = [a.type for a in primal.args] + [T.ptr] * len(shadow_specs)
-        names = [a.name for a in primal.args] + [f"d_{s.param.name or s.param.index}" for s in shadow_specs]
+        params = [a.type for a in primal.args] + [T.ptr] * (len(shadow_specs) * self.width)
+        names = [a.name for a in primal.args] + [f"d{lane if self.width > 1 else ''}_{s.param.name or s.param.index}"
+                                                 for s in shadow_specs for lane in range(self.width)]
         self.return_primal = dc.primal_return and not split and not isinstance(primal.return_type, T.VoidType)
         """``enzyme_primal_return``: the result comes back first, before the derivatives."""
         results = ([primal.return_type] if self.return_primal else []) + [s.param.type for s in dc.out_args]
@@ -80,11 +83,13 @@ class ReverseMode(AdjointGenerator, CacheUtility):
         clone_body(body or primal, self.G)
         self.nprimal = len(primal.args)
         self.kinds = [s.kind for s in dc.args]
-        arg_shadows = {}
-        for n, s in enumerate(shadow_specs):
-            arg_shadows[id(self.G.args[s.param.index])] = self.G.args[self.nprimal + n]
-        self.arg_shadows = arg_shadows
-        self.adjoint_slots: dict[int, Instruction] = {}
+        self.lane_arg_shadows = [{id(self.G.args[s.param.index]): self.G.args[self.nprimal + n * self.width + lane]
+                                  for n, s in enumerate(shadow_specs)} for lane in range(self.width)]
+        """Per lane: primal argument -> its shadow parameter."""
+        self.lane_slots: list[dict[int, Instruction]] = [{} for _ in range(self.width)]
+        """Per lane: value -> the stack slot of its adjoint."""
+        self.arg_shadows = self.lane_arg_shadows[0]
+        self.adjoint_slots: dict[int, Instruction] = self.lane_slots[0]
         self.cached: dict[int, _Cached] = {}
         self._recomputed: dict[tuple, Value] = {}
         """(value, reverse block) -> the value recomputed there (reused within the block)."""
@@ -104,12 +109,18 @@ class ReverseMode(AdjointGenerator, CacheUtility):
         self.orig_insts = {id(b): list(b.instructions) for b in self.blocks}
         self.orig_preds = {id(b): b.predecessors for b in self.blocks}
         self.always = self._always_executed_blocks()
-        # forward code: shadows (emitted next to their primals)
-        self.shadows = Shadows(G, self.activity, self.arg_shadows)
-        self.shadows.build()
+        # forward code: shadows (emitted next to their primals), one set per lane
+        primal = [(b, list(b.instructions)) for b in reverse_post_order(G)]
+        self.lane_shadows = []
+        for lane in range(self.width):
+            shadows = Shadows(G, self.activity, self.lane_arg_shadows[lane])
+            shadows.build(primal)
+            self.lane_shadows.append(shadows)
+        self._use_lane(0)
         self.tape = Tape(self.module, G)
         self.memory_is_read_only = not self.split and self._arguments_never_written()
         self._prepare_user_calls()
+        self._prepare_blas_calls()
         self._add_loop_counters()
         # reverse code
         self.rev = {}
@@ -128,6 +139,13 @@ class ReverseMode(AdjointGenerator, CacheUtility):
         self._emit_caches()
         finalize(G)
         return G
+
+    def _use_lane(self, lane: int) -> None:
+        """Vector mode: the shadows and adjoints that follow are lane ``lane``'s."""
+        self.lane = lane
+        self.shadows = self.lane_shadows[lane]
+        self.arg_shadows = self.lane_arg_shadows[lane]
+        self.adjoint_slots = self.lane_slots[lane]
 
     # -- structure ------------------------------------------------------------------------------
 
@@ -151,7 +169,10 @@ class ReverseMode(AdjointGenerator, CacheUtility):
                 self._add_adjoint(IRBuilder.at_end(self.rev[id(self.ret_block)]), value,
                                   self.G.args[self.d_ret_index])
             else:
-                self._add_adjoint(b, value, splat(value.type, 1.0))
+                for lane in range(self.width):  # (vector mode: every lane's result adjoint is 1)
+                    self._use_lane(lane)
+                    self._add_adjoint(b, value, splat(value.type, 1.0))
+                self._use_lane(0)
         b.br(self.rev[id(self.ret_block)])
 
     # -- loops ------------------------------------------------------------------------------------
@@ -210,13 +231,17 @@ class ReverseMode(AdjointGenerator, CacheUtility):
         rb = self.rev[id(block)]
         b = IRBuilder.at_end(rb)
         insts = self.orig_insts[id(block)]
-        for inst in reversed(insts):
-            if inst.is_terminator or isinstance(inst, Phi):
-                continue
-            self._reverse_instruction(inst, block, b)
-        # phi adjoints are handed to the incoming values on the edges
-        phi_adjoints = [(phi, self._take_adjoint(b, phi)) for phi in block.phis()
-                        if any(phi is i for i in insts) and self.activity.is_active(phi)]
+        phi_adjoints = []
+        for lane in range(self.width):
+            self._use_lane(lane)
+            for inst in reversed(insts):
+                if inst.is_terminator or isinstance(inst, Phi):
+                    continue
+                self._reverse_instruction(inst, block, b)
+            # phi adjoints are handed to the incoming values on the edges
+            phi_adjoints += [(lane, phi, self._take_adjoint(b, phi)) for phi in block.phis()
+                             if any(phi is i for i in insts) and self.activity.is_active(phi)]
+        self._use_lane(0)
         preds = self.orig_preds[id(block)]
         if block is self.G.entry_block:
             b.br(self.exit_block)
@@ -252,9 +277,10 @@ class ReverseMode(AdjointGenerator, CacheUtility):
         eb = BasicBlock(f"rev.{pred.name or ''}.{block.name or ''}")
         eb.move_after(self.rev[id(block)])
         b = IRBuilder.at_end(eb)
-        for phi, d in phi_adjoints:
-            incoming = phi.incoming_value_for(pred)
-            self._add_adjoint(b, incoming, d)
+        for lane, phi, d in phi_adjoints:
+            self._use_lane(lane)
+            self._add_adjoint(b, phi.incoming_value_for(pred), d)
+        self._use_lane(0)
         b.br(self.rev[id(pred)])
         self.edges[(id(pred), id(block))] = eb
         return eb

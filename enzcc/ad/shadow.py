@@ -44,12 +44,15 @@ class Shadows:
         self._map[id(v)] = s
         self._keep.append(v)
 
-    def build(self) -> None:
-        """Emit the shadow computations into the forward code."""
+    def build(self, primal: list | None = None) -> None:
+        """Emit the shadow computations into the forward code; ``primal``: the instructions to give shadows, as
+        (block, instructions) in reverse post-order (vector mode: the primal's, without other lanes' code)."""
         dl = self.fn.module.data_layout
         pending_phis: list[tuple[Phi, Phi]] = []
-        for block in reverse_post_order(self.fn):
-            for inst in list(block.instructions):
+        if primal is None:
+            primal = [(block, list(block.instructions)) for block in reverse_post_order(self.fn)]
+        for block, insts in primal:
+            for inst in insts:
                 if not self.activity.is_active_ptr(inst) or self.has(inst):
                     if isinstance(inst, Store) and self.activity.is_active_ptr(inst.pointer) and \
                             isinstance(inst.value.type, T.PointerType):

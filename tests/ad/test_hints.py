@@ -88,14 +88,14 @@ def test_unimplemented_registrations_are_errors(enzcc, opt):
 
 def test_unknown_marker_is_an_error(enzcc):
     _refused(enzcc, r"""
-extern int enzyme_width;
-void g(double *x, double *y) { y[0] = x[0] * x[0]; }
+extern int enzyme_dup_return;
+double *g(double *x) { return x; }
 int main(void) {
-  double x[2] = {1, 2}, dx[2] = {0}, y[2], dy[2] = {1, 1};
-  __enzyme_autodiff((void *)g, enzyme_width, 2, enzyme_dup, x, dx, enzyme_dup, y, dy);
+  double x[2] = {1, 2}, dx[2] = {0};
+  __enzyme_autodiff((void *)g, enzyme_dup_return, enzyme_dup, x, dx);
   return 0;
 }
-""", "enzyme_width is not supported by enzcc")
+""", "enzyme_dup_return is not supported by enzcc")
 
 
 def test_function_like_needs_a_string(enzcc):

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from adharness import PRELUDE, build_and_run
+from adharness import build_and_run
 from enzcc_testing import need
 
 pytestmark = need("clang-22", "llvm-objcopy-22")
