@@ -12,6 +12,8 @@ declare -A PKGS=(
   [libflang-22-dev]=/usr/lib/llvm-22/lib/clang/22/lib/x86_64-pc-linux-gnu/libflang_rt.runtime.a
   [llvm-22]=/usr/bin/llvm-objcopy-22
   [mlir-22-tools]=/usr/bin/mlir-translate-22
+  [libeigen3-dev]=/usr/include/eigen3/Eigen/Dense
+  [libopenblas-dev]=/usr/include/x86_64-linux-gnu/cblas.h
 )
 missing=()
 for pkg in "${!PKGS[@]}"; do

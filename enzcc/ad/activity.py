@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 from enzcc.ad.api import DUP, DUPNONEED, OUT
+from enzcc.ad.blas import routine
 from enzcc.ir import types as T
 from enzcc.ir.instructions import (Alloca, Call, Cast, ExtractElement, ExtractValue, GetElementPtr, InsertElement,
                                    InsertValue, Instruction, Load, Phi, Select, ShuffleVector, Store)
@@ -182,7 +183,8 @@ class Activity:
                 work.append(inst.operands[0])
             elif isinstance(inst, Store) and id(inst.pointer) in self.active_ptrs and has_float(inst.value.type):
                 work.append(inst.value)
-            elif isinstance(inst, Call) and is_user_call(inst) and any(id(a) in self.active_ptrs for a in inst.args):
+            elif isinstance(inst, Call) and (is_user_call(inst) or routine(inst.callee_name)) and \
+                    any(id(a) in self.active_ptrs for a in inst.args):
                 work += [a for a in inst.args if has_float(a.type)]  # the callee may store them in that memory
         while work:
             v = work.pop()
@@ -347,7 +349,7 @@ class Activity:
                         holds = True
                     elif isinstance(u, Call) and u.callee_name and (u.callee_name.startswith(("llvm.memcpy",
                                                                                                "llvm.memmove"))
-                                                                     or is_user_call(u)
+                                                                     or is_user_call(u) or routine(u.callee_name)
                                                                      or (u.callee_name == "posix_memalign"
                                                                          and use.index == 1)):
                         holds = True

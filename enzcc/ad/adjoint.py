@@ -10,7 +10,7 @@ from enzcc.ad.activity import has_float, is_allocation, is_user_call
 from enzcc.ad.api import CONST, DUP, OUT, is_float
 from enzcc.ad.emit import add_values, emit_partial, splat, times, zero
 from enzcc.ad.errors import ad_error
-from enzcc.ad import custom
+from enzcc.ad import blas, custom
 from enzcc.ad.hints import hints_of, rule_name
 from enzcc.ad.logic import call_kinds, check_call_signature
 from enzcc.ad.prepare import inactive_functions
@@ -222,6 +222,12 @@ class AdjointGenerator:
             for i, inst in enumerate(insts):
                 if not isinstance(inst, Call) or not is_user_call(inst) or inst.callee_name in inactive:
                     continue
+                if self.width > 1 and (inst.callee_name in hints_of(self.module).gradient or
+                                       any(act.is_active_ptr(a) or act.is_active(a) for a in inst.args) or
+                                       act.is_active(inst) or act.is_active_ptr(inst)):
+                    raise ad_error(f"vector mode (enzyme_width) with a call to '{inst.callee_name}' that is not "
+                                   "inlined (recursive, --ad-inline, or with a registered gradient) is not "
+                                   "supported", inst)
                 if inst.callee_name in hints_of(self.module).gradient:  # the user's own derivative
                     entry = custom.augment_call(self, inst)
                     insts[i] = entry[0]
@@ -253,6 +259,17 @@ class AdjointGenerator:
                 self.user_calls[id(new)] = ("split", (new, nargs, rev, kinds, tape, result, ret_active))
                 self._keep.append(new)
 
+    def _prepare_blas_calls(self) -> None:
+        """BLAS calls through which derivatives flow: the arrays their reverse reads are copied at the call
+        (:mod:`enzcc.ad.blas`)."""
+        self.blas_copies: dict[int, dict] = {}
+        act = self.activity
+        for block in self.blocks:
+            for inst in self.orig_insts[id(block)]:
+                if isinstance(inst, Call) and blas.routine(inst.callee_name) and \
+                        (any(act.is_active_ptr(a) or act.is_active(a) for a in inst.args) or act.is_active(inst)):
+                    self.blas_copies[id(inst)] = blas.prepare_reverse(self, inst)
+
     def _reverse_user_call(self, entry: tuple, block: BasicBlock, b: IRBuilder) -> None:
         call, nargs, rev, kinds, tape, result, ret_active = entry
         args = [self._primal(a, block, b) for a in call.args]
@@ -278,6 +295,9 @@ class AdjointGenerator:
             return
         name = inst.callee_name or ""
         act = self.activity
+        if id(inst) in self.blas_copies:
+            blas.reverse(self, inst, self.blas_copies[id(inst)], block, b)
+            return
         if name.startswith(_IGNORED_INTRINSICS) or name in inactive_functions(self.module) or \
                 name in hints_of(self.module).deallocators:  # (a shadow goes at the reverse of its allocation)
             return

@@ -1,0 +1,322 @@
+"""Derivatives of BLAS calls through CBLAS, as BLAS calls again (Enzyme's BLAS support, by hand).
+
+Supported: ``cblas_{d,s}{dot,axpy,scal,nrm2,gemv,gemm}``. Forward mode adds the tangent computation next to
+the call; reverse mode copies, at the call, the arrays its reverse needs (they may be overwritten later;
+the copy lives until the reverse of the call frees it) and accumulates the adjoints with ``axpy``, ``gemv``,
+``ger`` and ``gemm``. For ``gemv`` and ``gemm``, derivatives with respect to ``alpha`` and ``beta`` are refused
+(one-line error); any other ``cblas_*`` routine with derivatives is refused by the caller as having no rule.
+
+CBLAS enums: ``CblasNoTrans`` = 111, ``CblasTrans`` = 112, ``CblasConjTrans`` = 113 (real: as ``Trans``).
+"""
+
+from __future__ import annotations
+
+import re
+
+from enzcc.ad.errors import ad_error
+from enzcc.ir import types as T
+from enzcc.ir.builder import IRBuilder
+from enzcc.ir.values import ConstantFloat, ConstantInt
+
+NO_TRANS, TRANS = 111, 112
+
+#: routine -> its parameters (CBLAS order)
+SIGNATURES = {
+    "dot": ("n", "x", "incx", "y", "incy"),
+    "axpy": ("n", "alpha", "x", "incx", "y", "incy"),
+    "scal": ("n", "alpha", "x", "incx"),
+    "nrm2": ("n", "x", "incx"),
+    "gemv": ("order", "trans", "m", "n", "alpha", "a", "lda", "x", "incx", "beta", "y", "incy"),
+    "gemm": ("order", "transa", "transb", "m", "n", "k", "alpha", "a", "lda", "b", "ldb", "beta", "c", "ldc"),
+}
+_NAME = re.compile(r"cblas_([ds])(dot|axpy|scal|nrm2|gemv|gemm)$")
+
+
+def routine(name: str | None) -> tuple[str, str] | None:
+    """``("d", "gemm")`` for ``cblas_dgemm``; None for anything else."""
+    m = _NAME.match(name or "")
+    return (m.group(1), m.group(2)) if m else None
+
+
+class _Call:
+    """One BLAS call: its arguments by role, and helpers emitting BLAS calls of the same precision."""
+
+    def __init__(self, inst, b: IRBuilder):
+        self.inst = inst
+        self.prec, self.op = routine(inst.callee_name)
+        self.ty = T.f64 if self.prec == "d" else T.f32
+        self.args = dict(zip(SIGNATURES[self.op], inst.args))
+        self.b = b
+        self.module = inst.module
+
+    def const(self, x: float):
+        return ConstantFloat(self.ty, x)
+
+    def blas(self, op: str, args: list, ret=T.void):
+        """Call ``cblas_<prec><op>`` with ``args`` (ints as i32, floats of the call's precision)."""
+        types = tuple(a.type for a in args)
+        fn = self.module.get_or_insert_function(f"cblas_{self.prec}{op}", T.FunctionType(ret, types))
+        return self.b.call(fn, args)
+
+    def i32(self, x: int):
+        return ConstantInt(T.i32, x)
+
+    def is_no_trans(self, t):
+        return self.b.icmp("eq", t, self.i32(NO_TRANS))
+
+    def flip(self, t):
+        return self.b.select(self.is_no_trans(t), self.i32(TRANS), self.i32(NO_TRANS))
+
+
+def _vector_elements(b: IRBuilder, n, inc):
+    """Elements a strided vector spans: 1 + (n - 1) * |inc| (as i64)."""
+    n64, inc64 = b.sext(n, T.i64), b.sext(inc, T.i64)
+    neg = b.icmp("slt", inc64, ConstantInt(T.i64, 0))
+    mag = b.select(neg, b.sub(ConstantInt(T.i64, 0), inc64), inc64)
+    return b.add(ConstantInt(T.i64, 1), b.mul(b.sub(n64, ConstantInt(T.i64, 1)), mag))
+
+
+def _matrix_elements(b: IRBuilder, order, rows, cols, ld):
+    """Elements a matrix stored with leading dimension ``ld`` spans: (major - 1) * ld + minor, where major is
+    rows (row-major, order 101) or columns (column-major)."""
+    row_major = b.icmp("eq", order, ConstantInt(T.i32, 101))
+    major = b.sext(b.select(row_major, rows, cols), T.i64)
+    minor = b.sext(b.select(row_major, cols, rows), T.i64)
+    return b.add(b.mul(b.sub(major, ConstantInt(T.i64, 1)), b.sext(ld, T.i64)), minor)
+
+
+def _stored_shape(c: _Call, name: str):
+    """(rows, cols) of the stored matrix ``a``/``b``/``c`` of a gemv/gemm call (i32 values)."""
+    b, a = c.b, c.args
+    if c.op == "gemv":
+        return a["m"], a["n"]
+    if name == "c":
+        return a["m"], a["n"]
+    if name == "a":  # op(A) is m x k
+        nt = c.is_no_trans(a["transa"])
+        return b.select(nt, a["m"], a["k"]), b.select(nt, a["k"], a["m"])
+    nt = c.is_no_trans(a["transb"])  # op(B) is k x n
+    return b.select(nt, a["k"], a["n"]), b.select(nt, a["n"], a["k"])
+
+
+def _vector_length(c: _Call, name: str):
+    """Logical length of vector ``x``/``y`` of the call."""
+    a, b = c.args, c.b
+    if c.op != "gemv":
+        return a["n"]
+    nt = c.is_no_trans(a["trans"])
+    return b.select(nt, a["n"], a["m"]) if name == "x" else b.select(nt, a["m"], a["n"])
+
+
+def _copy(c: _Call, name: str):
+    """A heap copy of array argument ``name`` (same layout: same increment or leading dimension)."""
+    b, a = c.b, c.args
+    if name in ("x", "y"):
+        count = _vector_elements(b, _vector_length(c, name), a["inc" + name])
+    else:
+        rows, cols = _stored_shape(c, name)
+        count = _matrix_elements(b, a["order"], rows, cols, a["ld" + name])
+    nbytes = b.mul(count, ConstantInt(T.i64, c.ty.bits // 8))
+    malloc = c.module.get_or_insert_function("malloc", T.FunctionType(T.ptr, (T.i64,)))
+    buf = b.call(malloc, [nbytes])
+    b.memcpy(buf, a[name], nbytes)
+    return buf
+
+
+def _refuse_scalars(c: _Call, active) -> None:
+    if c.op in ("gemv", "gemm"):
+        for s in ("alpha", "beta"):
+            if active(c.args[s]):
+                raise ad_error(f"derivatives with respect to {s} of {c.inst.callee_name} are not supported "
+                               f"(pass {s} as a constant)", c.inst)
+
+
+# -- forward mode ------------------------------------------------------------------------------------
+
+
+def forward(mode, inst) -> None:
+    """Tangent code for one BLAS call (``mode``: a :class:`enzcc.ad.forward.ForwardMode`)."""
+    act = mode.activity
+
+    def shadow(name):
+        p = c.args[name]
+        return mode.shadows.of(p, inst) if act.is_active_ptr(p) else None
+
+    def tangent(name):
+        return mode.tangents.get(id(c.args[name]))
+
+    after = routine(inst.callee_name)[1] in ("dot", "nrm2")
+    b = IRBuilder.after(inst) if after else IRBuilder.before(inst)
+    c = _Call(inst, b)
+    _refuse_scalars(c, lambda v: id(v) in mode.tangents)
+    a = c.args
+    if c.op == "dot":
+        terms = []
+        if shadow("x") is not None:
+            terms.append(c.blas("dot", [a["n"], shadow("x"), a["incx"], a["y"], a["incy"]], c.ty))
+        if shadow("y") is not None:
+            terms.append(c.blas("dot", [a["n"], a["x"], a["incx"], shadow("y"), a["incy"]], c.ty))
+        if terms:
+            mode._set(inst, terms[0] if len(terms) == 1 else b.fadd(terms[0], terms[1]))
+    elif c.op == "nrm2":
+        if shadow("x") is not None:  # d|x| = x . dx / |x|  (0 at x = 0)
+            d = c.blas("dot", [a["n"], a["x"], a["incx"], shadow("x"), a["incx"]], c.ty)
+            zero = b.fcmp("oeq", inst, c.const(0.0))
+            mode._set(inst, b.select(zero, c.const(0.0), b.fdiv(d, inst)))
+    elif c.op == "axpy":  # y += alpha x: dy += alpha dx + dalpha x
+        if shadow("y") is None:
+            return
+        if shadow("x") is not None:
+            c.blas("axpy", [a["n"], a["alpha"], shadow("x"), a["incx"], shadow("y"), a["incy"]])
+        if tangent("alpha") is not None:
+            c.blas("axpy", [a["n"], tangent("alpha"), a["x"], a["incx"], shadow("y"), a["incy"]])
+    elif c.op == "scal":  # x = alpha x: dx = alpha dx + dalpha x (x as before the call)
+        if shadow("x") is None:
+            return
+        if tangent("alpha") is not None:
+            tmp = _copy(c, "x")
+            c.blas("scal", [a["n"], a["alpha"], shadow("x"), a["incx"]])
+            c.blas("axpy", [a["n"], tangent("alpha"), tmp, a["incx"], shadow("x"), a["incx"]])
+            b.call(_free(c), [tmp])
+        else:
+            c.blas("scal", [a["n"], a["alpha"], shadow("x"), a["incx"]])
+    elif c.op == "gemv":  # y = alpha op(A) x + beta y: dy = alpha op(dA) x + alpha op(A) dx + beta dy
+        if shadow("y") is None:
+            return
+        beta = a["beta"]
+        head = [a["order"], a["trans"], a["m"], a["n"], a["alpha"]]
+        if shadow("a") is not None:
+            c.blas("gemv", head + [shadow("a"), a["lda"], a["x"], a["incx"], beta, shadow("y"), a["incy"]])
+            beta = c.const(1.0)
+        if shadow("x") is not None:
+            c.blas("gemv", head + [a["a"], a["lda"], shadow("x"), a["incx"], beta, shadow("y"), a["incy"]])
+            beta = c.const(1.0)
+        if beta is a["beta"]:
+            c.blas("scal", [_vector_length(c, "y"), beta, shadow("y"), a["incy"]])
+    elif c.op == "gemm":  # C = alpha op(A) op(B) + beta C: dC = alpha (op(dA) op(B) + op(A) op(dB)) + beta dC
+        if shadow("c") is None:
+            return
+        beta = a["beta"]
+        head = [a["order"], a["transa"], a["transb"], a["m"], a["n"], a["k"]]
+        if shadow("a") is not None:
+            c.blas("gemm", head + [a["alpha"], shadow("a"), a["lda"], a["b"], a["ldb"], beta, shadow("c"), a["ldc"]])
+            beta = c.const(1.0)
+        if shadow("b") is not None:
+            c.blas("gemm", head + [a["alpha"], a["a"], a["lda"], shadow("b"), a["ldb"], beta, shadow("c"), a["ldc"]])
+            beta = c.const(1.0)
+        if beta is a["beta"]:  # alpha = 0: C = beta C (A and B are not read)
+            c.blas("gemm", head + [c.const(0.0), a["a"], a["lda"], a["b"], a["ldb"], beta, shadow("c"), a["ldc"]])
+
+
+def _free(c: _Call):
+    return c.module.get_or_insert_function("free", T.FunctionType(T.void, (T.ptr,)))
+
+
+# -- reverse mode ------------------------------------------------------------------------------------
+
+
+def _needed_copies(c: _Call, act) -> list[str]:
+    """The arrays the reverse of the call reads (as they were at the call)."""
+    active_ptr = {n: act.is_active_ptr(c.args[n]) for n in ("x", "y", "a", "b", "c") if n in c.args}
+    need = []
+    if c.op == "dot":
+        need = [n for n, other in (("y", "x"), ("x", "y")) if active_ptr[other]]
+    elif c.op == "axpy":
+        need = ["x"] if active_ptr["y"] and act.is_active(c.args["alpha"]) else []
+    elif c.op == "scal":
+        need = ["x"] if active_ptr["x"] and act.is_active(c.args["alpha"]) else []
+    elif c.op == "nrm2":
+        need = ["x"] if active_ptr["x"] else []
+    elif c.op == "gemv" and active_ptr["y"]:
+        need = (["a"] if active_ptr["x"] else []) + (["x"] if active_ptr["a"] else [])
+    elif c.op == "gemm" and active_ptr["c"]:
+        need = (["a"] if active_ptr["b"] else []) + (["b"] if active_ptr["a"] else [])
+    return need
+
+
+def prepare_reverse(mode, inst) -> dict:
+    """Forward sweep: copies of the arrays the reverse of ``inst`` reads, made just before it."""
+    c = _Call(inst, IRBuilder.before(inst))
+    _refuse_scalars(c, mode.activity.is_active)
+    return {n: _copy(c, n) for n in _needed_copies(c, mode.activity)}
+
+
+def reverse(mode, inst, copies: dict, block, b: IRBuilder) -> None:
+    """Reverse of one BLAS call (``mode``: a :class:`enzcc.ad.reverse.ReverseMode`), at ``b``."""
+    act = mode.activity
+    c = _Call(inst, b)
+    a = {k: (mode._primal(v, block, b) if not isinstance(v, (ConstantInt, ConstantFloat)) else v)
+         for k, v in c.args.items() if not isinstance(v.type, T.PointerType)}
+    alpha = c.args.get("alpha")  # (the primal value: its adjoint accumulates there)
+    c.args.update(a)  # (the scalars as available in the reverse code)
+    copy = {k: mode._primal(v, block, b) for k, v in copies.items()}
+
+    def shadow(name):
+        p = c.args[name]
+        return mode._shadow(p, block, b, inst) if act.is_active_ptr(p) else None
+
+    if c.op == "dot":
+        d = mode._take_adjoint(b, inst) if act.is_active(inst) else None
+        if d is not None:
+            if shadow("x") is not None:
+                c.blas("axpy", [a["n"], d, copy["y"], a["incy"], shadow("x"), a["incx"]])
+            if shadow("y") is not None:
+                c.blas("axpy", [a["n"], d, copy["x"], a["incx"], shadow("y"), a["incy"]])
+    elif c.op == "nrm2":
+        d = mode._take_adjoint(b, inst) if act.is_active(inst) else None
+        if d is not None and shadow("x") is not None:  # dx += (d / |x|) x
+            r = mode._primal(inst, block, b)
+            scale = b.select(b.fcmp("oeq", r, c.const(0.0)), c.const(0.0), b.fdiv(d, r))
+            c.blas("axpy", [a["n"], scale, copy["x"], a["incx"], shadow("x"), a["incx"]])
+    elif c.op == "axpy":  # y += alpha x: dx += alpha dy, dalpha += x . dy
+        if shadow("y") is not None:
+            if shadow("x") is not None:
+                c.blas("axpy", [a["n"], a["alpha"], shadow("y"), a["incy"], shadow("x"), a["incx"]])
+            if "x" in copy:
+                mode._add_adjoint(b, alpha,
+                                  c.blas("dot", [a["n"], copy["x"], a["incx"], shadow("y"), a["incy"]], c.ty))
+    elif c.op == "scal":  # x = alpha x: dalpha += x_old . dx, dx = alpha dx
+        if shadow("x") is not None:
+            if "x" in copy:
+                mode._add_adjoint(b, alpha,
+                                  c.blas("dot", [a["n"], copy["x"], a["incx"], shadow("x"), a["incx"]], c.ty))
+            c.blas("scal", [a["n"], a["alpha"], shadow("x"), a["incx"]])
+    elif c.op == "gemv" and shadow("y") is not None:
+        dy = shadow("y")
+        if shadow("x") is not None:  # dx += alpha op(A)^T dy
+            c.blas("gemv", [a["order"], c.flip(a["trans"]), a["m"], a["n"], a["alpha"], copy["a"], a["lda"], dy,
+                            a["incy"], c.const(1.0), shadow("x"), a["incx"]])
+        if shadow("a") is not None:  # dA += alpha dy x^T (no trans) or alpha x dy^T (trans)
+            nt = c.is_no_trans(a["trans"])
+            first, inc1 = b.select(nt, dy, copy["x"]), b.select(nt, a["incy"], a["incx"])
+            second, inc2 = b.select(nt, copy["x"], dy), b.select(nt, a["incx"], a["incy"])
+            c.blas("ger", [a["order"], a["m"], a["n"], a["alpha"], first, inc1, second, inc2, shadow("a"), a["lda"]])
+        c.blas("scal", [_vector_length(c, "y"), a["beta"], dy, a["incy"]])
+    elif c.op == "gemm" and shadow("c") is not None:
+        dc = shadow("c")
+        one = c.const(1.0)
+        if shadow("a") is not None:
+            nt = c.is_no_trans(a["transa"])
+            c.blas("gemm", [a["order"], b.select(nt, c.i32(NO_TRANS), a["transb"]),
+                            b.select(nt, c.flip(a["transb"]), c.i32(TRANS)),
+                            b.select(nt, a["m"], a["k"]), b.select(nt, a["k"], a["m"]), a["n"], a["alpha"],
+                            b.select(nt, dc, copy["b"]), b.select(nt, a["ldc"], a["ldb"]),
+                            b.select(nt, copy["b"], dc), b.select(nt, a["ldb"], a["ldc"]),
+                            one, shadow("a"), a["lda"]])
+        if shadow("b") is not None:
+            nt = c.is_no_trans(a["transb"])
+            c.blas("gemm", [a["order"], b.select(nt, c.flip(a["transa"]), c.i32(TRANS)),
+                            b.select(nt, c.i32(NO_TRANS), a["transa"]),
+                            b.select(nt, a["k"], a["n"]), b.select(nt, a["n"], a["k"]), a["m"], a["alpha"],
+                            b.select(nt, copy["a"], dc), b.select(nt, a["lda"], a["ldc"]),
+                            b.select(nt, dc, copy["a"]), b.select(nt, a["ldc"], a["lda"]),
+                            one, shadow("b"), a["ldb"]])
+        # dC = beta dC (alpha = 0: A and B are not read)
+        c.blas("gemm", [a["order"], a["transa"], a["transb"], a["m"], a["n"], a["k"], c.const(0.0),
+                        mode._shadow(c.args["c"], block, b, inst), a["lda"], dc, a["ldb"], a["beta"], dc, a["ldc"]])
+    if getattr(mode, "lane", 0) == getattr(mode, "width", 1) - 1:  # (vector mode: after the last lane)
+        for v in copy.values():
+            b.call(_free(c), [v])
+
+
+__all__ = ["forward", "prepare_reverse", "reverse", "routine"]
