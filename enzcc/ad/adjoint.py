@@ -11,6 +11,7 @@ from enzcc.ad.api import CONST, DUP, OUT, is_float
 from enzcc.ad.emit import add_values, emit_partial, splat, times, zero
 from enzcc.ad.errors import ad_error
 from enzcc.ad import blas, custom
+from enzcc.ad import complex as complex_
 from enzcc.ad.hints import hints_of, rule_name
 from enzcc.ad.logic import call_kinds, check_call_signature
 from enzcc.ad.prepare import inactive_functions
@@ -297,6 +298,9 @@ class AdjointGenerator:
         act = self.activity
         if id(inst) in self.blas_copies:
             blas.reverse(self, inst, self.blas_copies[id(inst)], block, b)
+            return
+        if complex_.handles(inst):
+            complex_.reverse(self, inst, block, b)
             return
         if name.startswith(_IGNORED_INTRINSICS) or name in inactive_functions(self.module) or \
                 name in hints_of(self.module).deallocators:  # (a shadow goes at the reverse of its allocation)

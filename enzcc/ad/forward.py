@@ -18,6 +18,7 @@ from enzcc.ad.prepare import finalize, inactive_functions, new_derivative_functi
 from enzcc.ad.adjoint import _IGNORED_INTRINSICS, INACTIVE_CALLS
 from enzcc.ad.rules import load_rules
 from enzcc.ad import blas
+from enzcc.ad import complex as complex_
 from enzcc.ad.shadow import Shadows
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
@@ -277,6 +278,9 @@ class ForwardMode:
             return
         if blas.routine(name):
             blas.forward(self, inst)
+            return
+        if complex_.handles(inst):
+            complex_.forward(self, inst)
             return
         if self.width > 1 and (name in hints_of(self.module).derivative or is_user_call(inst)):
             raise ad_error(f"vector mode (enzyme_width) with a call to '{name}' that is not inlined (recursive, "
