@@ -28,6 +28,8 @@ SIZES = {
         "hand": {"vertices": 500},
         "ode": {"bodies": 8, "steps": 400},
         "fft": {"log2n": 13},
+        "mlp": {"batch": 256, "inputs": 64, "hidden": 128, "outputs": 16},
+        "mlp_blas": {"batch": 256, "inputs": 64, "hidden": 128, "outputs": 16},
     },
     "quick": {
         "gmm": {"d": 3, "K": 4, "n": 20},
@@ -36,13 +38,21 @@ SIZES = {
         "hand": {"vertices": 60},
         "ode": {"bodies": 3, "steps": 20},
         "fft": {"log2n": 5},
+        "mlp": {"batch": 4, "inputs": 3, "hidden": 5, "outputs": 2},
+        "mlp_blas": {"batch": 4, "inputs": 3, "hidden": 5, "outputs": 2},
     },
 }
 
 BENCHMARKS = tuple(SIZES["full"])
 
 
+#: benchmarks that are another build of a benchmark's source: (source, extra enzcc arguments); their data is the
+#: other's (same seed)
+VARIANTS = {"mlp_blas": ("mlp", ["-DUSE_BLAS", "-lopenblas"])}
+
+
 def rng_for(name: str) -> random.Random:
+    name = VARIANTS.get(name, (name,))[0]
     return random.Random(SEED ^ zlib.crc32(name.encode()))
 
 
@@ -295,7 +305,27 @@ def gen_fft(r: random.Random, log2n: int) -> Writer:
     return w
 
 
-GENERATORS = {"gmm": gen_gmm, "ba": gen_ba, "lstm": gen_lstm, "hand": gen_hand, "ode": gen_ode, "fft": gen_fft}
+# ---------------------------------------------------------------------------------------------
+# MLP: batch inputs hidden outputs / W1 / b1 / W2 / b2 / x / y
+
+
+def gen_mlp(r: random.Random, batch: int, inputs: int, hidden: int, outputs: int) -> Writer:
+    w = Writer(f"mlp batch={batch} inputs={inputs} hidden={hidden} outputs={outputs}")
+    w.comment("batch inputs hidden outputs")
+    w.ints(batch, inputs, hidden, outputs)
+    w.comment("W1[inputs][hidden] b1[hidden] W2[hidden][outputs] b2[outputs]")
+    w.floats(r.gauss(0, 1 / inputs ** 0.5) for _ in range(inputs * hidden))
+    w.floats(r.gauss(0, 0.1) for _ in range(hidden))
+    w.floats(r.gauss(0, 1 / hidden ** 0.5) for _ in range(hidden * outputs))
+    w.floats(r.gauss(0, 0.1) for _ in range(outputs))
+    w.comment("x[batch][inputs] y[batch][outputs]")
+    w.floats(r.gauss(0, 1) for _ in range(batch * inputs))
+    w.floats(r.gauss(0, 1) for _ in range(batch * outputs))
+    return w
+
+
+GENERATORS = {"gmm": gen_gmm, "ba": gen_ba, "lstm": gen_lstm, "hand": gen_hand, "ode": gen_ode, "fft": gen_fft,
+              "mlp": gen_mlp, "mlp_blas": gen_mlp}
 
 
 def stamp(mode: str) -> dict:

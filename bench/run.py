@@ -37,6 +37,8 @@ DESCRIPTIONS = {
     "hand": "skinned hand model, 22 bones, point distances",
     "ode": "N-body system, RK4, final-state loss",
     "fft": "radix-2 complex FFT, weighted log power spectrum",
+    "mlp": "2-layer perceptron training loss, matrix products as loops",
+    "mlp_blas": "the same with cblas_dgemm (derivatives: BLAS calls)",
 }
 
 #: timing settings: timed repetitions per run, minimum seconds per repetition, FD coordinates timed, coordinates
@@ -83,16 +85,17 @@ def compile_one(enzcc: str, name: str, mode: str, build: Path) -> dict:
     """``enzcc -O2 --ad-mode=MODE --time-report NAME.c -lm -o NAME_MODE``, run in the build directory (so that the
     report's 'what' column stays short)."""
     exe = build / f"{name}_{mode.replace('-', '_')}"
-    src = HERE / f"{name}.c"
+    source, extra = gen.VARIANTS.get(name, (name, []))
+    src = HERE / f"{source}.c"
     rel = os.path.relpath(src, build)
     cmd = [enzcc, "-O2", f"--ad-mode={mode}", "--time-report", rel if len(rel) < len(str(src)) else str(src),
-           "-lm", "-o", exe.name]
+           "-lm", "-o", exe.name, *extra]
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=build, capture_output=True, text=True)
     wall = time.perf_counter() - start
     rows, total = parse_time_report(proc.stderr)
     parsed = round(sum(r[2] for r in rows), 4)
-    result = {"command": " ".join(["enzcc", *cmd[1:4], f"bench/{name}.c", *cmd[5:]]),
+    result = {"command": " ".join(["enzcc", *cmd[1:4], f"bench/{source}.c", *cmd[5:]]),
               "ok": proc.returncode == 0 and exe.is_file(), "wall_s": round(wall, 3),
               "stages_s": stage_totals(rows), "report_total_s": total if total is not None else parsed,
               "report_parsed_ok": total is not None and abs(total - parsed) < 1e-3 * max(1, len(rows)),

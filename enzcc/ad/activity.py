@@ -152,6 +152,7 @@ class Activity:
                 elif isinstance(inst, Call) and inst.callee_name == "realloc" and id(inst.args[0]) in self.active_ptrs:
                     changed |= self._mark(self.active_ptrs, inst)  # the memory moves: so do its derivatives
         self._check_float_bits(insts)
+        self._check_integer_pointers(insts)
         # 2. varied floats: forward from active arguments and loads of shadowed memory
         from enzcc.ad.prepare import inactive_functions
 
@@ -194,6 +195,19 @@ class Activity:
                 for op in self._float_inputs(v):
                     if id(op) not in self.useful:
                         work.append(op)
+
+    def _check_integer_pointers(self, insts: list[Instruction]) -> None:
+        """A pointer rebuilt from an integer (``inttoptr``, when no round trip could be folded away, see
+        :func:`enzcc.ad.prepare.fold_pointer_round_trips`) that is used to read or write floating-point memory
+        is refused: enzcc cannot tell whether it points to memory with derivatives (it would get none)."""
+        from enzcc.ad.errors import ad_error
+        from enzcc.ir.values import Constant
+
+        for inst in insts:
+            if isinstance(inst, Cast) and inst.opcode == "inttoptr" and not isinstance(inst.value, Constant) \
+                    and _accesses_floats(inst):
+                raise ad_error("a pointer rebuilt from an integer (inttoptr) is used to access floating-point "
+                               "memory: enzcc cannot tell whether that memory has derivatives", inst)
 
     def _check_float_bits(self, insts: list[Instruction]) -> None:
         """Floats that would silently lose their derivative as integer bits, refused: a float rebuilt from
@@ -330,7 +344,7 @@ class Activity:
 
     def _float_holding_allocations(self, insts: list[Instruction]) -> list[Instruction]:
         """Allocas and heap allocations whose memory is accessed with floating-point types (or holds pointers
-        to such memory)."""
+        to such memory), or whose address is stored in memory."""
         allocs = [i for i in insts if isinstance(i, Alloca) or
                   (isinstance(i, Call) and is_allocation(i))]
         out = []
@@ -346,6 +360,10 @@ class Activity:
                         holds = True
                     elif isinstance(u, Store) and use.index == 1 and (has_float(u.value.type)
                                                                       or isinstance(u.value.type, T.PointerType)):
+                        holds = True
+                    elif isinstance(u, Store) and use.index == 0:
+                        # the pointer itself is stored (into an object's field): its later uses, through a load
+                        # of that field, are out of sight here, so it gets a shadow in case they read floats
                         holds = True
                     elif isinstance(u, Call) and u.callee_name and (u.callee_name.startswith(("llvm.memcpy",
                                                                                                "llvm.memmove"))
@@ -363,6 +381,25 @@ class Activity:
 
 
 __all__ = ["Activity", "ALLOCATORS", "has_float", "has_pointer", "is_allocation", "is_user_call"]
+
+
+def _accesses_floats(p: Value) -> bool:
+    """Whether memory at pointer ``p`` (or derived from it) is read or written with floating-point types."""
+    seen, stack = {id(p)}, [p]
+    while stack:
+        v = stack.pop()
+        for use in v.uses:
+            u = use.user
+            if isinstance(u, Load) and has_float(u.type):
+                return True
+            if isinstance(u, Store) and use.index == 1 and has_float(u.value.type):
+                return True
+            if isinstance(u, Call) and (u.callee_name or "").startswith(("llvm.memcpy", "llvm.memmove")):
+                return True
+            if u.opcode in _PTR_FORWARD and id(u) not in seen:
+                seen.add(id(u))
+                stack.append(u)
+    return False
 
 
 def _integer_tbaa(load) -> bool:

@@ -22,7 +22,8 @@ from enzcc.ir.builder import IRBuilder
 from enzcc.ir.instructions import (Alloca, BinaryOp, Call, Cast, ExtractElement, ExtractValue, FCmp, Freeze,
                                    GetElementPtr, ICmp, InsertElement, InsertValue, Instruction, Load, Select,
                                    ShuffleVector, Store, UnaryOp)
-from enzcc.ir.values import Argument, Constant, ConstantInt, Value
+from enzcc.ir.values import (Argument, Constant, ConstantInt, ConstantPoison, ConstantUndef, ConstantZero,
+                             Value)
 
 
 
@@ -31,6 +32,16 @@ from enzcc.ir.values import Argument, Constant, ConstantInt, Value
 INACTIVE_CALLS = {"printf", "fprintf", "puts", "putchar", "fputs", "fflush", "abort", "exit", "free", "fwrite",
                   "time", "clock", "rand", "srand", "assert", "__assert_fail", "omp_get_thread_num", "sprintf",
                   "snprintf", "__cxa_guard_acquire", "__cxa_guard_release", "_ZdlPv", "_ZdaPv", "_ZdlPvm"}
+#: C++ output streams (std::ostream members, std::operator<< for text, std::endl): they only print
+OUTPUT_STREAM_PREFIXES = ("_ZNSo", "_ZStlsISt11char_traitsIcE", "_ZSt16__ostream_insertIcSt11char_traitsIcE",
+                          "_ZSt4endlIcSt11char_traitsIcE", "_ZSt5flushIcSt11char_traitsIcE")
+
+
+def is_inactive_call(name: str) -> bool:
+    """Library calls that never carry derivatives (output, time, exit...)."""
+    return name in INACTIVE_CALLS or name.startswith(OUTPUT_STREAM_PREFIXES)
+
+
 #: intrinsics with nothing to do in the reverse sweep
 _IGNORED_INTRINSICS = ("llvm.lifetime.", "llvm.assume", "llvm.experimental.noalias.scope.decl", "llvm.dbg.",
                        "llvm.prefetch", "llvm.stacksave", "llvm.stackrestore", "llvm.invariant.", "llvm.trap",
@@ -170,7 +181,13 @@ class AdjointGenerator:
     def _reverse_shuffle(self, inst: ShuffleVector, d: Value, b: IRBuilder) -> None:
         a, c = inst.operands[0], inst.operands[1]
         n = a.type.count
-        mask = [e.value if isinstance(e, ConstantInt) else -1 for e in getattr(inst.mask, "elements", [])]
+        m = inst.mask
+        if isinstance(m, ConstantZero):  # a splat of lane 0
+            mask = [0] * inst.type.count
+        elif isinstance(m, (ConstantPoison, ConstantUndef)):
+            mask = [-1] * inst.type.count
+        else:
+            mask = [e.value if isinstance(e, ConstantInt) else -1 for e in getattr(m, "elements", [])]
         if not mask:
             raise ad_error("cannot differentiate shufflevector with this mask", inst)
         da, dc = zero(a.type), zero(c.type)
@@ -351,7 +368,7 @@ class AdjointGenerator:
         active_args = [a for a in inst.args if act.is_active(a) or act.is_active_ptr(a) or self._is_out(a)]
         if not active_args and not act.is_active(inst):
             return  # no derivatives flow through this call
-        if name in INACTIVE_CALLS:
+        if is_inactive_call(name):
             return
         what = f"'{name}'" if name else "a function pointer"
         raise ad_error(f"no derivative rule for call to {what}", inst)
@@ -393,4 +410,4 @@ class AdjointGenerator:
                         ConstantInt(T.i1, int(dsrc is not None))])
 
 
-__all__ = ["AdjointGenerator", "INACTIVE_CALLS"]
+__all__ = ["AdjointGenerator", "INACTIVE_CALLS", "is_inactive_call"]

@@ -15,7 +15,7 @@ from enzcc.ad.memory import memory_types_for
 from enzcc.ad import custom
 from enzcc.ad.hints import hints_of, rule_name
 from enzcc.ad.prepare import finalize, inactive_functions, new_derivative_function, prepare
-from enzcc.ad.adjoint import _IGNORED_INTRINSICS, INACTIVE_CALLS
+from enzcc.ad.adjoint import _IGNORED_INTRINSICS, is_inactive_call
 from enzcc.ad.rules import load_rules
 from enzcc.ad import blas
 from enzcc.ad import complex as complex_
@@ -291,7 +291,7 @@ class ForwardMode:
         if self.logic is not None and is_user_call(inst):
             self._tangent_of_user_call(inst)
             return
-        if name in INACTIVE_CALLS:
+        if is_inactive_call(name):
             return
         what = f"'{name}'" if name else "a function pointer"
         raise ad_error(f"no derivative rule for call to {what}", inst)

@@ -14,7 +14,7 @@ from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.cfg import DominatorTree, reverse_post_order
 from enzcc.ir.function import Function
-from enzcc.ir.instructions import Call, Cast, Instruction, Load, Phi, Ret, Select, Store
+from enzcc.ir.instructions import BinaryOp, Call, Cast, Instruction, Load, Phi, Ret, Select, Store
 from enzcc.ir.values import ConstantFloat, ConstantInt, ConstantPoison, ConstantUndef
 
 #: attributes of the primal function that do not hold for its derivative
@@ -126,8 +126,32 @@ def prepare(fn: Function) -> None:
             IRBuilder.at_end(r).br(unified)
         b.ret(phi) if phi is not None else b.ret_void()
     lower_writing_calls(fn)
+    fold_pointer_round_trips(fn)
     retype_float_bits(fn)
     check_reducible(fn)
+
+
+def fold_pointer_round_trips(fn: Function) -> None:
+    """A pointer that travels as an integer and back (C++ libraries store addresses in integer fields; after
+    inlining and SROA, ``inttoptr (ptrtoint p)``, possibly plus an offset) is the pointer again, so that
+    activity analysis sees where it points: ``inttoptr (ptrtoint p)`` -> ``p``, ``inttoptr (add (ptrtoint p),
+    x)`` -> ``getelementptr i8, p, x``."""
+    for inst in list(fn.instructions()):
+        if not (isinstance(inst, Cast) and inst.opcode == "inttoptr") or inst.parent is None:
+            continue
+        v, offset = inst.value, None
+        if isinstance(v, BinaryOp) and v.opcode == "add":
+            for a, other in ((v.lhs, v.rhs), (v.rhs, v.lhs)):
+                if isinstance(a, Cast) and a.opcode == "ptrtoint":
+                    v, offset = a, other
+                    break
+        if not (isinstance(v, Cast) and v.opcode == "ptrtoint" and v.value.type == inst.type):
+            continue
+        p = v.value
+        if offset is not None:
+            p = IRBuilder.before(inst).gep(T.i8, p, [offset])
+        inst.replace_all_uses_with(p)
+        inst.erase()
 
 
 #: LLVM's intrinsics for C functions that write through a pointer (they return both results) -> the rule
