@@ -127,8 +127,89 @@ def prepare(fn: Function) -> None:
         b.ret(phi) if phi is not None else b.ret_void()
     lower_writing_calls(fn)
     fold_pointer_round_trips(fn)
+    fold_sign_bit_operations(fn)
     retype_float_bits(fn)
     check_reducible(fn)
+
+
+def _lane_bits(c, width: int) -> list[int] | None:
+    """The bit pattern of each lane of an integer (vector) constant, or of a bitcast of a double constant; None
+    when it is not such a constant."""
+    from enzcc.ir.values import ConstantExpr
+
+    if isinstance(c, Cast) and c.opcode == "bitcast" or isinstance(c, ConstantExpr) and c.opcode == "bitcast":
+        src = c.value if isinstance(c, Cast) else c.operands[0]
+        elem = src.type.element if isinstance(src.type, T.VectorType) else src.type
+        if not (isinstance(elem, T.FloatType) and elem.kind == "double" and width == 64):
+            return None
+        lanes = _lanes(src)
+        if lanes is None or not all(isinstance(x, ConstantFloat) for x in lanes):
+            return None
+        out = []
+        for x in lanes:
+            t = x.text
+            if t.lower().startswith("0x") and len(t) == 18:
+                out.append(int(t[2:], 16))
+            else:
+                v = x.value
+                if v is None:
+                    return None
+                out.append(struct.unpack("<Q", struct.pack("<d", v))[0])
+        return out
+    lanes = _lanes(c)
+    if lanes is None or not all(isinstance(x, ConstantInt) for x in lanes):
+        return None
+    return [x.value & ((1 << width) - 1) for x in lanes]
+
+
+def _lanes(c):
+    from enzcc.ir.values import ConstantAggregate, ConstantSplat
+
+    if isinstance(c, ConstantSplat):
+        return [c.element] * c.type.count
+    if isinstance(c, ConstantAggregate):
+        return list(c.elements)
+    if isinstance(c, (ConstantInt, ConstantFloat)):
+        return [c]
+    return None
+
+
+def fold_sign_bit_operations(fn: Function) -> None:
+    """Floats changed through their bits with the sign-bit masks (SSE's ``andpd`` with ``0x7FF..F`` as Eigen's
+    ``pabs`` does, ``xorpd`` with the sign bit for a negation, ``orpd`` for minus the absolute value) become
+    ``llvm.fabs`` / ``fneg``, whose derivatives are known: ``bitcast (and (bitcast x), 0x7FF..F)`` -> ``fabs x``,
+    ``bitcast (xor (bitcast x), 0x800..0)`` -> ``fneg x``, ``bitcast (or (bitcast x), 0x800..0)`` ->
+    ``fneg (fabs x)``."""
+    for inst in list(fn.instructions()):
+        if not (isinstance(inst, Cast) and inst.opcode == "bitcast") or inst.parent is None:
+            continue
+        fty = inst.type
+        elem = fty.element if isinstance(fty, T.VectorType) else fty
+        op = inst.value
+        if not isinstance(elem, T.FloatType) or elem.kind not in ("double", "float") or \
+                not isinstance(op, BinaryOp) or op.opcode not in ("and", "xor", "or"):
+            continue
+        width = 64 if elem.kind == "double" else 32
+        sign, rest = 1 << (width - 1), (1 << (width - 1)) - 1
+        for bits_v, mask_v in ((op.lhs, op.rhs), (op.rhs, op.lhs)):
+            mask = _lane_bits(mask_v, width)
+            if mask is None or not isinstance(bits_v, Cast) or bits_v.opcode != "bitcast" or \
+                    bits_v.value.type != fty:
+                continue
+            want = {"and": rest, "xor": sign, "or": sign}[op.opcode]
+            if any(m != want for m in mask):
+                continue
+            x = bits_v.value
+            b = IRBuilder.before(inst)
+            if op.opcode == "xor":
+                r = b.fneg(x)
+            else:
+                r = b.call_intrinsic("llvm.fabs", [x], overload_types=[fty])
+                if op.opcode == "or":
+                    r = b.fneg(r)
+            inst.replace_all_uses_with(r)
+            inst.erase()
+            break
 
 
 def fold_pointer_round_trips(fn: Function) -> None:

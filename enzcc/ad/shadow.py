@@ -9,12 +9,30 @@ from __future__ import annotations
 
 from enzcc.ad.activity import ALLOCATORS, Activity, has_pointer, is_allocation
 from enzcc.ad.errors import ad_error
+from enzcc.ad.memory import base_object
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.cfg import reverse_post_order
 from enzcc.ir.instructions import (Alloca, Call, Cast, ExtractValue, Freeze, GetElementPtr, InsertValue, Instruction,
                                    Load, Phi, Select, Store)
 from enzcc.ir.values import ConstantInt, ConstantNull, ConstantPoison, ConstantUndef, Value
+
+
+def _null_based(v: Value, seen: set | None = None) -> bool:
+    """Whether every address ``v`` can hold is null plus an offset (through getelementptr, casts, selects and
+    phis): it points to no memory, so it needs no shadow."""
+    seen = set() if seen is None else seen
+    if id(v) in seen:
+        return True
+    seen.add(id(v))
+    v = base_object(v)
+    if isinstance(v, ConstantNull):
+        return True
+    if isinstance(v, Select):
+        return _null_based(v.true_value, seen) and _null_based(v.false_value, seen)
+    if isinstance(v, Phi):
+        return all(_null_based(x, seen) for x, _ in v.incoming)
+    return False
 
 
 class Shadows:
@@ -118,6 +136,9 @@ class Shadows:
         zero = self._zero_shadow_of_constant(v)
         if zero is not None:
             return zero
+        if _null_based(v):
+            return v  # an offset from null (a std::vector's end when it is empty) points to no memory
+
         from enzcc.ad.activity import is_user_call
         from enzcc.ad.logic import not_inlined_error
 
