@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from enzcc.ad.api import DUP, DUPNONEED, OUT
 from enzcc.ad.blas import routine
+from enzcc.ad.mirror import is_mirrored
 from enzcc.ir import types as T
 from enzcc.ir.instructions import (Alloca, Call, Cast, ExtractElement, ExtractValue, GetElementPtr, InsertElement,
                                    InsertValue, Instruction, Load, Phi, Select, ShuffleVector, Store)
@@ -151,6 +152,9 @@ class Activity:
                     changed |= self._mark(self.active_ptrs, inst)
                 elif isinstance(inst, Call) and inst.callee_name == "realloc" and id(inst.args[0]) in self.active_ptrs:
                     changed |= self._mark(self.active_ptrs, inst)  # the memory moves: so do its derivatives
+                elif isinstance(inst, Call) and is_mirrored(inst.callee_name) and \
+                        any(id(a) in self.active_ptrs for a in inst.args):
+                    changed |= self._mark(self.active_ptrs, inst)  # a node of a container with derivatives
         self._check_float_bits(insts)
         self._check_integer_pointers(insts)
         # 2. varied floats: forward from active arguments and loads of shadowed memory
@@ -368,6 +372,7 @@ class Activity:
                     elif isinstance(u, Call) and u.callee_name and (u.callee_name.startswith(("llvm.memcpy",
                                                                                                "llvm.memmove"))
                                                                      or is_user_call(u) or routine(u.callee_name)
+                                                                     or is_mirrored(u.callee_name)
                                                                      or (u.callee_name == "posix_memalign"
                                                                          and use.index == 1)):
                         holds = True

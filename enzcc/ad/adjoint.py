@@ -10,7 +10,7 @@ from enzcc.ad.activity import has_float, is_allocation, is_user_call
 from enzcc.ad.api import CONST, DUP, OUT, is_float
 from enzcc.ad.emit import add_values, emit_partial, splat, times, zero
 from enzcc.ad.errors import ad_error
-from enzcc.ad import blas, custom
+from enzcc.ad import blas, custom, mirror
 from enzcc.ad import complex as complex_
 from enzcc.ad.hints import hints_of, rule_name
 from enzcc.ad.logic import call_kinds, check_call_signature
@@ -38,8 +38,10 @@ OUTPUT_STREAM_PREFIXES = ("_ZNSo", "_ZStlsISt11char_traitsIcE", "_ZSt16__ostream
 
 
 def is_inactive_call(name: str) -> bool:
-    """Library calls that never carry derivatives (output, time, exit...)."""
-    return name in INACTIVE_CALLS or name.startswith(OUTPUT_STREAM_PREFIXES)
+    """Library calls that never carry derivatives (output, time, exit...), or whose work on shadows is done in
+    the forward code (:mod:`enzcc.ad.mirror`)."""
+    return name in INACTIVE_CALLS or name.startswith(OUTPUT_STREAM_PREFIXES) or \
+        name.startswith(mirror.INACTIVE_PREFIXES) or mirror.is_mirrored(name)
 
 
 #: intrinsics with nothing to do in the reverse sweep

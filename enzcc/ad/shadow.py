@@ -10,6 +10,7 @@ from __future__ import annotations
 from enzcc.ad.activity import ALLOCATORS, Activity, has_pointer, is_allocation
 from enzcc.ad.errors import ad_error
 from enzcc.ad.memory import base_object
+from enzcc.ad.mirror import is_mirrored, mirror_call
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.cfg import reverse_post_order
@@ -78,6 +79,9 @@ class Shadows:
                     elif isinstance(inst, Call) and inst.callee_name == "posix_memalign" and \
                             self.activity.is_active_ptr(inst.args[0]):
                         self._shadow_posix_memalign(inst)
+                    elif isinstance(inst, Call) and is_mirrored(inst.callee_name) and not self.has(inst) and \
+                            any(self.activity.is_active_ptr(a) for a in inst.args):
+                        mirror_call(self, inst)  # (a container's nodes linked: the shadow nodes too)
                     continue
                 if isinstance(inst, Phi):
                     sp = Phi(inst.type)
@@ -123,6 +127,8 @@ class Shadows:
                                                                         list(inst.indices)))
                 elif isinstance(inst, Call) and is_allocation(inst):
                     self._set(inst, self._shadow_allocation(inst))
+                elif isinstance(inst, Call) and is_mirrored(inst.callee_name):
+                    self._set(inst, mirror_call(self, inst))
                 else:
                     raise ad_error(f"cannot compute the shadow of pointer produced by '{inst.opcode}'", inst,
                                    fn=self.fn)

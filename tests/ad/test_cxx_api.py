@@ -361,3 +361,44 @@ def test_std_vector_and_cout(enzcc, opt):
     v = run_cxx(enzcc, STL.replace("#include <iostream>", "#include <iostream>\ndouble __enzyme_autodiff(void *, ...);\n"
                                                            "extern int enzyme_dup, enzyme_const;"), opt)
     assert_checked(v, {f"{k}.{i}" for k in ("vec", "resized") for i in range(3)})
+
+
+CONTAINERS = r"""
+#include <list>
+#include <map>
+#include <unordered_map>
+double __enzyme_autodiff(void *, ...);
+/* node-based containers built inside the differentiated function: their shadow nodes are linked alike */
+double lst(double x) {
+  std::list<double> l;
+  for (int i = 1; i <= 3; i++) l.push_back(x * i);
+  l.push_front(x * x);
+  double s = 0;
+  for (double v : l) s += v * v;
+  return s;
+}
+double mp(double x) {
+  std::map<int, double> m;
+  for (int i = 3; i > 0; i--) m[i] = x * i;
+  m[2] *= x;
+  double s = 0;
+  for (auto &kv : m) s += kv.second * kv.first;
+  return s;
+}
+double hash(double x) {
+  std::unordered_map<int, double> m;
+  for (int i = 0; i < 20; i++) m[i] = x + i;
+  return m[3] * m[7] * x;
+}
+int main() {
+  const double x = 1.3;
+  check("list", __enzyme_autodiff((void *)lst, x), 4 * x * x * x + 2 * x * 14, lst, x);
+  check("map", __enzyme_autodiff((void *)mp, x), 1 + 2 * 2 * 2 * x + 9, mp, x);
+  check("unordered_map", __enzyme_autodiff((void *)hash, x), (x + 7) * x + (x + 3) * x + (x + 3) * (x + 7), hash, x);
+}
+"""
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O1", "-O2", "-O3"])
+def test_std_list_map_unordered_map(enzcc, opt):
+    assert_checked(run_cxx(enzcc, CONTAINERS, opt), {"list", "map", "unordered_map"})
