@@ -10,6 +10,7 @@ is :mod:`enzcc.ad.reverse` (layout), :mod:`enzcc.ad.adjoint` (per-instruction ad
 from __future__ import annotations
 
 from enzcc.ad.api import mode_of, parse_call
+from enzcc.ad.batch import BATCH, replace_batch
 from enzcc.ad.errors import ADError, ad_error
 from enzcc.ad.hints import hints_of
 from enzcc.ad.inline import invoke_to_call, is_kept_recursive
@@ -37,7 +38,7 @@ def differentiate_text(text: str, target_machine=None, inline: str = "auto") -> 
     if not calls:
         return text, 0
     module.enzcc_inline = inline
-    requests = [parse_call(c, module) for c in calls]
+    requests = [parse_call(c, module) for c in calls if not (c.callee_name or "").startswith(BATCH)]
     prep_names: dict[str, str] = {}
     todo = [dc.fn for dc in requests]
     protected = hints_of(module).protected()
@@ -117,6 +118,9 @@ def differentiate_module(module: Module, prepared: dict[str, str] | None = None)
     for call in calls:
         if isinstance(call, Invoke):  # C++: the __enzyme_* declaration may throw, as far as clang knows
             call = invoke_to_call(call)
+        if (call.callee_name or "").startswith(BATCH):
+            replace_batch(call, module)
+            continue
         mode = mode_of(call.callee_name)
         dc = parse_call(call, module)
         if mode in ("augment", "reverse-split", "size"):

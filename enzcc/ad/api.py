@@ -149,7 +149,8 @@ def parse_call(call: Call, module) -> DiffCall:
     mode = mode_of(callee)
     if mode is None:
         raise ad_error(f"{callee.split('.')[0]} is not supported by enzcc (known: __enzyme_autodiff, "
-                       "__enzyme_fwddiff, __enzyme_augmentfwd, __enzyme_reverse, __enzyme_augmentsize)", call)
+                       "__enzyme_fwddiff, __enzyme_augmentfwd, __enzyme_reverse, __enzyme_augmentsize, "
+                       "__enzyme_batch)", call)
     args = list(call.args)
     sret = None
     if args and call.arg_attrs and any(a.startswith("sret") for a in call.arg_attrs[0]):

@@ -23,20 +23,33 @@ RECURSIVE_CALL = '"enzcc-recursive-call"'
 
 
 def inline_all(fn, is_user_function) -> None:
-    """Inline, repeatedly, every call in ``fn`` whose callee satisfies ``is_user_function(callee_fn)``."""
+    """Inline, repeatedly, every call in ``fn`` whose callee satisfies ``is_user_function(callee_fn)``.
+
+    A work list in program order: each inlined body's calls are taken next (so a constructor is inlined
+    before the virtual calls after it, whose targets its stores reveal); ``invoke``s become calls and calls
+    through known function pointers are devirtualized as they are reached, never by rescanning the function."""
     module = fn.module
     count = 0
     # (call instruction -> chain of function names it was inlined through)
     chain: dict[int, tuple[str, ...]] = {}
-    while True:
-        invokes_to_calls(fn)
-        devirtualize(fn)
-        call = next((i for i in fn.instructions() if isinstance(i, Call) and _inlinable(i, module, is_user_function)),
-                    None)
-        if call is None:
-            return
-        callee = module.functions[call.callee_name]
+    work = [i for i in fn.instructions() if isinstance(i, Call)]
+    work.reverse()
+    while work:
+        call = work.pop()
+        if call.parent is None:
+            continue
         through = chain.get(id(call), (getattr(fn, "primal_name", fn.name),))
+        if isinstance(call, Invoke):
+            call = invoke_to_call(call)
+        if call.callee_name is None:
+            direct = devirtualize_call(call)
+            for c in reversed(direct):
+                chain[id(c)] = through
+                work.append(c)
+            continue
+        if not _inlinable(call, module, is_user_function):
+            continue
+        callee = module.functions[call.callee_name]
         if callee.name in through:
             # recursion: the call stays, and is differentiated as a call to the callee's derivative
             call.fn_attrs.append(RECURSIVE_CALL)
@@ -45,16 +58,9 @@ def inline_all(fn, is_user_function) -> None:
         if count > MAX_INLINED_CALLS:
             raise ad_error("too many calls to inline while preparing the derivative", call)
         new_calls = inline_call(call, callee)
-        for c in new_calls:
+        for c in reversed(new_calls):
             chain[id(c)] = through + (callee.name,)
-
-
-def invokes_to_calls(fn) -> None:
-    """Derivatives do not unwind: every ``invoke`` becomes a ``call`` followed by a branch to its normal
-    destination (an exception or panic raised inside differentiated code is not caught there)."""
-    for inst in list(fn.instructions()):
-        if isinstance(inst, Invoke):
-            invoke_to_call(inst)
+            work.append(c)
 
 
 def invoke_to_call(inst: Invoke) -> Call:
@@ -75,41 +81,42 @@ def invoke_to_call(inst: Invoke) -> Call:
     return call
 
 
-def devirtualize(fn) -> None:
+def devirtualize_call(call) -> list:
     """An indirect call whose target is one of a few functions known at compile time (a constant table of
-    function pointers, a select or phi of functions) becomes a chain of comparisons and direct calls, which
-    are then inlined and differentiated like any other."""
-    module = fn.module
-    for call in [i for i in fn.instructions() if isinstance(i, Call) and i.callee_name is None]:
-        targets = possible_targets(call.operands[0], module, function_type=call.function_type)
-        if not targets or any(module.functions[t].function_type != call.function_type for t in targets):
-            continue
-        block = call.parent
-        after = block.split_before(call)
-        block.terminator.erase()
-        results, test = [], block
-        for k, name in enumerate(targets):
-            ref = module.global_ref(name)
-            direct = BasicBlock(f"{block.name or 'devirt'}.{name}")
-            direct.move_after(test if k == 0 else results[-1][1])
-            if k < len(targets) - 1:
-                nxt = BasicBlock()
-                IRBuilder.at_end(test).cond_br(IRBuilder.at_end(test).icmp("eq", call.operands[0], ref), direct, nxt)
-            else:
-                IRBuilder.at_end(test).br(direct)  # the pointer can hold nothing else
-            c = call.clone()
-            c.set_operand(0, ref)
-            direct.append(c)
-            direct.append(Br(after))
-            results.append((c, direct))
-            if k < len(targets) - 1:
-                nxt.move_after(direct)
-                test = nxt
-        if call.has_uses():
-            phi = Phi(call.type, results)
-            after.insert(0, phi)
-            call.replace_all_uses_with(phi)
-        call.erase()
+    function pointers, a select or phi of functions, a C++ object's vtable) becomes a chain of comparisons and
+    direct calls, which are then inlined and differentiated like any other. Returns the direct calls (none
+    when the targets are not known: the call stays)."""
+    module = call.module
+    targets = possible_targets(call.operands[0], module, function_type=call.function_type)
+    if not targets or any(module.functions[t].function_type != call.function_type for t in targets):
+        return []
+    block = call.parent
+    after = block.split_before(call)
+    block.terminator.erase()
+    results, test = [], block
+    for k, name in enumerate(targets):
+        ref = module.global_ref(name)
+        direct = BasicBlock(f"{block.name or 'devirt'}.{name}")
+        direct.move_after(test if k == 0 else results[-1][1])
+        if k < len(targets) - 1:
+            nxt = BasicBlock()
+            IRBuilder.at_end(test).cond_br(IRBuilder.at_end(test).icmp("eq", call.operands[0], ref), direct, nxt)
+        else:
+            IRBuilder.at_end(test).br(direct)  # the pointer can hold nothing else
+        c = call.clone()
+        c.set_operand(0, ref)
+        direct.append(c)
+        direct.append(Br(after))
+        results.append((c, direct))
+        if k < len(targets) - 1:
+            nxt.move_after(direct)
+            test = nxt
+    if call.has_uses():
+        phi = Phi(call.type, results)
+        after.insert(0, phi)
+        call.replace_all_uses_with(phi)
+    call.erase()
+    return [c for c, _ in results]
 
 
 def possible_targets(v, module, depth: int = 0, function_type=None) -> list[str] | None:
@@ -133,12 +140,15 @@ def possible_targets(v, module, depth: int = 0, function_type=None) -> list[str]
         return out
     if isinstance(v, Load) and not v.volatile:
         base = base_object(v.pointer)
-        if isinstance(base, Load):  # a C++ object's vtable pointer, stored by its (inlined) constructor
-            base = _global_of(_stored_before(base))
-        gv = module.globals.get(base.symbol) if isinstance(base, GlobalRef) else None
-        if gv is None or not gv.is_constant:
-            return None
-        names = gv.initializer_symbols()
+        bases = [base]
+        if isinstance(base, Load):  # a C++ object's vtable pointer, stored by its (inlined) constructor(s)
+            bases = [_global_of(x) for x in (_stored_before(base) or [None])]
+        names: list[str] = []
+        for base in bases:
+            gv = module.globals.get(base.symbol) if isinstance(base, GlobalRef) else None
+            if gv is None or not gv.is_constant:
+                return None
+            names += [n for n in gv.initializer_symbols() if n not in names]
         if function_type is not None:
             names = [n for n in names if n in module.functions and module.functions[n].function_type == function_type]
         if names and all(n in module.functions and not module.functions[n].is_declaration for n in names):
@@ -175,16 +185,55 @@ def _byte_offset(p, dl):
     return p, off
 
 
-def _stored_before(load: Load):
-    """The value ``load`` reads from a local object when the last store to its address is in the same block or
-    a chain of single predecessors and nothing between can change it (no call, no store that may overlap);
-    else None."""
+def _is_object(v) -> bool:
+    """A local object: a stack slot or fresh heap memory (``malloc``, ``new``...)."""
+    from enzcc.ad.activity import is_allocation
+
+    return isinstance(v, Alloca) or (isinstance(v, Call) and is_allocation(v))
+
+
+def _stored_before(load: Load) -> list | None:
+    """The values ``load`` can read from a local object (a stack slot, fresh heap memory, or a phi or select of
+    such objects): for each object, the last store to the address, found walking back through chains of
+    single predecessors with nothing between that can change it (no call, no store that may overlap); else
+    None."""
     dl = load.module.data_layout
     base, off = _byte_offset(load.pointer, dl)
-    if not isinstance(base, Alloca):
+    if base is None:
         return None
     size = dl.store_size(load.type)
-    block, end = load.parent, load.index
+    if _is_object(base):
+        v = _last_store(base, off, size, load, load.parent, load.index, dl)
+        return None if v is None else [v]
+    if isinstance(base, Phi) and base.parent is load.parent and \
+            all(_is_object(o) for o, _ in base.incoming):
+        objects = [o for o, _ in base.incoming]
+        if not _untouched(objects, load.parent, load.index, dl):
+            return None
+        out = []
+        for obj, pred in base.incoming:
+            v = _last_store(obj, off, size, load, pred, len(pred.instructions), dl)
+            if v is None:
+                return None
+            out.append(v)
+        return out
+    return None
+
+
+def _untouched(objects: list, block, end: int, dl) -> bool:
+    """Nothing in ``block`` before position ``end`` can write into ``objects``."""
+    for inst in block.instructions[:end]:
+        if isinstance(inst, Store):
+            b, _ = _byte_offset(inst.pointer, dl)
+            if b is None or any(b is o for o in objects) or not (isinstance(b, GlobalRef) or _is_object(b)):
+                return False
+        elif isinstance(inst, Call) and not (inst.callee_name or "").startswith(("llvm.lifetime", "llvm.dbg")):
+            return False
+    return True
+
+
+def _last_store(base, off: int, size: int, load: Load, block, end: int, dl):
+    """The value of the last store of ``load``'s type at ``off`` in ``base`` before (``block``, ``end``)."""
     for _ in range(256):
         for inst in reversed(block.instructions[:end]):
             if isinstance(inst, Store):
@@ -194,8 +243,10 @@ def _stored_before(load: Load):
                         return inst.value
                     if o is None or (o < off + size and off < o + dl.store_size(inst.value.type)):
                         return None
-                elif not isinstance(b, (Alloca, GlobalRef)):
+                elif not (isinstance(b, GlobalRef) or _is_object(b)):
                     return None  # through a pointer that may point into the object
+            elif inst is base:
+                return None  # the object's creation: nothing stored yet
             elif isinstance(inst, Call) and not (inst.callee_name or "").startswith(("llvm.lifetime", "llvm.dbg")):
                 return None
         preds = block.predecessors

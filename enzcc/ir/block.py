@@ -163,7 +163,7 @@ class BasicBlock(Value):
         """Place this block right after ``other`` in ``other``'s function."""
         fn = other.parent
         self.remove_from_parent()
-        idx = next(i for i, b in enumerate(fn.blocks) if b is other)
+        idx = fn.blocks.index(other)  # (blocks compare by identity)
         fn.blocks.insert(idx + 1, self)
         self.parent = fn
 
@@ -171,7 +171,7 @@ class BasicBlock(Value):
         """Place this block right before ``other`` in ``other``'s function."""
         fn = other.parent
         self.remove_from_parent()
-        idx = next(i for i, b in enumerate(fn.blocks) if b is other)
+        idx = fn.blocks.index(other)  # (blocks compare by identity)
         fn.blocks.insert(idx, self)
         self.parent = fn
 

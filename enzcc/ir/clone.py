@@ -19,17 +19,16 @@ def clone_blocks(src_blocks: list[BasicBlock], dst_fn, vmap: dict, after: BasicB
     ``strip_debug`` the copies carry no debug records and no ``!dbg``/``!DIAssignID`` attachments.
     """
     new_blocks: list[BasicBlock] = []
-    anchor = after
     for block in src_blocks:
         nb = BasicBlock((block.name + suffix) if block.name else None)
-        if anchor is None:
-            dst_fn.blocks.append(nb)
-            nb.parent = dst_fn
-        else:
-            nb.move_after(anchor)
-        anchor = nb
+        nb.parent = dst_fn
         vmap[block] = nb
         new_blocks.append(nb)
+    if after is None:
+        dst_fn.blocks.extend(new_blocks)
+    else:  # (one search for the position, not one per block)
+        idx = dst_fn.blocks.index(after)  # (blocks compare by identity)
+        dst_fn.blocks[idx + 1:idx + 1] = new_blocks
     for block, nb in zip(src_blocks, new_blocks):
         for inst in block.instructions:
             c = inst.clone()

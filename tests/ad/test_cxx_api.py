@@ -193,17 +193,15 @@ int main() {
     assert proc.returncode != 0
     err = proc.stderr.strip().splitlines()
     assert len(err) == 1 and "enzyme_dup parameter 1" in err[0] and "must be a pointer" in err[0], proc.stderr
-    enzcc.write("batch.cpp", r"""
-struct V { double a, b; };
-V __enzyme_batch(...);
-extern int enzyme_width;
+    enzcc.write("split.cpp", r"""
+double __enzyme_fwdsplit(...);
 double sq(double x) { return x * x; }
-int main() { V v = __enzyme_batch((void *)sq, enzyme_width, 2, 1.0, 2.0); return v.a > 0; }
+int main() { return __enzyme_fwdsplit((void *)sq, 1.0, 1.0, (void *)0) > 0; }
 """)
-    proc = enzcc("-O2", "batch.cpp", "-o", "batch", check=False, cmd="enzcc++")
+    proc = enzcc("-O2", "split.cpp", "-o", "split", check=False, cmd="enzcc++")
     assert proc.returncode != 0
     err = proc.stderr.strip().splitlines()
-    assert len(err) == 1 and "__enzyme_batch" in err[0] and "not supported" in err[0], proc.stderr
+    assert len(err) == 1 and "__enzyme_fwdsplit" in err[0] and "not supported" in err[0], proc.stderr
 
 
 def test_header_is_on_the_include_path_only_for_cxx(enzcc):

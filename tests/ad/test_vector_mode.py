@@ -147,3 +147,36 @@ int main(int argc, char **argv) {{
     assert proc.returncode != 0
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], proc.stderr
+
+
+BATCH = r"""
+extern int enzyme_width, enzyme_vector, enzyme_scalar;
+typedef struct { double r[4]; } four;
+four __enzyme_batch(void *, ...);
+void __enzyme_batch_v(void *, ...);
+double axpb(double a, double x) { return a * x + sin(x); }
+typedef struct { double x, res; } item;
+void scale(item *p) { p->res = p->x * 3; }
+int main(void) {
+  /* lanes: a scalar shared by all, and one value per lane */
+  four r = __enzyme_batch((void *)axpb, enzyme_width, 4, enzyme_scalar, 2.0, enzyme_vector, 1.0, 2.0, 3.0, 4.0);
+  for (int k = 0; k < 4; k++) {
+    char name[16];
+    snprintf(name, sizeof name, "batch.%d", k);
+    report(name, r.r[k]);
+  }
+  item a = {2, 0}, b = {5, 0};
+  __enzyme_batch_v((void *)scale, enzyme_width, 2, &a, &b);
+  report("batch.a", a.res);
+  report("batch.b", b.res);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O2"])
+def test_enzyme_batch(enzcc, opt):
+    v = build_and_run(enzcc, BATCH, opt)
+    for k in range(4):
+        assert v[f"batch.{k}"] == pytest.approx(2.0 * (k + 1) + math.sin(k + 1), rel=1e-15)
+    assert v["batch.a"] == 6.0 and v["batch.b"] == 15.0
