@@ -144,7 +144,11 @@ class Driver:
         return proc.returncode
 
     def passthrough(self) -> int:
-        return subprocess.run([self._native_driver(), *self._own_flags_removed()]).returncode
+        extra = []
+        if any(i.lang == "c++" for i in self.inv.inputs):  # (-E, -M, -fsyntax-only...: enzyme/enzyme is found)
+            from enzcc.frontends.clang import INCLUDE_DIR
+            extra = ["-idirafter", INCLUDE_DIR]
+        return subprocess.run([self._native_driver(), *self._own_flags_removed(), *extra]).returncode
 
     # -- compiling one source ---------------------------------------------------------------------
 

@@ -208,6 +208,9 @@ def test_header_is_on_the_include_path_only_for_cxx(enzcc):
     enzcc.write("c.c", "#include <enzyme/enzyme>\nint main(void) { return 0; }\n")
     proc = enzcc("-c", "c.c", check=False)
     assert proc.returncode != 0 and "enzyme/enzyme" in proc.stderr
+    enzcc.write("h.cpp", "#include <enzyme/enzyme>\nint main() { return 0; }\n")
+    for mode in (["-c", "-o", "h.o"], ["-E", "-o", "h.ii"], ["-fsyntax-only"], ["-M"], ["-S", "-o", "h.s"]):
+        enzcc(*mode, "h.cpp", cmd="enzcc++")  # (the commands clang answers alone see the header too)
 
 
 EIGEN = r"""
