@@ -125,6 +125,14 @@ int main() {
   std::vector<double> sv{1.0, 2.0, 3.0}, dsv(3, 0.0);
   autodiff<Reverse>(vsum, Duplicated<const std::vector<double> &>(sv, dsv));
   check("vector", dsv[1], 3 * 2.0 * 2.0, [](double t) { return t * t * t; }, 2.0);
+  /* forward mode, a std::vector result: its tangent is a shadow vector */
+  std::vector<double> in{0.5, 1.5}, din{1.0, 0.0};
+  auto make = [](const std::vector<double> &d) { std::vector<double> r(2); r[0] = d[0] * d[1]; r[1] = std::sin(d[0]); return r; };
+  auto fv = autodiff<Forward, DuplicatedNoNeed<std::vector<double>>>(make, Duplicated<const std::vector<double> &>(in, din));
+  check("fwd.vec0", get<0>(fv)[0], 1.5, [&](double t) { return make(std::vector<double>{t, 1.5})[0]; }, 0.5);
+  check("fwd.vec1", get<0>(fv)[1], std::cos(0.5), [&](double t) { return make(std::vector<double>{t, 1.5})[1]; }, 0.5);
+  auto fv2 = autodiff<Forward, Duplicated<std::vector<double>>>(make, Duplicated<const std::vector<double> &>(in, din));
+  report("fwd.vec.primal", get<0>(fv2)[0]);
   std::array<double, 3> ar{3.0, 4.0, 12.0}, dar{};
   autodiff<Reverse>(norm<3>, Duplicated<const std::array<double, 3> &>(ar, dar));
   check("array", dar[2], 12.0 / 13.0, [](double t) { return std::sqrt(25.0 + t * t); }, 12.0);
@@ -136,7 +144,9 @@ int main() {
 def test_enzyme_header(enzcc, opt):
     v = run_cxx(enzcc, HEADER, opt)
     assert_checked(v, {"rev.dx", "rev.dy", "revp.dx", "revc.dx", "dup.0", "dup.1", "dup.2", "mixed.ds", "mixed.dp0",
-                       "ref", "fwd.dx", "fwd.dy", "fwd.ptr", "lambda", "template", "virtual", "vector", "array"})
+                       "ref", "fwd.dx", "fwd.dy", "fwd.ptr", "lambda", "template", "virtual", "vector", "array",
+                       "fwd.vec0", "fwd.vec1"})
+    assert v["fwd.vec.primal"] == 0.75
     assert v["primal"] == pytest.approx(v["primal.expected"], rel=1e-15)
     assert v["constret.dx"] == 0.0  # a Const result seeds nothing
     assert v["fwd.primal"] == pytest.approx(v["primal.expected"], rel=1e-15)
