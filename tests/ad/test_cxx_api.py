@@ -413,3 +413,16 @@ int main() {
 @pytest.mark.parametrize("opt", ["-O0", "-O1", "-O2", "-O3"])
 def test_std_list_map_unordered_map(enzcc, opt):
     assert_checked(run_cxx(enzcc, CONTAINERS, opt), {"list", "map", "unordered_map"})
+
+
+def test_struct_by_value_wrapper_is_a_compile_error(enzcc):
+    """A small struct by value is split into several arguments by the C++ ABI, which the markers cannot
+    describe (the fields would be taken for value and shadow): the header refuses it at compile time."""
+    enzcc.write("s.cpp", r"""
+#include <enzyme/enzyme>
+struct pair { double x, y; };
+double f(pair p) { return p.x * p.y; }
+int main() { return enzyme::get<0>(enzyme::autodiff<enzyme::Forward>(f, enzyme::Duplicated{pair{2, 3}, pair{7, 1}})) > 0; }
+""")
+    proc = enzcc("-O2", "-std=c++17", "s.cpp", "-o", "s", check=False, cmd="enzcc++")
+    assert proc.returncode != 0 and "pass a struct by pointer or reference" in proc.stderr
