@@ -34,13 +34,22 @@ INACTIVE_CALLS = {"printf", "fprintf", "puts", "putchar", "fputs", "fflush", "ab
                   "snprintf", "__cxa_guard_acquire", "__cxa_guard_release", "_ZdlPv", "_ZdaPv", "_ZdlPvm"}
 #: C++ output streams (std::ostream members, std::operator<< for text, std::endl): they only print
 OUTPUT_STREAM_PREFIXES = ("_ZNSo", "_ZStlsISt11char_traitsIcE", "_ZSt16__ostream_insertIcSt11char_traitsIcE",
-                          "_ZSt4endlIcSt11char_traitsIcE", "_ZSt5flushIcSt11char_traitsIcE")
+                          "_ZSt4endlIcSt11char_traitsIcE", "_ZSt5flushIcSt11char_traitsIcE",
+                          # wide streams (std::wcout)
+                          "_ZNSt13basic_ostreamIwSt11char_traitsIwEE", "_ZStlsIwSt11char_traitsIwEE",
+                          "_ZStlsISt11char_traitsIwEE", "_ZSt16__ostream_insertIwSt11char_traitsIwEE",
+                          "_ZSt4endlIwSt11char_traitsIwEE", "_ZSt5flushIwSt11char_traitsIwEE")
+#: C++ input streams reading a number into memory (the written value is handled in prepare.INPUT_CALLS)
+INPUT_STREAM_CALLS = ("_ZNSirsERd", "_ZNSirsERf", "_ZNSirsERe", "_ZNSi10_M_extractIdEERSiRT_",
+                      "_ZNSi10_M_extractIfEERSiRT_", "_ZNSi10_M_extractIeEERSiRT_",
+                      "_ZNSt13basic_istreamIwSt11char_traitsIwEErsERd",
+                      "_ZNSt13basic_istreamIwSt11char_traitsIwEErsERf")
 
 
 def is_inactive_call(name: str) -> bool:
     """Library calls that never carry derivatives (output, time, exit...), or whose work on shadows is done in
     the forward code (:mod:`enzcc.ad.mirror`)."""
-    return name in INACTIVE_CALLS or name.startswith(OUTPUT_STREAM_PREFIXES) or \
+    return name in INACTIVE_CALLS or name.startswith(OUTPUT_STREAM_PREFIXES) or name in INPUT_STREAM_CALLS or \
         name.startswith(mirror.INACTIVE_PREFIXES) or mirror.is_mirrored(name)
 
 

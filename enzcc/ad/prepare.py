@@ -239,11 +239,18 @@ def fold_pointer_round_trips(fn: Function) -> None:
 _AGGREGATE_INTRINSICS = {"llvm.modf.": "modf", "llvm.frexp.": "frexp"}
 #: the types a rule's ``writes`` may name (besides ``ret``)
 _WRITTEN_TYPES = {"i32": T.i32}
+#: input functions that write a number read from outside through a pointer: (argument, type); the value has no
+#: derivative (``std::cin >> x``: ``std::istream::operator>>(double &)``)
+INPUT_CALLS = {"_ZNSirsERd": (1, T.f64), "_ZNSirsERf": (1, T.f32), "_ZNSirsERe": (1, T.x86_fp80),
+               "_ZNSi10_M_extractIdEERSiRT_": (1, T.f64), "_ZNSi10_M_extractIfEERSiRT_": (1, T.f32),
+               "_ZNSi10_M_extractIeEERSiRT_": (1, T.x86_fp80),
+               "_ZNSt13basic_istreamIwSt11char_traitsIwEErsERd": (1, T.f64),
+               "_ZNSt13basic_istreamIwSt11char_traitsIwEErsERf": (1, T.f32)}
 
 
 def lower_writing_calls(fn: Function) -> None:
-    """Math functions that also write through a pointer (``frexp``, ``modf``: rules with ``writes``) write into
-    a local instead, which is then copied to the pointer by an ordinary load and store: the value written
+    """Math functions that also write through a pointer (``frexp``, ``modf``: rules with ``writes``), and input
+    functions (:data:`INPUT_CALLS`), write into a local instead, which is then copied to the pointer by an ordinary load and store: the value written
     carries no derivative, and the store gives the pointer's memory a zero derivative as any store would.
     ``llvm.modf`` / ``llvm.frexp`` (which return both results) become such calls."""
     from enzcc.ad.emit import c_function_for
@@ -264,12 +271,17 @@ def lower_writing_calls(fn: Function) -> None:
             call.erase()
             continue
         rule = rules.by_c_name.get(name)
-        if rule is None or not rule.writes:
+        if rule is not None and rule.writes:
+            writes = [(rule.args.index(arg), call.type if what == "ret" else _WRITTEN_TYPES[what])
+                      for arg, what in rule.writes.items()]
+        elif name in INPUT_CALLS:
+            writes = [INPUT_CALLS[name]]
+        else:
             continue
         b = IRBuilder.after(call)
-        for arg, what in rule.writes.items():
-            i = rule.args.index(arg)
-            ty = call.type if what == "ret" else _WRITTEN_TYPES[what]
+        if call.tail in ("tail", "musttail"):
+            call.tail = None  # (``tail`` promises the callee touches no local of the caller: now it does)
+        for i, ty in writes:
             target = call.args[i]
             slot = IRBuilder.before(call).alloca(ty, in_entry=True)
             call.set_arg(i, slot)

@@ -426,3 +426,35 @@ int main() { return enzyme::get<0>(enzyme::autodiff<enzyme::Forward>(f, enzyme::
 """)
     proc = enzcc("-O2", "-std=c++17", "s.cpp", "-o", "s", check=False, cmd="enzcc++")
     assert proc.returncode != 0 and "pass a struct by pointer or reference" in proc.stderr
+
+
+STREAMS = r"""
+#include <iostream>
+#include <cstdio>
+double __enzyme_autodiff(void *, ...);
+/* printing to narrow and wide streams, and reading x[1] from std::cin (the value read has no derivative; the
+   call may not be taken for one that leaves x[1] alone) */
+double f(double *x) {
+  std::wcerr << L"x0 = " << x[0] << std::endl;
+  std::cerr << "x1 = " << x[1] << "\n";
+  std::cin >> x[1];
+  return x[0] * x[0] + x[1] * x[0];
+}
+int main() {
+  double x[2] = {3, 4}, dx[2] = {0, 7};
+  __enzyme_autodiff((void *)f, x, dx);
+  printf("x1 %.17g\ndx0 %.17g\ndx1 %.17g\n", x[1], dx[0], dx[1]);
+}
+"""
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O2"])
+def test_streams(enzcc, opt):
+    import subprocess
+
+    enzcc.write("io.cpp", STREAMS)
+    enzcc(opt, "io.cpp", "-o", "io", cmd="enzcc++")
+    out = subprocess.run(["./io"], cwd=enzcc.cwd, input="5\n", capture_output=True, text=True, check=True).stdout
+    v = {m.group(1): float(m.group(2)) for m in re.finditer(r"(\S+) (\S+)", out)}
+    assert v["x1"] == 5.0  # read by the derivative's primal
+    assert v["dx0"] == 2 * 3 + 5 and v["dx1"] == 0.0  # the old x[1] is overwritten: its seed is consumed
