@@ -96,8 +96,8 @@ def _enzyme_names(mod: llvm.ModuleRef) -> set[str]:
     return {name for name in map(L.value_name, mod.functions) if name.startswith(ENZYME_PREFIX)}
 
 
-def enzyme_callers(mod: llvm.ModuleRef) -> list[str]:
-    """Names of the functions that call an ``__enzyme_*`` entry point."""
+def enzyme_callers(mod: llvm.ModuleRef, first_only: bool = False) -> list[str]:
+    """Names of the functions that call an ``__enzyme_*`` entry point (``first_only``: stop at the first)."""
     targets = _enzyme_names(mod)
     if not targets:
         return []
@@ -108,12 +108,14 @@ def enzyme_callers(mod: llvm.ModuleRef) -> list[str]:
         if any(ins.opcode in ("call", "invoke") and (ops := list(ins.operands)) and L.value_name(ops[-1]) in targets
                for block in fn.blocks for ins in block.instructions):
             out.append(L.value_name(fn))
+            if first_only:
+                break
     return out
 
 
 def has_enzyme_calls(mod: llvm.ModuleRef) -> bool:
-    """Whether any function calls an ``__enzyme_*`` entry point."""
-    return bool(enzyme_callers(mod))
+    """Whether any function calls an ``__enzyme_*`` entry point (stops at the first call found)."""
+    return bool(enzyme_callers(mod, first_only=True))
 
 
 def unmangle_api_names(mod: llvm.ModuleRef) -> None:
@@ -191,15 +193,14 @@ def run_pipeline(mod: llvm.ModuleRef, opts: PipelineOptions, tm: llvm.TargetMach
     """optimize -> AD -> optimize (or AD -> optimize with ``before-opt``). The run after AD is the same in
     both modes, so they compare only where AD happens."""
     unmangle_api_names(mod)
-    callers = enzyme_callers(mod)
-    needs_ad = bool(callers)
+    needs_ad = has_enzyme_calls(mod)
     if needs_ad:
         L.no_partial_unrolling()
         protect_hinted_functions(mod)
         if opts.opt_level == 0:
             # -O0 keeps every local in memory: a marker or function passed through C++ helpers (the enzyme/enzyme
             # header) would reach the __enzyme_* call as a load from a stack slot instead of the value itself
-            L.promote_locals(mod, tm, callers)
+            L.promote_locals(mod, tm, enzyme_callers(mod))
     if opts.ad_mode == "before-opt":
         with TIMES.stage("ad", where):
             mod, _ = ad_stage(mod, opts, where, tm)
