@@ -314,7 +314,7 @@ def reverse(mode, inst, copies: dict, block, b: IRBuilder) -> None:
         # dC = beta dC (alpha = 0: A and B are not read)
         c.blas("gemm", [a["order"], a["transa"], a["transb"], a["m"], a["n"], a["k"], c.const(0.0),
                         mode._shadow(c.args["c"], block, b, inst), a["lda"], dc, a["ldb"], a["beta"], dc, a["ldc"]])
-    if getattr(mode, "lane", 0) == getattr(mode, "width", 1) - 1:  # (vector mode: after the last lane)
+    if mode.lane == mode.width - 1:  # (vector mode: after the last lane)
         for v in copy.values():
             b.call(_free(c), [v])
 

@@ -85,7 +85,6 @@ class ForwardMode:
         primal = [(block, list(block.instructions)) for block in reverse_post_order(G)]
         self.lane_returns = []
         for lane in range(self.width):
-            self.lane = lane
             self.tangents = {}
             arg_shadows = {}
             for spec in self.dc.args:
