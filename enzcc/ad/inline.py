@@ -13,7 +13,7 @@ from enzcc.ir.clone import clone_blocks
 from enzcc.ad.errors import ad_error
 from enzcc.ad.memory import base_object
 from enzcc.ir import types as T
-from enzcc.ir.instructions import Alloca, Br, Call, GetElementPtr, Invoke, Load, Phi, Ret, Select, Store
+from enzcc.ir.instructions import Alloca, Br, Call, Cast, GetElementPtr, Invoke, Load, Phi, Ret, Select, Store
 from enzcc.ir.values import ConstantExpr, ConstantInt, GlobalRef
 
 MAX_INLINED_CALLS = 20000
@@ -98,7 +98,7 @@ def devirtualize_call(call) -> list:
         ref = module.global_ref(name)
         direct = BasicBlock(f"{block.name or 'devirt'}.{name}")
         direct.move_after(test if k == 0 else results[-1][1])
-        if k < len(targets) - 1:
+        if k < len(targets) - 1 or isinstance(targets, Inexact):
             nxt = BasicBlock()
             IRBuilder.at_end(test).cond_br(IRBuilder.at_end(test).icmp("eq", call.operands[0], ref), direct, nxt)
         else:
@@ -108,9 +108,13 @@ def devirtualize_call(call) -> list:
         direct.append(c)
         direct.append(Br(after))
         results.append((c, direct))
-        if k < len(targets) - 1:
+        if k < len(targets) - 1 or isinstance(targets, Inexact):
             nxt.move_after(direct)
             test = nxt
+    if isinstance(targets, Inexact):  # none of them: the program's own assumptions are broken, stop it
+        tb = IRBuilder.at_end(test)
+        tb.call(module.get_or_insert_function("llvm.trap", T.FunctionType(T.void, ())), [])
+        tb.unreachable()
     if call.has_uses():
         phi = Phi(call.type, results)
         after.insert(0, phi)
@@ -141,8 +145,15 @@ def possible_targets(v, module, depth: int = 0, function_type=None) -> list[str]
     if isinstance(v, Load) and not v.volatile:
         base = base_object(v.pointer)
         bases = [base]
-        if isinstance(base, Load):  # a C++ object's vtable pointer, stored by its (inlined) constructor(s)
-            bases = [_global_of(x) for x in (_stored_before(base) or [None])]
+        inexact = False
+        if isinstance(base, (Phi, Select)):  # a phi of vtable slots (the vtable pointers known per path)
+            bases = [_global_of(x) for x in ([base.true_value, base.false_value] if isinstance(base, Select)
+                                             else [x for x, _ in base.incoming])]
+        elif isinstance(base, Load):  # a C++ object's vtable pointer, stored by its (inlined) constructor(s)
+            stored = _stored_before(base)
+            if stored is None:
+                stored, inexact = _vtables_stored(base), True
+            bases = [_global_of(x) for x in (stored or [None])]
         names: list[str] = []
         for base in bases:
             gv = module.globals.get(base.symbol) if isinstance(base, GlobalRef) else None
@@ -152,8 +163,67 @@ def possible_targets(v, module, depth: int = 0, function_type=None) -> list[str]
         if function_type is not None:
             names = [n for n in names if n in module.functions and module.functions[n].function_type == function_type]
         if names and all(n in module.functions and not module.functions[n].is_declaration for n in names):
-            return names
+            return Inexact(names) if inexact else names
     return None
+
+
+class Inexact(list):
+    """Targets that include every function the pointer can hold, and maybe more: a call that matches none of
+    them traps instead of assuming the last."""
+
+
+#: calls that may receive a fresh object without changing its type (its vtable pointer)
+_KEEP_TYPE = ("free", "_ZdlPv", "_ZdlPvm", "_ZdaPv", "_ZdaPvm")
+
+
+def _vtables_stored(vptr: Load) -> list | None:
+    """A vtable pointer read from a fresh object (a stack slot or heap allocation, or a phi or select of such)
+    at offset 0, where no single store reaches the read (a call lies between): every vtable address stored at
+    offset 0 of those objects anywhere in the function. A C++ object's type changes only when one is
+    constructed there, and all its stores are in this function as long as the object is passed only to calls
+    through a pointer (its virtual functions), to ``free`` / ``delete``, and never stored as a value; else None."""
+    dl = vptr.module.data_layout
+    base, off = _byte_offset(vptr.pointer, dl)
+    if off != 0 or base is None:
+        return None
+    objects, stack = [], [base]
+    while stack:
+        o = stack.pop()
+        if isinstance(o, Phi):
+            stack += [x for x, _ in o.incoming]
+        elif isinstance(o, Select):
+            stack += [o.true_value, o.false_value]
+        elif _is_object(o):
+            if not any(o is x for x in objects):
+                objects.append(o)
+        else:
+            return None
+    out = []
+    for obj in objects:
+        found = False
+        derived, seen = [obj], {id(obj)}
+        while derived:
+            p = derived.pop()
+            for use in p.uses:
+                u = use.user
+                if isinstance(u, (GetElementPtr, Phi, Select, Cast)):
+                    if id(u) not in seen:
+                        seen.add(id(u))
+                        derived.append(u)
+                elif isinstance(u, Store):
+                    if use.index == 0:
+                        return None  # the address escapes into memory
+                    if _byte_offset(u.pointer, dl)[1] == 0 and isinstance(u.value.type, T.PointerType):
+                        if _global_of(u.value) is None:
+                            return None
+                        out.append(u.value)
+                        found = True
+                elif isinstance(u, Call) and u.callee_name is not None and u.callee_name not in _KEEP_TYPE and \
+                        not u.callee_name.startswith(("llvm.lifetime", "llvm.dbg")):
+                    return None  # a direct call may construct another object there
+        if not found:
+            return None
+    return out
 
 
 def _global_of(v):

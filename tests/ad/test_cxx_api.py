@@ -458,3 +458,42 @@ def test_streams(enzcc, opt):
     v = {m.group(1): float(m.group(2)) for m in re.finditer(r"(\S+) (\S+)", out)}
     assert v["x1"] == 5.0  # read by the derivative's primal
     assert v["dx0"] == 2 * 3 + 5 and v["dx1"] == 0.0  # the old x[1] is overwritten: its seed is consumed
+
+
+VIRTUAL = r"""
+double __enzyme_autodiff(void *, ...);
+extern int enzyme_out, enzyme_const;
+struct Fn { virtual double eval(double x) const = 0; virtual ~Fn() {} };
+struct Sq : Fn { double c; explicit Sq(double c) : c(c) {} double eval(double x) const override { return c * x * x; } };
+struct Ex : Fn { double eval(double x) const override { return std::exp(x); } };
+/* the object's class is chosen at run time; its vtable pointer is read again after the first virtual call */
+double f(double x, int which) {
+  Fn *g;
+  if (which) g = new Sq(3.0); else g = new Ex();
+  double r = g->eval(x) + g->eval(2 * x);
+  delete g;
+  return r;
+}
+int main() {
+  const double x = 0.6;
+  check("sq", __enzyme_autodiff((void *)f, enzyme_out, x, enzyme_const, 1), 3 * 2 * x + 3 * 8 * x,
+        [](double t) { return f(t, 1); }, x);
+  check("ex", __enzyme_autodiff((void *)f, enzyme_out, x, enzyme_const, 0), std::exp(x) + 2 * std::exp(2 * x),
+        [](double t) { return f(t, 0); }, x);
+}
+"""
+
+
+@pytest.mark.parametrize("opt", ["-O1", "-O2", "-O3"])
+def test_virtual_call_on_an_object_chosen_at_run_time(enzcc, opt):
+    """Every vtable stored into the objects gives the candidates; the call compares against each (and traps if
+    none matches). At -O0 the object's address is kept in a local variable: refused on one line."""
+    assert_checked(run_cxx(enzcc, VIRTUAL, opt), {"sq", "ex"})
+
+
+def test_virtual_call_at_O0_is_refused(enzcc):
+    enzcc.write("v.cpp", PRELUDE + VIRTUAL)
+    proc = enzcc("-O0", "v.cpp", "-o", "v", check=False, cmd="enzcc++")
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no derivative rule for call to a function pointer" in lines[0], proc.stderr
