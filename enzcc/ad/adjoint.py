@@ -14,7 +14,7 @@ from enzcc.ad import blas, custom, mirror
 from enzcc.ad import complex as complex_
 from enzcc.ad.hints import hints_of, rule_name
 from enzcc.ad.logic import call_kinds, check_call_signature
-from enzcc.ad.prepare import inactive_functions
+from enzcc.ad.prepare import INPUT_CALLS, inactive_functions
 from enzcc.ad.shadow import to_i64, usable_size
 from enzcc.ir import types as T
 from enzcc.ir.block import BasicBlock
@@ -39,17 +39,13 @@ OUTPUT_STREAM_PREFIXES = ("_ZNSo", "_ZStlsISt11char_traitsIcE", "_ZSt16__ostream
                           "_ZNSt13basic_ostreamIwSt11char_traitsIwEE", "_ZStlsIwSt11char_traitsIwEE",
                           "_ZStlsISt11char_traitsIwEE", "_ZSt16__ostream_insertIwSt11char_traitsIwEE",
                           "_ZSt4endlIwSt11char_traitsIwEE", "_ZSt5flushIwSt11char_traitsIwEE")
-#: C++ input streams reading a number into memory (the written value is handled in prepare.INPUT_CALLS)
-INPUT_STREAM_CALLS = ("_ZNSirsERd", "_ZNSirsERf", "_ZNSirsERe", "_ZNSi10_M_extractIdEERSiRT_",
-                      "_ZNSi10_M_extractIfEERSiRT_", "_ZNSi10_M_extractIeEERSiRT_",
-                      "_ZNSt13basic_istreamIwSt11char_traitsIwEErsERd",
-                      "_ZNSt13basic_istreamIwSt11char_traitsIwEErsERf")
 
 
 def is_inactive_call(name: str) -> bool:
-    """Library calls that never carry derivatives (output, time, exit...), or whose work on shadows is done in
-    the forward code (:mod:`enzcc.ad.mirror`)."""
-    return name in INACTIVE_CALLS or name.startswith(OUTPUT_STREAM_PREFIXES) or name in INPUT_STREAM_CALLS or \
+    """Library calls that never carry derivatives (output, time, exit...), or whose effect on memory was made
+    an ordinary store when the function was prepared (input: :data:`enzcc.ad.prepare.INPUT_CALLS`), or whose
+    work on shadows is done in the forward code (:mod:`enzcc.ad.mirror`)."""
+    return name in INACTIVE_CALLS or name.startswith(OUTPUT_STREAM_PREFIXES) or name in INPUT_CALLS or \
         name.startswith(mirror.INACTIVE_PREFIXES) or mirror.is_mirrored(name)
 
 

@@ -94,11 +94,13 @@ def devirtualize_call(call) -> list:
     after = block.split_before(call)
     block.terminator.erase()
     results, test = [], block
+    inexact = isinstance(targets, Inexact)
     for k, name in enumerate(targets):
         ref = module.global_ref(name)
         direct = BasicBlock(f"{block.name or 'devirt'}.{name}")
         direct.move_after(test if k == 0 else results[-1][1])
-        if k < len(targets) - 1 or isinstance(targets, Inexact):
+        compared = k < len(targets) - 1 or inexact  # (else the pointer can hold nothing else)
+        if compared:
             nxt = BasicBlock()
             IRBuilder.at_end(test).cond_br(IRBuilder.at_end(test).icmp("eq", call.operands[0], ref), direct, nxt)
         else:
@@ -108,10 +110,10 @@ def devirtualize_call(call) -> list:
         direct.append(c)
         direct.append(Br(after))
         results.append((c, direct))
-        if k < len(targets) - 1 or isinstance(targets, Inexact):
+        if compared:
             nxt.move_after(direct)
             test = nxt
-    if isinstance(targets, Inexact):  # none of them: the program's own assumptions are broken, stop it
+    if inexact:  # none of them: the program's own assumptions are broken, stop it
         tb = IRBuilder.at_end(test)
         tb.call(module.get_or_insert_function("llvm.trap", T.FunctionType(T.void, ())), [])
         tb.unreachable()
@@ -134,9 +136,8 @@ def possible_targets(v, module, depth: int = 0, function_type=None) -> list[str]
         f = module.functions.get(v.symbol)
         return [v.symbol] if f is not None and not f.is_declaration else None
     if isinstance(v, (Select, Phi)):
-        ops = [v.true_value, v.false_value] if isinstance(v, Select) else [x for x, _ in v.incoming]
         out: list[str] = []
-        for op in ops:
+        for op in _merged(v):
             sub = possible_targets(op, module, depth + 1, function_type)
             if sub is None:
                 return None
@@ -147,8 +148,7 @@ def possible_targets(v, module, depth: int = 0, function_type=None) -> list[str]
         bases = [base]
         inexact = False
         if isinstance(base, (Phi, Select)):  # a phi of vtable slots (the vtable pointers known per path)
-            bases = [_global_of(x) for x in ([base.true_value, base.false_value] if isinstance(base, Select)
-                                             else [x for x, _ in base.incoming])]
+            bases = [_global_of(x) for x in _merged(base)]
         elif isinstance(base, Load):  # a C++ object's vtable pointer, stored by its (inlined) constructor(s)
             stored = _stored_before(base)
             if stored is None:
@@ -189,10 +189,8 @@ def _vtables_stored(vptr: Load) -> list | None:
     objects, stack = [], [base]
     while stack:
         o = stack.pop()
-        if isinstance(o, Phi):
-            stack += [x for x, _ in o.incoming]
-        elif isinstance(o, Select):
-            stack += [o.true_value, o.false_value]
+        if isinstance(o, (Phi, Select)):
+            stack += _merged(o)
         elif _is_object(o):
             if not any(o is x for x in objects):
                 objects.append(o)
@@ -219,11 +217,21 @@ def _vtables_stored(vptr: Load) -> list | None:
                         out.append(u.value)
                         found = True
                 elif isinstance(u, Call) and u.callee_name is not None and u.callee_name not in _KEEP_TYPE and \
-                        not u.callee_name.startswith(("llvm.lifetime", "llvm.dbg")):
+                        not _only_marks(u):
                     return None  # a direct call may construct another object there
         if not found:
             return None
     return out
+
+
+def _merged(v) -> list:
+    """The values a phi or select chooses between."""
+    return [v.true_value, v.false_value] if isinstance(v, Select) else [x for x, _ in v.incoming]
+
+
+def _only_marks(call: Call) -> bool:
+    """A call that changes no memory (lifetime and debug markers)."""
+    return (call.callee_name or "").startswith(("llvm.lifetime", "llvm.dbg"))
 
 
 def _global_of(v):
@@ -297,7 +305,7 @@ def _untouched(objects: list, block, end: int, dl) -> bool:
             b, _ = _byte_offset(inst.pointer, dl)
             if b is None or any(b is o for o in objects) or not (isinstance(b, GlobalRef) or _is_object(b)):
                 return False
-        elif isinstance(inst, Call) and not (inst.callee_name or "").startswith(("llvm.lifetime", "llvm.dbg")):
+        elif isinstance(inst, Call) and not _only_marks(inst):
             return False
     return True
 
@@ -317,7 +325,7 @@ def _last_store(base, off: int, size: int, load: Load, block, end: int, dl):
                     return None  # through a pointer that may point into the object
             elif inst is base:
                 return None  # the object's creation: nothing stored yet
-            elif isinstance(inst, Call) and not (inst.callee_name or "").startswith(("llvm.lifetime", "llvm.dbg")):
+            elif isinstance(inst, Call) and not _only_marks(inst):
                 return None
         preds = block.predecessors
         if len(preds) != 1:

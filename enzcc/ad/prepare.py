@@ -250,8 +250,9 @@ INPUT_CALLS = {"_ZNSirsERd": (1, T.f64), "_ZNSirsERf": (1, T.f32), "_ZNSirsERe":
 
 def lower_writing_calls(fn: Function) -> None:
     """Math functions that also write through a pointer (``frexp``, ``modf``: rules with ``writes``), and input
-    functions (:data:`INPUT_CALLS`), write into a local instead, which is then copied to the pointer by an ordinary load and store: the value written
-    carries no derivative, and the store gives the pointer's memory a zero derivative as any store would.
+    functions (:data:`INPUT_CALLS`), write into a local instead, which is then copied to the pointer by an
+    ordinary load and store: the value written carries no derivative, and the store gives the pointer's memory a
+    zero derivative as any store would.
     ``llvm.modf`` / ``llvm.frexp`` (which return both results) become such calls."""
     from enzcc.ad.emit import c_function_for
 
