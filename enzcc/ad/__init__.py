@@ -12,6 +12,7 @@ from __future__ import annotations
 from enzcc.ad.api import mode_of, parse_call
 from enzcc.ad.batch import BATCH, replace_batch
 from enzcc.ad.errors import ADError, ad_error
+from enzcc.ad.globals import zero_shadows
 from enzcc.ad.hints import hints_of
 from enzcc.ad.inline import invoke_to_call, is_kept_recursive
 from enzcc.ir import types as T
@@ -111,9 +112,11 @@ def _simplify(text: str, names: list[str], tm) -> str:
 
 def differentiate_module(module: Module, prepared: dict[str, str] | None = None) -> int:
     """Replace the ``__enzyme_*`` calls of an already prepared module (see :func:`differentiate_text`)."""
+    from enzcc.ad.globals import ActiveGlobals
     from enzcc.ad.logic import DerivedFunctions
 
     logic = DerivedFunctions(module, prepared)
+    module.enzcc_active_globals = ActiveGlobals(module, prepared or {})
     calls = _enzyme_calls(module)
     for call in calls:
         if isinstance(call, Invoke):  # C++: the __enzyme_* declaration may throw, as far as clang knows
@@ -160,6 +163,7 @@ def _replace_split_call(dc, logic) -> None:
         [s.shadow for s in dc.args if s.kind in (DUP, DUPNONEED)]
     has_result = not isinstance(dc.fn.return_type, T.VoidType)
     if dc.mode == "augment":
+        zero_shadows(b, dc.fn.module, dc.fn.name)
         r = b.call(aug, args + ([dc.tape] if dc.allocated is not None else []))
         parts = ([] if dc.allocated is not None else [b.extract_value(r, [0])]) + \
             ([b.extract_value(r, [1])] if has_result and not dc.noret else [])
@@ -225,6 +229,7 @@ def _replace_call(dc, G) -> None:
             args.append(_convert(b, spec.primal, spec.param.type))
             if spec.shadow is not None:
                 args += _lane_shadows(b, spec, dc.width)
+    zero_shadows(b, G.module, dc.fn.name, dc.width)
     result = b.call(G, args)
     rt = G.return_type
     want = call.type

@@ -120,6 +120,16 @@ class Activity:
         float_allocs = self._float_holding_allocations(insts)
         for a in float_allocs:
             self._mark(self.active_ptrs, a)
+        self.active_globals: list[GlobalRef] = []
+        """The globals written by differentiated code (:mod:`enzcc.ad.globals`) this function uses."""
+        module = getattr(fn, "module", None)
+        if module is not None:
+            from enzcc.ad.globals import active_globals, used_globals
+
+            for name in sorted(active_globals(module) & used_globals(fn)):
+                g = module.global_ref(name)
+                self._mark(self.active_ptrs, g)
+                self.active_globals.append(g)
         changed = True
         while changed:
             changed = False
@@ -189,7 +199,7 @@ class Activity:
             elif isinstance(inst, Store) and id(inst.pointer) in self.active_ptrs and has_float(inst.value.type):
                 work.append(inst.value)
             elif isinstance(inst, Call) and (is_user_call(inst) or routine(inst.callee_name)) and \
-                    any(id(a) in self.active_ptrs for a in inst.args):
+                    (any(id(a) in self.active_ptrs for a in inst.args) or self.reaches_active_globals(inst)):
                 work += [a for a in inst.args if has_float(a.type)]  # the callee may store them in that memory
         while work:
             v = work.pop()
@@ -275,7 +285,16 @@ class Activity:
                 from enzcc.ad.shadow import describe_pointer
 
                 if isinstance(root, GlobalRef):
-                    what = f"global @{root.symbol}, which has no shadow in enzcc"
+                    from enzcc.ad.globals import global_roots
+
+                    gv = root.resolve()
+                    if not any(g is root for g in global_roots(inst.pointer)):
+                        what = f"memory that global @{root.symbol} points to, which has no shadow in enzcc"
+                    elif gv is not None and getattr(gv, "is_declaration", False):
+                        what = (f"global @{root.symbol}, which is defined in another file (enzcc gives shadows "
+                                "only to globals defined in the code it differentiates)")
+                    else:
+                        what = f"global @{root.symbol}, which has no shadow in enzcc"
                 else:
                     what = f"memory from {describe_pointer(root)}, which enzcc cannot give a shadow"
                 raise ad_error(f"a value with derivatives is stored into {what}; its derivative would be lost "
@@ -344,7 +363,14 @@ class Activity:
         return list(inst.operands)
 
     def _reads_active_memory(self, call: Call) -> bool:
-        return any(id(a) in self.active_ptrs for a in call.args)
+        return any(id(a) in self.active_ptrs for a in call.args) or self.reaches_active_globals(call)
+
+    def reaches_active_globals(self, call: Call) -> bool:
+        """A call to a function that was not inlined and uses globals with derivatives (or calls one that
+        does): derivatives flow through it even without arguments that carry them."""
+        module = getattr(self.fn, "module", None)
+        info = getattr(module, "enzcc_active_globals", None)
+        return info is not None and is_user_call(call) and bool(info.reached_by(call.callee_name))
 
     def _float_holding_allocations(self, insts: list[Instruction]) -> list[Instruction]:
         """Allocas and heap allocations whose memory is accessed with floating-point types (or holds pointers

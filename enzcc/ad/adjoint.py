@@ -262,7 +262,8 @@ class AdjointGenerator:
                 kinds = call_kinds(inst, act, lambda a: act.is_active(a) or self._is_out(a), OUT)
                 ret_active = is_float(inst.type) and act.is_active(inst)
                 if all(k == CONST for k in kinds) and not ret_active and not act.is_active_ptr(inst) and \
-                        not any(act.is_active_ptr(a) or act.is_active(a) for a in inst.args):
+                        not any(act.is_active_ptr(a) or act.is_active(a) for a in inst.args) and \
+                        not act.reaches_active_globals(inst):
                     continue  # no derivative flows through it: the primal call stays
                 check_call_signature(inst, act)
                 callee = self.module.functions[inst.callee_name]

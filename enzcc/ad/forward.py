@@ -95,7 +95,7 @@ class ForwardMode:
                         arg_shadows[id(arg)] = t
                     else:
                         self._set(arg, t)
-            self.shadows = Shadows(G, activity, arg_shadows)
+            self.shadows = Shadows(G, activity, arg_shadows, lane)
             self.shadows.build(primal)
             pending: list[tuple[Phi, Phi]] = []
             for block, insts in primal:

@@ -8,6 +8,7 @@ import struct
 from enzcc.ir.clone import clone_blocks
 
 from enzcc.ad.errors import ad_error
+from enzcc.ad.globals import expand_global_addresses
 from enzcc.ad.inline import inline_all
 from enzcc.ad.rules import load_rules
 from enzcc.ir import types as T
@@ -126,6 +127,7 @@ def prepare(fn: Function) -> None:
             IRBuilder.at_end(r).br(unified)
         b.ret(phi) if phi is not None else b.ret_void()
     lower_writing_calls(fn)
+    expand_global_addresses(fn)
     fold_pointer_round_trips(fn)
     fold_sign_bit_operations(fn)
     retype_float_bits(fn)

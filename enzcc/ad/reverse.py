@@ -113,7 +113,7 @@ class ReverseMode(AdjointGenerator, CacheUtility):
         primal = [(b, list(b.instructions)) for b in reverse_post_order(G)]
         self.lane_shadows = []
         for lane in range(self.width):
-            shadows = Shadows(G, self.activity, self.lane_arg_shadows[lane])
+            shadows = Shadows(G, self.activity, self.lane_arg_shadows[lane], lane)
             shadows.build(primal)
             self.lane_shadows.append(shadows)
         self._use_lane(0)

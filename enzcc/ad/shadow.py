@@ -39,11 +39,15 @@ def _null_based(v: Value, seen: set | None = None) -> bool:
 class Shadows:
     """Shadow values of one function's active pointers."""
 
-    def __init__(self, fn, activity: Activity, arg_shadows: dict[int, Value]):
+    def __init__(self, fn, activity: Activity, arg_shadows: dict[int, Value], lane: int = 0):
+        from enzcc.ad.globals import shadow_global
+
         self.fn = fn
         self.activity = activity
         self._map: dict[int, Value] = dict(arg_shadows)
         self._keep: list[Value] = []
+        for g in activity.active_globals:  # a global written by differentiated code: its shadow global
+            self._set(g, shadow_global(fn.module, g.symbol, lane))
         self.allocations: list[tuple[Instruction, Value]] = []
         """(primal allocation call, shadow) for heap allocations in the function."""
 
@@ -155,7 +159,7 @@ class Shadows:
                        user, fn=self.fn)
 
     def _zero_shadow_of_constant(self, v: Value):
-        """A constant global without pointers (a table of numbers) merged with memory that has derivatives:
+        """A constant global without pointers (a table of numbers, or a global differentiated code only reads) merged with memory that has derivatives:
         its derivative is zero. Forward mode reads its shadow: a zero-filled constant of the same type. Reverse
         mode adds adjoints into the shadow of what it read: a zero-filled global that only ever receives them
         (nothing reads it for a result, as the table cannot be written)."""
@@ -164,10 +168,13 @@ class Shadows:
 
         if not isinstance(v, GlobalRef):
             return None
+        from enzcc.ad.globals import active_globals
+
         module = self.fn.module
         gv = module.globals.get(v.symbol)
-        if gv is None or not gv.is_constant or gv.value_type is None or gv.is_declaration or \
-                has_pointer(gv.value_type):
+        # (a mutable global that differentiated code never writes is as constant as a table, for the derivative)
+        if gv is None or not (gv.is_constant or v.symbol not in active_globals(module)) or gv.value_type is None \
+                or gv.is_declaration or has_pointer(gv.value_type):
             return None
         forward = self.activity.mode == "forward"
         name = f"__enzcc_{'zero' if forward else 'sink'}_shadow.{v.symbol}"

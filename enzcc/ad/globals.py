@@ -1,0 +1,184 @@
+"""Mutable globals written by differentiated code: their shadow globals.
+
+A global variable that differentiated code writes floating-point data into (a store, ``memcpy`` or ``memset``
+whose address is the global or a field of it) holds derivatives: like Enzyme, enzcc gives it a zero-filled
+*shadow global* of the same type, used by every derived function of the module (so a derived callee that
+only reads the global sees what its caller wrote). A global that differentiated code only reads keeps no
+derivative: its value does not depend on the active inputs.
+
+The shadow's contents at entry to an ``__enzyme_*`` call would be left over from an earlier call, so the call
+zero-fills the shadows of the globals its function (and what it calls) uses: the incoming value of a global has
+no derivative. ``__enzyme_reverse`` is the exception: it continues what its ``__enzyme_augmentfwd`` started.
+"""
+
+from __future__ import annotations
+
+from enzcc.ir.builder import IRBuilder
+from enzcc.ir.instructions import Call, Cast, GetElementPtr, Phi, Select, Store
+from enzcc.ir.values import ConstantExpr, GlobalRef, Value
+
+_WRITES = ("llvm.memcpy", "llvm.memmove", "llvm.memset")
+
+
+def writable_global(module, symbol: str):
+    """The global variable ``@symbol`` if it is a definition enzcc can shadow (mutable, defined here, holding
+    floating-point data), else None."""
+    from enzcc.ad.activity import has_float
+    from enzcc.ad.hints import hints_of
+
+    gv = module.globals.get(symbol)
+    if gv is None or gv.kind != "global" or gv.is_constant or gv.is_declaration or gv.value_type is None:
+        return None
+    if not has_float(gv.value_type) or symbol in hints_of(module).inactive_globals:
+        return None
+    return gv
+
+
+def global_roots(p: Value) -> list[GlobalRef]:
+    """The globals an address is directly computed from (address arithmetic, casts, phis, selects; not
+    pointers loaded from memory)."""
+    out, seen, stack = [], set(), [p]
+    while stack:
+        v = stack.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        if isinstance(v, GlobalRef):
+            out.append(v)
+        elif isinstance(v, GetElementPtr):
+            stack.append(v.pointer)
+        elif isinstance(v, Cast) and v.opcode in ("bitcast", "addrspacecast"):
+            stack.append(v.value)
+        elif isinstance(v, ConstantExpr) and v.opcode in ("getelementptr", "bitcast", "addrspacecast"):
+            stack.append(v.operands[0])
+        elif isinstance(v, Select):
+            stack += [v.true_value, v.false_value]
+        elif isinstance(v, Phi):
+            stack += [x for x, _ in v.incoming]
+    return out
+
+
+def written_globals(fn) -> set[str]:
+    """The shadowable globals ``fn`` writes into."""
+    module = fn.module
+    out = set()
+    for inst in fn.instructions():
+        if isinstance(inst, Store):
+            dest = inst.pointer
+        elif isinstance(inst, Call) and (inst.callee_name or "").startswith(_WRITES):
+            dest = inst.args[0]
+        else:
+            continue
+        for g in global_roots(dest):
+            if writable_global(module, g.symbol) is not None:
+                out.add(g.symbol)
+    return out
+
+
+def used_globals(fn) -> set[str]:
+    """The globals whose address ``fn`` uses (directly or in a constant expression)."""
+    out = set()
+    for inst in fn.instructions():
+        for op in inst.operands:
+            stack = [op]
+            while stack:
+                v = stack.pop()
+                if isinstance(v, GlobalRef):
+                    out.add(v.symbol)
+                elif isinstance(v, ConstantExpr):
+                    stack += v.operands
+    return out
+
+
+class ActiveGlobals:
+    """Which globals of a module hold derivatives, and which of them each differentiated function reaches."""
+
+    def __init__(self, module, prepared: dict[str, str]):
+        self.module = module
+        self.prepared = prepared
+        self.names: set[str] = set()
+        """Globals written by some prepared (differentiated) function."""
+        self._calls: dict[str, set[str]] = {}
+        """Prepared function -> the original names of the prepared functions it calls."""
+        self._uses: dict[str, set[str]] = {}
+        for orig, prep in prepared.items():
+            fn = module.functions[prep]
+            self.names |= written_globals(fn)
+            self._uses[orig] = used_globals(fn)
+            self._calls[orig] = {i.callee_name for i in fn.instructions()
+                                 if isinstance(i, Call) and i.callee_name in prepared}
+
+    def reached_by(self, name: str) -> list[str]:
+        """The active globals the differentiated function ``name`` (or what it calls) uses."""
+        seen, stack, out = set(), [name], set()
+        while stack:
+            f = stack.pop()
+            if f in seen or f not in self._uses:
+                continue
+            seen.add(f)
+            out |= self._uses[f] & self.names
+            stack += self._calls[f]
+        return sorted(out)
+
+
+def active_globals(module) -> set[str]:
+    info = getattr(module, "enzcc_active_globals", None)
+    return info.names if info is not None else set()
+
+
+def shadow_global(module, symbol: str, lane: int = 0) -> GlobalRef:
+    """The zero-filled shadow of global ``@symbol`` (one per vector lane)."""
+    name = f"__enzcc_shadow.{symbol}" + (f".lane{lane}" if lane else "")
+    if name not in module.globals:
+        module.add_global(name, module.globals[symbol].value_type, align=16)
+    return module.global_ref(name)
+
+
+def zero_shadows(b: IRBuilder, module, fn_name: str, width: int = 1) -> None:
+    """Before an ``__enzyme_*`` call of ``fn_name``: zero the shadows of the globals it uses."""
+    info = getattr(module, "enzcc_active_globals", None)
+    if info is None:
+        return
+    dl = module.data_layout
+    for symbol in info.reached_by(fn_name):
+        size = dl.alloc_size(module.globals[symbol].value_type)
+        for lane in range(width):
+            b.memset(shadow_global(module, symbol, lane), 0, size)
+
+
+def expand_global_addresses(fn) -> None:
+    """Address constants of shadowed globals (``getelementptr (..., @g, ...)``) used by instructions become
+    instructions, so that activity and shadows see them like any other address computation."""
+    names = active_globals(fn.module)
+    if not names:
+        return
+
+    def rooted(c) -> bool:
+        return isinstance(c, ConstantExpr) and c.opcode in ("getelementptr", "bitcast", "addrspacecast") and \
+            (isinstance(c.operands[0], GlobalRef) and c.operands[0].symbol in names or rooted(c.operands[0]))
+
+    def materialize(c, b: IRBuilder) -> Value:
+        base = c.operands[0]
+        if isinstance(base, ConstantExpr):
+            base = materialize(base, b)
+        if c.opcode == "getelementptr":
+            flags = [f for f in c.flags if f in ("inbounds", "nuw", "nusw")]
+            g = GetElementPtr(c.source_type, base, c.operands[1:], flags=flags)
+            b.insert(g)
+            return g
+        return b.cast(c.opcode, base, c.type)
+
+    for inst in list(fn.instructions()):
+        for i, op in enumerate(inst.operands):
+            if not rooted(op):
+                continue
+            if isinstance(inst, Phi):
+                block = inst.incoming[i][1]
+                b = IRBuilder.before(block.terminator)
+            else:
+                b = IRBuilder.before(inst)
+            inst.set_operand(i, materialize(op, b))
+
+
+__all__ = ["ActiveGlobals", "active_globals", "expand_global_addresses", "global_roots", "shadow_global",
+           "used_globals", "writable_global", "written_globals", "zero_shadows"]
