@@ -7,13 +7,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from enzcc import __version__
 from enzcc.backend import embed as E
-from enzcc.backend.pipeline import PipelineOptions, build
 from enzcc.errors import EnzccError
 from enzcc.flags import Input, Invocation
 from enzcc.frontends import CompileRequest, frontend_for
@@ -43,7 +41,7 @@ def atomic_output(path: str):
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise EnzccError(f"cannot write {path}: directory {directory} does not exist")
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.enzcc-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.enzcc-{os.getpid()}-{os.urandom(4).hex()}")
     try:
         yield tmp
         if not os.path.exists(tmp):
@@ -62,6 +60,14 @@ def write_atomically(path: str, data: bytes, mode: int | None = None) -> None:
             os.chmod(tmp, mode)
 
 
+def build(*args, **kwargs):
+    """The orchestrator (:func:`enzcc.backend.pipeline.build`), imported on first use: a compile that
+    differentiates nothing never loads LLVM into this process."""
+    from enzcc.backend.pipeline import build as run_pipeline
+
+    return run_pipeline(*args, **kwargs)
+
+
 @dataclass
 class LinkItem:
     """One element of the native link line after classification."""
@@ -73,6 +79,11 @@ class LinkItem:
     records: list[E.BitcodeRecord] = field(default_factory=list)
     keep_native: bool = False
     """For archives: some members have no bitcode, so the archive still goes to the native linker."""
+    native_code: bool = True
+    """The file has machine code besides its bitcode (an ``enzcc -c`` object, or an archive of them), so a
+    link that differentiates nothing can pass it to the native linker as it is."""
+    source: Input | None = None
+    """For a source compiled by this link: the source (its object holds only bitcode)."""
 
 
 class Driver:
@@ -185,12 +196,12 @@ class Driver:
             with open(out_obj, "wb") as fh:
                 fh.write(E.pack_records([rec]))
             return [rec]
-        with TIMES.stage("frontend", inp.path):
-            fe.compile(req)
         if not fe.has_bitcode:
+            with TIMES.stage("frontend", inp.path):
+                fe.compile(req)
             return []
-        with TIMES.stage("frontend", f"{inp.path} (bitcode)"):
-            rec = self.record_for(req, fe.bitcode(req))
+        with TIMES.stage("frontend", inp.path):
+            rec = self.record_for(req, fe.compile_with_bitcode(req))
         if b"__enzyme_" in rec.bitcode:
             self._differentiate_translation_unit(rec, out_obj)
         E.embed(out_obj, [rec], self.workdir)
@@ -231,7 +242,9 @@ class Driver:
 
     # -- assembly / PTX ---------------------------------------------------------------------------
 
-    def pipeline_options(self, records: list[E.BitcodeRecord]) -> PipelineOptions:
+    def pipeline_options(self, records: list[E.BitcodeRecord]):
+        from enzcc.backend.pipeline import PipelineOptions
+
         level = self.inv.opt_level
         if level is None:
             level = max((r.opt for r in records), default=0)
@@ -307,16 +320,18 @@ class Driver:
         if E.is_archive(path):
             recs: list[E.BitcodeRecord] = []
             native = False
+            native_code = True
             for m in E.read_archive(path):
                 found = E.records_in_object(m.data, f"{path}({m.name})")
                 if not found and m.data[:8] == E.MAGIC:
                     found = E.unpack_records(m.data, f"{path}({m.name})")
                 if found:
                     recs += found
+                    native_code = native_code and m.data[:4] == b"\x7fELF"
                 elif m.data[:4] == b"\x7fELF":
                     native = True
             if recs:
-                return LinkItem("archive", shown, recs, keep_native=native)
+                return LinkItem("archive", shown, recs, keep_native=native, native_code=native_code)
             return LinkItem("native" if flag is None else "flag", shown)
         try:
             with open(path, "rb") as fh:
@@ -324,7 +339,7 @@ class Driver:
         except OSError:
             return LinkItem("native" if flag is None else "flag", shown)  # the native linker reports it
         if data[:8] == E.MAGIC:
-            return LinkItem("bitcode", path, E.unpack_records(data, path))
+            return LinkItem("bitcode", path, E.unpack_records(data, path), native_code=False)
         recs = E.records_in_object(data, path)
         if recs:
             return LinkItem("bitcode", path, recs)
@@ -339,12 +354,16 @@ class Driver:
             elif x.lang:
                 obj = os.path.join(self.workdir, f"{n}-{self.default_object_name(x)}")
                 recs = self.compile_source(x, obj, obj, for_link=True)
-                items.append(LinkItem("bitcode" if recs else "native", obj, recs))
+                with open(obj, "rb") as fh:
+                    native = fh.read(4) == b"\x7fELF"
+                items.append(LinkItem("bitcode" if recs else "native", obj, recs, native_code=native, source=x))
             else:
                 items.append(self.classify(x.path))
         records = [r for it in items if it.kind == "bitcode" for r in it.records]
         archives = [(it.value, it.records) for it in items if it.kind == "archive"]
         output = self.inv.output or "a.out"
+        if records and not self.inv.is_nvptx and not self.inv.whole_object and self._native_link_will_do(items):
+            records = []  # nothing to differentiate: the machine code compiled per object is the program
         if self.inv.is_nvptx:
             if not records:
                 raise EnzccError("nothing to link for NVPTX: no input carries bitcode")
@@ -379,12 +398,30 @@ class Driver:
             if self.inv.whole_object:
                 raise EnzccError("--whole-program-object: no input carries bitcode")
             line = [it.value for it in items]
-        langs = {r.lang for r in records}
+            extra = self.runtime_libraries({r.lang for it in items for r in it.records})
+        langs = {r.lang for it in items for r in it.records}
         linker = find_tool("clang++" if (self.cxx or "c++" in langs) else "clang")
         with TIMES.stage("native-link", output):
             with atomic_output(output) as tmp:
                 run([linker, *line, *extra, "-o", tmp], tool="linker")
         return 0
+
+    def _native_link_will_do(self, items: list[LinkItem]) -> bool:
+        """The fast path of a link: when no input calls an ``__enzyme_*`` function, the program is what the
+        native linker makes of the objects' own machine code (sources compiled by this link get theirs from the
+        bitcode already made); the whole-program rebuild is only for AD. False if some input has bitcode only."""
+        if any(b"__enzyme_" in r.bitcode for it in items for r in it.records):
+            return False
+        if any(it.kind == "bitcode" and not it.native_code and it.source is None for it in items) or \
+                any(it.kind == "archive" and not it.native_code for it in items):
+            return False
+        for it in items:
+            if it.kind == "bitcode" and not it.native_code:
+                fe = frontend_for(it.source.lang)
+                req = self.request(it.source, it.value, it.value)
+                with TIMES.stage("codegen", it.source.path):
+                    fe.codegen(req, it.records[0].bitcode)
+        return True
 
     def runtime_libraries(self, langs: set[str]) -> list[str]:
         """Native libraries the languages in the program need (Fortran and Rust runtimes)."""

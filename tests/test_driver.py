@@ -55,6 +55,39 @@ def test_objects_linked_by_plain_clang_still_work(enzcc):
     assert enzcc.run("./plain").returncode == 0
 
 
+def test_one_clang_run_gives_clangs_machine_code_and_the_bitcode(enzcc):
+    """``-c`` runs clang once: the object's code is what clang alone makes, the bitcode rides in enzcc's
+    section only (clang's own .llvmbc/.llvmcmd would make binutils' LTO plugin warn on ar and ld)."""
+    enzcc.write("f.c", "#include <math.h>\ndouble f(double *x, int n) { double s = 0;\n"
+                "  for (int i = 0; i < n; i++) s += sin(x[i]) * x[i]; return s; }\n")
+    for opt in ("-O0", "-O2", "-O3"):
+        enzcc(opt, "-g", "-c", "f.c", "-o", "e.o")
+        enzcc.run("clang-22", opt, "-g", "-c", "f.c", "-o", "c.o")
+        code = [enzcc.run("llvm-objdump-22", "-dr", o).stdout.split("\n", 2)[2] for o in ("e.o", "c.o")]
+        assert code[0] == code[1], opt
+        sections = enzcc.run("llvm-readelf-22", "-S", "e.o").stdout
+        assert ".enzcc.bc " in sections and ".llvmbc" not in sections and ".llvmcmd" not in sections
+        recs = E.records_in_object((enzcc.cwd / "e.o").read_bytes(), "e.o")
+        assert len(recs) == 1 and recs[0].bitcode[:2] == b"BC" and recs[0].opt == int(opt[2])
+    r = enzcc.run("ar", "rcs", "libf.a", "e.o")
+    assert r.returncode == 0 and r.stderr == ""
+
+
+def test_a_link_without_ad_is_a_native_link(enzcc):
+    """No __enzyme_* call anywhere: the objects' own machine code is linked, nothing is rebuilt (also for
+    sources compiled by the link itself, from the bitcode already made)."""
+    enzcc.write("f.c", "int twice(int x) { return 2 * x; }\n")
+    enzcc.write("m.c", "int twice(int); int main(void) { return twice(21) != 42; }\n")
+    enzcc("-c", "-O2", "f.c", "m.c")
+    r = enzcc("--time-report", "f.o", "m.o", "-o", "p")
+    assert enzcc.run("./p").returncode == 0
+    assert "native-link" in r.stderr + r.stdout and "optimize" not in r.stderr + r.stdout
+    r = enzcc("--time-report", "-O2", "f.c", "m.c", "-o", "q")
+    assert enzcc.run("./q").returncode == 0
+    report = r.stderr + r.stdout
+    assert "codegen" in report and "optimize" not in report and "link " not in report.replace("native-link", "")
+
+
 def test_mixed_native_and_bitcode_objects(enzcc):
     enzcc.write("f.c", "int twice(int x) { return 2 * x; }\n")
     enzcc.write("m.c", "int twice(int); int main(void) { return twice(21) != 42; }\n")

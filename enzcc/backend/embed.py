@@ -83,34 +83,120 @@ def unpack_records(data: bytes, where: str = "") -> list[BitcodeRecord]:
     return records
 
 
+#: clang's own bitcode sections (``-fembed-bitcode``: the module before optimization, and the cc1 command
+#: line), replaced by :data:`SECTION` so that they do not reach the linked program
+CLANG_SECTIONS = (".llvmbc", ".llvmcmd")
+
+
 def embed(obj_path: str, records: list[BitcodeRecord], workdir: str) -> None:
-    """Add the records to ``obj_path`` (in place) as section :data:`SECTION`."""
+    """Add the records to ``obj_path`` (in place) as section :data:`SECTION`, in place of clang's
+    :data:`CLANG_SECTIONS`."""
+    with open(obj_path, "rb") as fh:
+        data = fh.read()
+    grown = add_elf_section(data, SECTION, pack_records(records), drop=CLANG_SECTIONS)
+    if grown is not None:
+        with open(obj_path, "wb") as fh:
+            fh.write(grown)
+        return
     payload = os.path.join(workdir, os.path.basename(obj_path) + ".enzccbc")
     with open(payload, "wb") as fh:
         fh.write(pack_records(records))
     objcopy = find_tool("llvm-objcopy")
-    run([objcopy, "--add-section", f"{SECTION}={payload}",
+    remove = [a for name in CLANG_SECTIONS for a in ("--remove-section", name)]
+    run([objcopy, *remove, "--add-section", f"{SECTION}={payload}",
          "--set-section-flags", f"{SECTION}=exclude,readonly,contents",
          "--set-section-alignment", f"{SECTION}=8", obj_path], capture=True, tool="llvm-objcopy")
 
 
+_SHF_EXCLUDE = 0x80000000
+
+
+def add_elf_section(data: bytes, name: str, payload: bytes, drop=()) -> bytes | None:
+    """A relocatable 64-bit little-endian ELF object with one more section, ``name`` (excluded from links,
+    8-byte aligned), and the sections named in ``drop`` emptied (renamed, size 0: tools that look for clang's
+    ``.llvmbc`` no longer find it); None for other files (the caller falls back to ``llvm-objcopy``). The
+    sections' bytes are laid out again, in their order, followed by the section-name table and the section
+    header table."""
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1 or len(data) < 64:
+        return None
+    etype, = struct.unpack_from("<H", data, 0x10)
+    phnum, = struct.unpack_from("<H", data, 0x38)
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    ehsize, = struct.unpack_from("<H", data, 0x34)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    if etype != 1 or phnum or shentsize != 64 or not 0 < shnum < 0xFF00 or not 0 < shstrndx < shnum or \
+            shoff + shnum * 64 > len(data):
+        return None
+    fmt = struct.Struct("<IIQQQQIIQQ")  # name, type, flags, addr, offset, size, link, info, addralign, entsize
+    headers = [list(fmt.unpack_from(data, shoff + i * 64)) for i in range(shnum)]
+    strtab = headers[shstrndx]
+    names = data[strtab[4]:strtab[4] + strtab[5]]
+    dropped = {n.encode() for n in drop}
+    new_names = bytearray(names)
+    new_at = len(new_names)
+    new_names += name.encode() + b"\0"
+    empty_at = len(new_names)
+    new_names += name.encode() + b".dropped\0"
+    for h in headers:
+        if names[h[0]:names.find(b"\0", h[0])] in dropped:
+            h[0], h[2], h[5] = empty_at, h[2] | _SHF_EXCLUDE, 0
+    out = bytearray(data[:ehsize])
+    for h in sorted((h for i, h in enumerate(headers) if i and i != shstrndx), key=lambda h: h[4]):
+        if h[1] == 8:  # SHT_NOBITS: no bytes in the file
+            continue
+        out += b"\0" * (-len(out) % max(h[8], 1))
+        body = data[h[4]:h[4] + h[5]]
+        h[4] = len(out)
+        out += body
+    out += b"\0" * (-len(out) % 8)
+    headers.append([new_at, 1, _SHF_EXCLUDE, 0, len(out), len(payload), 0, 0, 8, 0])
+    out += payload
+    strtab[4], strtab[5] = len(out), len(new_names)
+    out += new_names
+    out += b"\0" * (-len(out) % 8)
+    struct.pack_into("<Q", out, 0x28, len(out))
+    struct.pack_into("<H", out, 0x3C, len(headers))
+    for h in headers:
+        out += fmt.pack(*h)
+    return bytes(out)
+
+
+def elf_section(data: bytes, name: str) -> bytes | None:
+    """The contents of section ``name`` of an ELF object's bytes (None if it is not ELF or has no such
+    section). Read directly: no LLVM needed."""
+    if data[:4] != b"\x7fELF" or len(data) < 64:
+        return None
+    wide, order = data[4] == 2, "<" if data[5] == 1 else ">"
+    try:
+        if wide:
+            shoff, = struct.unpack_from(order + "Q", data, 0x28)
+            shentsize, shnum, shstrndx = struct.unpack_from(order + "HHH", data, 0x3A)
+            fmt = order + "IIQQQQ"  # name, type, flags, addr, offset, size
+        else:
+            shoff, = struct.unpack_from(order + "I", data, 0x20)
+            shentsize, shnum, shstrndx = struct.unpack_from(order + "HHH", data, 0x2E)
+            fmt = order + "IIIIII"
+
+        def header(i: int) -> tuple:
+            return struct.unpack_from(fmt, data, shoff + i * shentsize)
+
+        str_off, str_size = header(shstrndx)[4:6]
+        names = data[str_off:str_off + str_size]
+        want = name.encode()
+        for i in range(shnum):
+            h = header(i)
+            end = names.find(b"\0", h[0])
+            if names[h[0]:end] == want:
+                return data[h[4]:h[4] + h[5]]
+    except struct.error:
+        return None
+    return None
+
+
 def records_in_object(data: bytes, where: str) -> list[BitcodeRecord]:
     """The records carried by an ELF object's bytes (empty when it has none)."""
-    if data[:4] != b"\x7fELF":
-        return []
-    import llvmlite.binding as llvm
-
-    from enzcc.backend.llvm import ensure_initialized
-
-    ensure_initialized()
-    try:
-        obj = llvm.ObjectFileRef.from_data(data)
-    except Exception:
-        return []
-    for sec in obj.sections():
-        if sec.name() == SECTION.encode():
-            return unpack_records(bytes(sec.data()), where)
-    return []
+    payload = elf_section(data, SECTION)
+    return unpack_records(payload, where) if payload else []
 
 
 # ---------------------------------------------------------------------------------------------

@@ -59,3 +59,14 @@ class Frontend:
         """LLVM 22 bitcode of the source, unoptimized but optimizable (no ``optnone``). Diagnostics are
         captured (the real compile already showed them) unless ``req.show_diagnostics``."""
         raise NotImplementedError
+
+    def compile_with_bitcode(self, req: CompileRequest) -> bytes:
+        """The real compile (native object at ``req.out_obj``, diagnostics, dependency files) and the bitcode.
+        Here: two compiles; a frontend that can make the object from the bitcode parses the source once."""
+        self.compile(req)
+        return self.bitcode(req)
+
+    def codegen(self, req: CompileRequest, bitcode: bytes) -> None:
+        """The native object at ``req.out_obj`` for a source whose bitcode was made by :meth:`bitcode` (links
+        that differentiate nothing). Here: the real compile again."""
+        self.compile(req)

@@ -59,7 +59,7 @@ class ClangFrontend(Frontend):
         cmd += ["-c", req.src, "-o", req.out_obj]
         run(cmd, tool="clang")
 
-    def bitcode(self, req: CompileRequest) -> bytes:
+    def bitcode(self, req: CompileRequest, deps: bool = False) -> bytes:
         out = req.tmp(".bc")
         cmd = [self.driver(req), *_x_args(req), *ATTRIBUTE_DEFINES, *req.compile_args, *req.lang_args,
                *_include_args(req), f"-O{min(req.level, 3)}"]
@@ -67,10 +67,48 @@ class ClangFrontend(Frontend):
             cmd += ["-Xclang", "-disable-O0-optnone"]
         else:
             cmd += ["-Xclang", "-disable-llvm-passes"]
+        if deps:
+            cmd += dependency_args(req)
         cmd += ["-Qunused-arguments", "-c", "-emit-llvm", req.src, "-o", out]
         run(cmd, capture=not req.show_diagnostics, tool="clang")
         with open(out, "rb") as fh:
             return fh.read()
+
+    def compile_with_bitcode(self, req: CompileRequest) -> bytes:
+        """One clang run: the real compile, which also puts the module as it was before optimization into the
+        object (``-fembed-bitcode=all``: the same bitcode as ``-Xclang -disable-llvm-passes``, and the same
+        machine code as without it). At -O0 the bitcode must stay optimizable: ``-disable-O0-optnone``, which
+        changes nothing in -O0 machine code."""
+        from enzcc.backend.embed import elf_section
+        from enzcc.errors import EnzccError
+
+        cmd = [self.driver(req), *_x_args(req), *ATTRIBUTE_DEFINES, *req.compile_args, *req.lang_args,
+               *_include_args(req), *dependency_args(req)]
+        if req.opt_flag:
+            cmd.append(req.opt_flag)
+        if req.level == 0:
+            cmd += ["-Xclang", "-disable-O0-optnone"]
+        cmd += ["-Xclang", "-fembed-bitcode=all", "-c", req.src, "-o", req.out_obj]
+        run(cmd, tool="clang")
+        with open(req.out_obj, "rb") as fh:
+            data = elf_section(fh.read(), ".llvmbc")
+        if not data:
+            raise EnzccError(f"clang put no bitcode into the object for {req.src}", req.src)
+        return data
+
+    def codegen(self, req: CompileRequest, bitcode: bytes, written: str | None = None) -> None:
+        path = written
+        if path is None:
+            path = req.tmp(".bc")
+            with open(path, "wb") as fh:
+                fh.write(bitcode)
+        # the flags that matter after the frontend (-O, -march, -fPIC, -ffunction-sections, -g...) are among
+        # the compile flags; the others are unused for bitcode input
+        cmd = [self.driver(req), *req.compile_args, *req.lang_args, "-Qunused-arguments"]
+        if req.opt_flag:
+            cmd.append(req.opt_flag)
+        cmd += ["-c", path, "-o", req.out_obj]
+        run(cmd, tool="clang")
 
 
 class AssemblerFrontend(Frontend):
