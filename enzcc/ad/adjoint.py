@@ -70,9 +70,7 @@ class AdjointGenerator:
             ty = ty or v.type
             b = IRBuilder.at_start(self.G.entry_block)
             s = b.alloca(ty, in_entry=True)
-            # zero it right after the allocas
-            first = next(i for i in self.G.entry_block.instructions if not isinstance(i, Alloca))
-            IRBuilder.before(first).store(zero(ty), s)
+            IRBuilder.after(s).store(zero(ty), s)  # zeroed at entry (allocas go first, each with its store)
             self.adjoint_slots[id(v)] = s
             self._keep.append(v)
         return s

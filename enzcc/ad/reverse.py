@@ -30,8 +30,10 @@ from enzcc.ad.api import DUP, DUPNONEED, OUT, DiffCall, is_float
 from enzcc.ad.emit import splat
 from enzcc.ad.memory import memory_types_for
 from enzcc.ad.prepare import clone_body, finalize, new_derivative_function, prepare, return_block
+from enzcc.ad.promote import promote_single_block_slots
 from enzcc.ad.rules import load_rules
 from enzcc.ad.shadow import Shadows
+from enzcc.ad.spill import spill_crossing_values
 from enzcc.ad.tape import Tape
 from enzcc.ir import types as T
 from enzcc.ir.block import BasicBlock
@@ -137,6 +139,10 @@ class ReverseMode(AdjointGenerator, CacheUtility):
             self._reverse_block(b)
         self._emit_exit()
         self._emit_caches()
+        promote_single_block_slots(G, [s for slots in self.lane_slots for s in slots.values()])
+        if not self.split:
+            spill_crossing_values(G, self.blocks, [b for b in self.blocks if self.loops.loop_for(b) is None],
+                                  self.exit_block)
         finalize(G)
         return G
 

@@ -39,9 +39,11 @@ class BasicBlock(Value):
 
     def index_of(self, inst: Instruction) -> int:
         """Position of ``inst`` in this block."""
-        for i, x in enumerate(self.instructions):
-            if x is inst:
-                return i
+        if inst.parent is self:
+            try:
+                return self.instructions.index(inst)  # (instructions compare by identity)
+            except ValueError:
+                pass
         raise IRError("instruction not in this block")
 
     def insert(self, index: int, inst: Instruction) -> Instruction:

@@ -368,8 +368,9 @@ class IRBuilder:
         if in_entry:
             entry = self.function.entry_block
             pos = len(entry.phis())
-            while pos < len(entry.instructions) and isinstance(entry.instructions[pos], Alloca):
-                pos += 1
+            if isinstance(count, Instruction):  # after what it is computed from (allocas come first)
+                while pos < len(entry.instructions) and isinstance(entry.instructions[pos], Alloca):
+                    pos += 1
             if name is not None:
                 inst.name = name
             entry.insert(pos, inst)
