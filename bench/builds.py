@@ -1,0 +1,319 @@
+"""Compile-time benchmarks: enzcc against clang-22 on the same work, interleaved round by round.
+
+* ``files``: a generated project of 100 C files (no AD), each compiled with ``-O2 -c`` two at a time, then
+  linked: the drop-in build (``CC=enzcc``) against clang's.
+* ``lua``: Lua 5.4 built with its own makefile (``make -j2 CC=...``); the source comes from the ``lupa``
+  source distribution on PyPI (skipped, with the reason, when it cannot be downloaded).
+* ``nstmt``: one differentiated function of N generated straight-line statements (math calls, three
+  variables), ``enzcc -O2 -c`` (AD included) against ``clang-22 -O2 -c`` of the same file, with peak memory.
+* ``suite``: each ``bench/`` objective, ``enzcc -O2 -c`` (AD included) against ``clang-22 -O2 -c``.
+
+    python3 -m bench.builds [--quick] [--only files,lua,nstmt,suite] [--rounds N] [--out FILE]
+
+Writes ``bench/results/builds.json`` (``builds-quick.json`` with ``--quick``) and prints a table. The enzcc
+used is the console script installed next to this Python (not a shim in front of it), and the time a bare
+start of this Python takes is recorded, since every enzcc invocation pays it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tarfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+if __package__ in (None, ""):
+    sys.path.insert(0, str(HERE.parent))
+from bench import gen  # noqa: E402
+
+CLANG = "clang-22"
+LUA_SDIST = "lupa==2.8"
+LUA_FLAGS = ["MYCFLAGS=-std=c99 -DLUA_USE_LINUX", "MYLIBS=-ldl"]
+SIZES = {"full": {"files": 100, "nstmt": [1000, 4000, 16000], "rounds": 3},
+         "quick": {"files": 12, "nstmt": [100, 300], "rounds": 1}}
+
+# statements of the generated differentiated function: each updates one of three variables from the others
+OPS = ["{d} += 0.1 * sin({a} * {b});", "{d} = 0.95 * {d} + 0.1 * cos({a});", "{d} += 0.05 * tanh({a} - {b});",
+       "{d} += 0.02 * {a} * {b};", "{d} += 0.1 * exp(-{a} * {a});", "{d} += 0.05 * sqrt(1.0 + {b} * {b});"]
+
+
+def nstmt_source(n: int, seed: int = 1) -> str:
+    r = random.Random(seed)
+    body = "\n".join("  " + r.choice(OPS).format(d=r.choice("abc"), a=r.choice("abc"), b=r.choice("abc"))
+                     for _ in range(n))
+    return ("#include <math.h>\n#include <stdio.h>\ntypedef struct { double x, y, z; } g3;\n"
+            "g3 __enzyme_autodiff(void *, ...);\n"
+            f"double f(double x, double y, double z) {{\n  double a = x, b = y, c = z;\n{body}\n"
+            "  return a + 2 * b + 3 * c;\n}\n"
+            "int main(void) { g3 g = __enzyme_autodiff((void *)f, 0.3, -0.2, 0.5);\n"
+            "  printf(\"%g %g %g\\n\", g.x, g.y, g.z); return 0; }\n")
+
+
+def project_file(i: int, n: int) -> str:
+    """One file of the generated project: a few functions with loops, structs and calls into the next file."""
+    nxt = (i + 1) % n
+    return f"""#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+typedef struct {{ double *v; int n; double scale; }} vec{i};
+double f{nxt}(const double *x, int n);
+static double norm{i}(const vec{i} *a) {{
+  double s = 0;
+  for (int k = 0; k < a->n; k++) s += a->v[k] * a->v[k];
+  return sqrt(s) * a->scale;
+}}
+static void smooth{i}(double *y, const double *x, int n) {{
+  for (int k = 1; k + 1 < n; k++) y[k] = 0.25 * x[k - 1] + 0.5 * x[k] + 0.25 * x[k + 1];
+  if (n > 1) {{ y[0] = x[0]; y[n - 1] = x[n - 1]; }}
+}}
+int cmp{i}(const void *a, const void *b) {{
+  double d = *(const double *)a - *(const double *)b;
+  return (d > 0) - (d < 0);
+}}
+double f{i}(const double *x, int n) {{
+  if (n <= 0) return 0;
+  double *y = malloc(sizeof(double) * n);
+  smooth{i}(y, x, n);
+  qsort(y, n, sizeof(double), cmp{i});
+  vec{i} v = {{y, n, 1.0 + {i} * 0.001}};
+  double r = norm{i}(&v);
+  for (int k = 0; k < n; k++) r += sin(y[k]) * cos(y[k] * {i % 7 + 1}) / (1.0 + fabs(y[k]));
+  free(y);
+  return {"0" if nxt == 0 else f"r + 1e-3 * f{nxt}(x, n - 1)"};
+}}
+"""
+
+
+def project_main(n: int) -> str:
+    return ("#include <stdio.h>\ndouble f0(const double *x, int n);\n"
+            "int main(void) { double x[8] = {1, 2, 3, 4, 5, 6, 7, 8}; printf(\"%.6f\\n\", f0(x, 8)); return 0; }\n"
+            if n else "")
+
+
+def timed(cmd: list[str], cwd: Path) -> float:
+    start = time.perf_counter()
+    subprocess.run(cmd, cwd=cwd, capture_output=True)
+    return time.perf_counter() - start
+
+
+def run_with_peak(cmd: list[str], cwd: Path) -> tuple[float, int, subprocess.CompletedProcess]:
+    """(wall seconds, peak resident KB, result); the peak is the child's own (``wait4``)."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out = proc.stdout.read()
+    err = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return wall, usage.ru_maxrss, subprocess.CompletedProcess(cmd, proc.returncode, out.decode(errors="replace"),
+                                                             err.decode(errors="replace"))
+
+
+# ---------------------------------------------------------------------------------------------
+# the projects
+
+
+def build_files(cc: str, src: Path, out: Path, jobs: int) -> tuple[float, str]:
+    """Compile every file of the generated project with ``cc -O2 -c`` (``jobs`` at a time) and link."""
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    files = sorted(src.glob("*.c"))
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        results = list(pool.map(lambda f: subprocess.run([cc, "-O2", "-c", str(f), "-o", str(out / (f.stem + ".o"))],
+                                                         capture_output=True, text=True), files))
+    bad = [r for r in results if r.returncode]
+    if bad:
+        return time.perf_counter() - start, bad[0].stderr.strip()[-500:]
+    link = subprocess.run([cc, *sorted(str(p) for p in out.glob("*.o")), "-lm", "-o", str(out / "prog")],
+                          capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if link.returncode:
+        return wall, link.stderr.strip()[-500:]
+    run = subprocess.run([str(out / "prog")], capture_output=True, text=True)
+    return wall, "" if run.returncode == 0 else f"the program failed: {run.stderr.strip()[-300:]}"
+
+
+def fetch_lua(data: Path) -> tuple[Path | None, str]:
+    """Lua 5.4's sources (with its makefile) from the lupa source distribution, cached under ``data``."""
+    target = data / "lua54"
+    if (target / "makefile").is_file():
+        return target, ""
+    data.mkdir(parents=True, exist_ok=True)
+    dl = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-build-isolation",
+                         "--no-binary", ":all:", "-d", str(data), LUA_SDIST], capture_output=True, text=True)
+    tars = sorted(data.glob("lupa-*.tar.gz"))
+    if dl.returncode or not tars:
+        return None, f"cannot download {LUA_SDIST} from PyPI: {(dl.stderr.strip().splitlines() or ['?'])[-1]}"
+    prefix = None
+    with tarfile.open(tars[-1]) as tf:
+        members = [m for m in tf.getmembers() if "/third-party/lua54/" in m.name and m.isfile()]
+        for m in members:
+            prefix = m.name.split("/third-party/lua54/")[0] + "/third-party/lua54/"
+            m.name = m.name[len(prefix):]
+            tf.extract(m, target)
+    if not (target / "makefile").is_file():
+        return None, f"{tars[-1].name} has no third-party/lua54/makefile"
+    return target, ""
+
+
+def build_lua(cc: str, src: Path, out: Path, jobs: int) -> tuple[float, str]:
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.copytree(src, out)
+    start = time.perf_counter()
+    r = subprocess.run(["make", "-s", f"-j{jobs}", f"CC={cc}", *LUA_FLAGS, "all"], cwd=out, capture_output=True,
+                       text=True)
+    wall = time.perf_counter() - start
+    if r.returncode:
+        return wall, (r.stderr.strip() or r.stdout.strip())[-500:]
+    run = subprocess.run([str(out / "lua"), "-e", "print(string.format('%.3f', math.sin(1)))"],
+                         capture_output=True, text=True)
+    return wall, "" if run.stdout.strip() == "0.841" else f"lua printed {run.stdout!r}"
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def ratio(a, b):
+    return round(a / b, 3) if a and b else None
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python3 -m bench.builds", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes, one round (for the tests)")
+    ap.add_argument("--only", default="", help="comma-separated: files, lua, nstmt, suite (default: all)")
+    ap.add_argument("--rounds", type=int, default=None, help="alternating rounds of clang and enzcc")
+    ap.add_argument("--jobs", type=int, default=2, help="parallel compiles in project builds (default 2)")
+    ap.add_argument("--enzcc", default=None, help="the enzcc to measure (default: the one installed with this "
+                                                   "Python)")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args(argv)
+
+    from rich.console import Console
+    from rich.progress import Progress
+    from rich.table import Table
+
+    console = Console(width=None if sys.stdout.isatty() else 150)
+    mode = "quick" if args.quick else "full"
+    sizes = SIZES[mode]
+    rounds = args.rounds or sizes["rounds"]
+    only = [x for x in args.only.split(",") if x] or ["files", "lua", "nstmt", "suite"]
+    beside = Path(sys.executable).parent / "enzcc"
+    enzcc = args.enzcc or (str(beside) if beside.is_file() else shutil.which("enzcc") or "enzcc")
+    if shutil.which(CLANG) is None:
+        console.print(f"[red]{CLANG} not found[/]")
+        return 1
+    work = HERE / "build" / "builds"
+    data = HERE / "data" / "sources"
+    out = args.out or HERE / "results" / ("builds-quick.json" if args.quick else "builds.json")
+    starts = [timed([sys.executable, "-c", "pass"], HERE) for _ in range(5)]
+    results: dict = {"suite": "enzcc compile-time benchmarks", "mode": mode, "rounds": rounds, "jobs": args.jobs,
+                     "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                     "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
+                                 "loadavg_at_start": list(os.getloadavg())},
+                     "enzcc": enzcc, "clang": CLANG, "python_start_s": round(statistics.median(starts), 4),
+                     "projects": [], "nstmt": [], "objectives": [], "skipped": {}}
+
+    tasks = []
+    if "files" in only:
+        src = work / "files-src"
+        shutil.rmtree(src, ignore_errors=True)
+        src.mkdir(parents=True)
+        n = sizes["files"]
+        for i in range(n):
+            (src / f"f{i}.c").write_text(project_file(i, n))
+        (src / "main.c").write_text(project_main(n))
+        tasks.append(("project", f"files ({n + 1} C files)",
+                      lambda cc, tag: build_files(cc, src, work / f"files-{tag}", args.jobs)))
+    if "lua" in only:
+        lua, why = fetch_lua(data)
+        if lua is None:
+            results["skipped"]["lua"] = why
+        else:
+            tasks.append(("project", "lua 5.4 (make)", lambda cc, tag: build_lua(cc, lua, work / f"lua-{tag}",
+                                                                                args.jobs)))
+    nst_dir = work / "nstmt"
+    if "nstmt" in only:
+        nst_dir.mkdir(parents=True, exist_ok=True)
+        for n in sizes["nstmt"]:
+            (nst_dir / f"n{n}.c").write_text(nstmt_source(n))
+            tasks.append(("nstmt", n, None))
+    if "suite" in only:
+        for name in gen.BENCHMARKS:
+            if name not in gen.VARIANTS:
+                tasks.append(("suite", name, None))
+
+    samples: dict = {}
+    with Progress(console=console, transient=True) as progress:
+        bar = progress.add_task("compiling", total=len(tasks) * rounds * 2)
+        for r in range(rounds):
+            for kind, name, builder in tasks:
+                for tag, cc in (("clang", CLANG), ("enzcc", enzcc)):
+                    progress.update(bar, description=f"round {r + 1}/{rounds}: {name} with {tag}")
+                    if kind == "project":
+                        wall, err = builder(cc, tag)
+                        peak = 0
+                    else:
+                        src = nst_dir / f"n{name}.c" if kind == "nstmt" else HERE / f"{name}.c"
+                        cmd = [cc, "-O2", "-c", str(src), "-o", str(work / f"{kind}-{name}-{tag}.o")]
+                        wall, peak, proc = run_with_peak(cmd, work)
+                        err = "" if proc.returncode == 0 else proc.stderr.strip()[-500:]
+                    s = samples.setdefault((kind, name, tag), {"wall": [], "peak": [], "error": ""})
+                    s["wall"].append(wall)
+                    s["peak"].append(peak)
+                    s["error"] = s["error"] or err
+                    progress.advance(bar)
+
+    ok = True
+    for kind, name, _ in tasks:
+        c, e = samples[(kind, name, "clang")], samples[(kind, name, "enzcc")]
+        row = {"name": name, "clang_s": round(statistics.median(c["wall"]), 3),
+               "enzcc_s": round(statistics.median(e["wall"]), 3), "samples": {"clang": c["wall"], "enzcc": e["wall"]}}
+        row["ratio"] = ratio(row["enzcc_s"], row["clang_s"])
+        if kind != "project":
+            row["clang_peak_mb"] = round(max(c["peak"]) / 1024, 1)
+            row["enzcc_peak_mb"] = round(max(e["peak"]) / 1024, 1)
+            row["memory_ratio"] = ratio(row["enzcc_peak_mb"], row["clang_peak_mb"])
+        if c["error"] or e["error"]:
+            row["error"] = e["error"] or c["error"]
+            ok = False
+        results[{"project": "projects", "suite": "objectives"}.get(kind, kind)].append(row)
+    results["machine"]["loadavg_at_end"] = list(os.getloadavg())
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1) + "\n")
+
+    table = Table(title=f"compile time, median of {rounds} interleaved round(s) (seconds)")
+    for col in ("what", "clang-22", "enzcc", "enzcc/clang", "peak MB clang", "peak MB enzcc", "memory ratio"):
+        table.add_column(col, justify="left" if col == "what" else "right")
+    for group, label in (("projects", "drop-in build, no AD: "), ("nstmt", "N statements, AD: N="),
+                         ("objectives", "bench objective, AD: ")):
+        for row in results[group]:
+            table.add_row(f"{label}{row['name']}" + (" [red](failed)[/]" if row.get("error") else ""),
+                          f"{row['clang_s']:.2f}", f"{row['enzcc_s']:.2f}", f"{row['ratio']}x",
+                          str(row.get("clang_peak_mb", "")), str(row.get("enzcc_peak_mb", "")),
+                          f"{row['memory_ratio']}x" if row.get("memory_ratio") else "")
+    console.print(table)
+    for what, why in results["skipped"].items():
+        console.print(f"skipped {what}: {why}")
+    for group in ("projects", "nstmt", "objectives"):
+        for row in results[group]:
+            if row.get("error"):
+                console.print(f"[red]{row['name']}: {row['error']}[/]")
+    console.print(f"a bare start of {sys.executable} takes {results['python_start_s']} s (every enzcc run pays it); "
+                  f"results written to {out}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
