@@ -27,6 +27,9 @@ ENZCC OPTIONS (besides clang's, above; Fortran, Rust, LLVM IR and MLIR inputs ar
                                         (auto, default), every call (all) or none: calls that are not
                                         inlined use the callee's own derivative functions
   --time-report                         Print the seconds spent in each compiler stage
+  --no-cache                            Neither use nor fill the build cache (ENZCC_CACHE_DIR, default
+                                        ~/.cache/enzcc; ENZCC_CACHE_MAX_SIZE bytes, default 2 GiB)
+  --cache-stats                         Print the build cache's hits, misses and size
   --keep-temps                          Keep intermediate files (their directory is printed)
   --enzcc-version                       Print enzcc's version alone
   build [-f enzcc.toml] [outputs...]    Multi-language builds described by enzcc.toml (enzcc build --help)
@@ -102,6 +105,11 @@ class Driver:
             mode = self.inv.mode
             if mode == "enzcc-version":
                 print(f"enzcc {__version__}")
+                return 0
+            if mode == "cache-stats":
+                from enzcc.backend.cache import format_stats
+
+                print(format_stats())
                 return 0
             if mode == "query":
                 return self.query()
@@ -250,7 +258,7 @@ class Driver:
             level = max((r.opt for r in records), default=0)
         triple = self.inv.target if self.inv.target else None
         return PipelineOptions(opt_level=level, ad_mode=self.inv.ad_mode, cpu=self.inv.cpu, triple=triple,
-                               ad_inline=self.inv.ad_inline)
+                               ad_inline=self.inv.ad_inline, cache=not self.inv.no_cache)
 
     def asm_mode(self) -> int:
         """``-S``: clang's own assembly when enzcc has nothing to add (host C/C++ without ``__enzyme_*`` calls),

@@ -91,6 +91,7 @@ FLAGS: tuple[FlagSpec, ...] = (
     # enzcc's own options
     _f("--lang", ENZCC, 1, True), _f("--ad-mode", ENZCC, 1, True), _f("--ad-inline", ENZCC, 1, True), _f("--time-report", ENZCC),
     _f("--keep-temps", ENZCC), _f("--enzcc-version", ENZCC), _f("--whole-program-object", ENZCC),
+    _f("--no-cache", ENZCC), _f("--cache-stats", ENZCC),
 )
 
 _BY_NAME: dict[str, list[FlagSpec]] = {}
@@ -233,6 +234,8 @@ class Invocation:
     ad_inline: str = "auto"
     """``--ad-inline``: which calls inside differentiated code are inlined (``auto``, ``all``, ``none``)."""
     time_report: bool = False
+    no_cache: bool = False
+    """``--no-cache``: neither use nor fill the build cache."""
     keep_temps: bool = False
     whole_object: bool = False
     """Link mode writes the optimized whole-program object instead of calling the native linker."""
@@ -356,6 +359,10 @@ def parse_args(argv: list[str]) -> Invocation:
                 inv.whole_object = True
             elif spec.name == "--enzcc-version":
                 modes.append("enzcc-version")
+            elif spec.name == "--no-cache":
+                inv.no_cache = True
+            elif spec.name == "--cache-stats":
+                modes.append("cache-stats")
         i += 1
 
     if inv.lang_override:
@@ -365,6 +372,8 @@ def parse_args(argv: list[str]) -> Invocation:
                 inp.lang = inv.lang_override
     if "enzcc-version" in modes:
         inv.mode = "enzcc-version"
+    elif "cache-stats" in modes:
+        inv.mode = "cache-stats"
     elif "query" in modes or (not inv.inputs and "-v" in args):
         inv.mode = "query"
     elif "-E" in modes or (("-M" in modes or "-MM" in modes) and "-c" not in modes):

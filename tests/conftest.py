@@ -26,9 +26,11 @@ def enzcc_bin(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
-def env(enzcc_bin) -> dict:
+def env(enzcc_bin, tmp_path_factory) -> dict:
     e = dict(os.environ)
     e["PATH"] = f"{enzcc_bin}{os.pathsep}{e.get('PATH', '')}"
+    e["ENZCC_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))  # each test its own build cache
+    e.pop("ENZCC_NO_CACHE", None)
     if have("rustc") and not shutil.which("rustc"):
         e["PATH"] += os.pathsep + os.path.expanduser("~/.cargo/bin")
     e.pop("ENZCC_VERBOSE", None)

@@ -6,6 +6,7 @@ unoptimized linked module instead, for comparison.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import llvmlite.binding as llvm
@@ -32,6 +33,8 @@ class PipelineOptions:
     """CPU for codegen (``-march``); for NVPTX the SM, e.g. ``sm_90``."""
     triple: str | None = None
     """Target triple; defaults to the first module's."""
+    cache: bool = True
+    """Reuse (and store) the output of an identical earlier run (:mod:`enzcc.backend.cache`)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -237,7 +240,37 @@ def compile_module_to_object(mod: llvm.ModuleRef, level: int, cpu: str | None, w
 
 def build(records: list[BitcodeRecord], opts: PipelineOptions, kind: str, where: str,
           archives: list[tuple[str, list[BitcodeRecord]]] = ()) -> bytes:
-    """The whole pipeline from bitcode records to object/assembly/PTX bytes."""
+    """The whole pipeline from bitcode records to object/assembly/PTX bytes, or its output from the build
+    cache when the same inputs were built before."""
+    from enzcc.backend import cache
+
+    key = None
+    if opts.cache and not cache.disabled_by_environment():
+        key = cache.make_key(_cache_parts(records, opts, kind, archives))
+        with TIMES.stage("cache", "lookup"):
+            hit = cache.lookup(key)
+        if hit is not None:
+            return hit
+    out = _build(records, opts, kind, where, archives)
+    if key is not None:
+        with TIMES.stage("cache", "store"):
+            cache.store(key, out)
+    return out
+
+
+def _cache_parts(records, opts: PipelineOptions, kind: str, archives) -> list:
+    """Everything the output depends on besides enzcc itself (see :func:`enzcc.backend.cache.make_key`)."""
+    import llvmlite
+
+    parts = [kind, llvmlite.__version__, repr((opts.opt_level, opts.ad_mode, opts.ad_inline, opts.cpu, opts.triple)),
+             os.environ.get("ENZCC_SPILL_THRESHOLD", "")]
+    for rec in [*records, *(r for _, recs in archives for r in recs)]:
+        parts += [f"{rec.lang}:{rec.opt}:{rec.target}", rec.bitcode]
+    return parts
+
+
+def _build(records: list[BitcodeRecord], opts: PipelineOptions, kind: str, where: str,
+           archives: list[tuple[str, list[BitcodeRecord]]] = ()) -> bytes:
     mod = link_modules(records, archives, opts.triple)
     triple = opts.triple or mod.triple or L.host_triple()
     mod.triple = triple

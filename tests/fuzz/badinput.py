@@ -356,7 +356,7 @@ def _output_of(args: list[str]) -> str:
 
 def run_case(case: Case) -> Result:
     """Compile one mutant in a fresh directory and classify the outcome."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), ENZCC_NO_CACHE="1")
     env.pop("ENZCC_DEBUG", None)
     text = program_of(case)
     with tempfile.TemporaryDirectory(prefix="enzcc-fuzz-") as d:

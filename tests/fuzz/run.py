@@ -53,7 +53,7 @@ class Outcome:
 def enzcc_command(opt: int, src: str, exe: str) -> list[str]:
     """The compile command; ``ENZCC_FUZZ_FLAGS`` adds enzcc flags (``--ad-inline=none``)."""
     extra = os.environ.get("ENZCC_FUZZ_FLAGS", "").split()
-    return [sys.executable, "-m", "enzcc", f"-O{opt}", *extra, "-w", src, "-o", exe, "-lm"]
+    return [sys.executable, "-m", "enzcc", f"-O{opt}", "--no-cache", *extra, "-w", src, "-o", exe, "-lm"]
 
 
 def _env() -> dict:
