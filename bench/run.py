@@ -88,14 +88,14 @@ def compile_one(enzcc: str, name: str, mode: str, build: Path) -> dict:
     source, extra = gen.VARIANTS.get(name, (name, []))
     src = HERE / f"{source}.c"
     rel = os.path.relpath(src, build)
-    cmd = [enzcc, "-O2", f"--ad-mode={mode}", "--time-report", rel if len(rel) < len(str(src)) else str(src),
-           "-lm", "-o", exe.name, *extra]
+    cmd = [enzcc, "-O2", f"--ad-mode={mode}", "--time-report", "--no-cache",
+           rel if len(rel) < len(str(src)) else str(src), "-lm", "-o", exe.name, *extra]
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=build, capture_output=True, text=True)
     wall = time.perf_counter() - start
     rows, total = parse_time_report(proc.stderr)
     parsed = round(sum(r[2] for r in rows), 4)
-    result = {"command": " ".join(["enzcc", *cmd[1:4], f"bench/{source}.c", *cmd[5:]]),
+    result = {"command": " ".join(["enzcc", *cmd[1:5], f"bench/{source}.c", *cmd[6:]]),
               "ok": proc.returncode == 0 and exe.is_file(), "wall_s": round(wall, 3),
               "stages_s": stage_totals(rows), "report_total_s": total if total is not None else parsed,
               "report_parsed_ok": total is not None and abs(total - parsed) < 1e-3 * max(1, len(rows)),
@@ -110,8 +110,9 @@ def compile_one(enzcc: str, name: str, mode: str, build: Path) -> dict:
 # run
 
 
-def run_one(exe: str, data: Path, settings: dict, fd_time: bool, check: bool, timeout: float) -> dict:
-    cmd = [exe, str(data), "--reps", str(settings["reps"]), "--min-time", str(settings["min_time"]),
+def run_one(exe: str | list[str], data: Path, settings: dict, fd_time: bool, check: bool, timeout: float) -> dict:
+    """One run of a benchmark program (``exe``: its path, or the command that runs it, e.g. under Enzyme)."""
+    cmd = [*([exe] if isinstance(exe, str) else exe), str(data), "--reps", str(settings["reps"]), "--min-time", str(settings["min_time"]),
            "--fd-coords", str(settings["fd_coords"]), "--check-coords", str(settings["check_coords"])]
     if not fd_time:
         cmd.append("--no-fd-time")
@@ -202,6 +203,21 @@ def summarize(name: str, size: dict, builds: dict, runs: dict) -> dict:
     }
 
 
+#: benchmarks not run under Enzyme, and why
+ENZYME_SKIPS = {"mlp_blas": "calls OpenBLAS, which Enzyme-JAX's cpp_call does not link"}
+
+
+def enzyme_summary(run: dict, ours: dict) -> dict:
+    """Enzyme's times for one benchmark, its gradient check, and enzcc's times over Enzyme's."""
+    out = {k: run.get(k) for k in ("primal_s", "grad_s", "primal_min_s", "grad_min_s", "primal_samples_s",
+                                   "grad_samples_s", "rounds", "ok", "error") if k in run}
+    out["check"] = run.get("check")
+    out["grad_enzcc_over_enzyme"] = _ratio(ours["grad_after_opt_s"], run.get("grad_s")) if run.get("ok") else None
+    out["primal_enzcc_over_enzyme"] = _ratio(ours["primal_s"], run.get("primal_s")) if run.get("ok") else None
+    out["grad_primal_enzyme"] = _ratio(run.get("grad_s"), run.get("primal_s"))
+    return out
+
+
 def fmt_time(s) -> str:
     if s is None or not isinstance(s, (int, float)) or not math.isfinite(s):
         return "-"
@@ -240,6 +256,25 @@ def print_tables(results: dict, console) -> None:
     console.print(f"geomean speedup of AD after optimization over AD before optimization "
                   f"(gradient time before / after): [bold]{fmt_x(g)}[/]")
 
+    if any("enzyme" in b for b in results["benchmarks"]):
+        e = Table(title="against real Enzyme (Enzyme-JAX cpp_call, same source, runs interleaved)")
+        for col in ("benchmark", "primal Enzyme", "primal enzcc", "grad Enzyme", "grad enzcc", "grad/primal Enzyme",
+                    "grad/primal enzcc", "enzcc/Enzyme (grad)", "Enzyme's gradient check"):
+            e.add_column(col, justify="left" if col in ("benchmark", "Enzyme's gradient check") else "right")
+        for b in results["benchmarks"]:
+            z = b.get("enzyme", {})
+            if "skipped" in z:
+                e.add_row(b["name"], *["-"] * 7, f"skipped: {z['skipped']}")
+                continue
+            chk = z.get("check") or {}
+            status = "[green]pass[/]" if z.get("ok") and chk.get("passed") else f"[red]FAIL[/] {z.get('error', '')[:60]}"
+            e.add_row(b["name"], fmt_time(z.get("primal_s")), fmt_time(b["primal_s"]), fmt_time(z.get("grad_s")),
+                      fmt_time(b["grad_after_opt_s"]), fmt_x(z.get("grad_primal_enzyme")), fmt_x(b["ratio_grad_primal"]),
+                      fmt_x(z.get("grad_enzcc_over_enzyme")), status)
+        console.print(e)
+        console.print("geomean of enzcc's gradient time over Enzyme's: "
+                      f"[bold]{fmt_x(results.get('geomean_grad_enzcc_over_enzyme'))}[/]")
+
     c = Table(title="compile time per stage (enzcc --time-report, seconds)")
     c.add_column("benchmark")
     c.add_column("AD mode")
@@ -275,6 +310,9 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=None, help="timed repetitions per measurement")
     ap.add_argument("--min-time", type=float, default=None, help="minimum seconds per timed repetition")
     ap.add_argument("--rounds", type=int, default=None, help="alternating runs of the two builds (samples pooled)")
+    ap.add_argument("--against-enzyme", action="store_true",
+                    help="also run each objective under real Enzyme (Enzyme-JAX, in a virtual environment of its "
+                         "own: bench/enzyme.py), interleaved with enzcc's runs, and report the ratios")
     args = ap.parse_args(argv)
 
     from rich.console import Console
@@ -312,18 +350,36 @@ def main(argv=None) -> int:
         builds_list = list(pool.map(lambda nm: compile_one(enzcc, nm[0], nm[1], args.build_dir), work))
     builds = {(n, m): b for (n, m), b in zip(work, builds_list)}
 
+    enzyme_python, enzyme_skip = None, ""
+    if args.against_enzyme:
+        from bench import enzyme
+
+        console.print("preparing Enzyme-JAX ...")
+        enzyme_python, enzyme_skip = enzyme.ensure_venv()
+        if enzyme_python is None:
+            console.print(f"[yellow]not comparing with Enzyme: {enzyme_skip}[/]")
+
     benchmarks = []
     for n in names:
         rounds: dict[str, list[dict]] = {m: [] for m in MODES if builds[(n, m)]["ok"]}
+        under_enzyme = enzyme_python is not None and n not in ENZYME_SKIPS
+        if under_enzyme:
+            rounds["enzyme"] = []
         console.print(f"running {n} ({settings['rounds']} round(s) of {', '.join(rounds) or 'nothing'}) ...")
         for r in range(settings["rounds"]):
             for m in rounds:
                 # the FD gradient is timed in the after-opt build only: it uses nothing but the primal
-                rounds[m].append(run_one(builds[(n, m)]["exe"], data_dir / f"{n}.txt", settings,
+                exe = enzyme.command(enzyme_python, HERE / f"{n}.c") if m == "enzyme" else builds[(n, m)]["exe"]
+                rounds[m].append(run_one(exe, data_dir / f"{n}.txt", settings,
                                          fd_time=(r == 0 and m == "after-opt"), check=(r == 0),
-                                         timeout=120 if args.quick else 600))
+                                         timeout=120 if args.quick and m != "enzyme" else 900))
         runs = {m: pool_rounds(rs) for m, rs in rounds.items()}
-        benchmarks.append(summarize(n, gen.SIZES[mode][n], {m: builds[(n, m)] for m in MODES}, runs))
+        summary = summarize(n, gen.SIZES[mode][n], {m: builds[(n, m)] for m in MODES}, runs)
+        if under_enzyme:
+            summary["enzyme"] = enzyme_summary(runs["enzyme"], summary)
+        elif args.against_enzyme:
+            summary["enzyme"] = {"skipped": enzyme_skip or ENZYME_SKIPS[n]}
+        benchmarks.append(summary)
 
     speedups = [b["speedup_after_vs_before"] for b in benchmarks]
     results = {
@@ -341,6 +397,8 @@ def main(argv=None) -> int:
         "geomean_speedup_after_vs_before": geomean(speedups),
         "geomean_speedup_after_vs_before_from_min": geomean([b["speedup_after_vs_before_from_min"]
                                                               for b in benchmarks]),
+        "geomean_grad_enzcc_over_enzyme": geomean([b["enzyme"]["grad_enzcc_over_enzyme"] for b in benchmarks
+                                                    if b.get("enzyme", {}).get("grad_enzcc_over_enzyme")]),
         "all_checks_passed": all(b["check"]["passed"] for b in benchmarks),
         "all_ok": all(b["ok"] for b in benchmarks),
         "suite_wall_s": None,
