@@ -93,7 +93,11 @@ def main(argv: list[str]) -> int:
     program_args = ["bench", *argv[1:]]
     text = PRELUDE + f'#include "{source}"\n' + WRAPPER.replace("ARGV", ", ".join(map(_c_string, program_args)))
     resource = subprocess.run(["clang-22", "-print-resource-dir"], capture_output=True, text=True).stdout.strip()
-    flags = ("-isystem", f"{resource}/include", "-I", str(source.parent), "-O2")
+    # the same target as enzcc's builds (clang's default: x86-64 without AVX, generic tuning). These are cc1
+    # flags; without them Enzyme-JAX's JIT compiles for this machine's CPU, and the comparison would measure the
+    # instruction set rather than the derivative. ENZCC_ENZYME_FLAGS replaces them.
+    flags = ("-isystem", f"{resource}/include", "-I", str(source.parent), "-O2",
+             *os.environ.get("ENZCC_ENZYME_FLAGS", "-target-cpu x86-64 -tune-cpu generic").split())
     call = jax.jit(lambda x: cpp_call(x, out_shapes=[jax.core.ShapedArray((1,), jnp.float64)], source=text,
                                       fn="f", argv=flags))
     status = int(call(jnp.zeros((1,), jnp.float64))[0][0])

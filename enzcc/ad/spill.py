@@ -14,7 +14,7 @@ import os
 
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
-from enzcc.ir.instructions import Alloca, Instruction, Phi
+from enzcc.ir.instructions import Alloca, GetElementPtr, Instruction, Load, Phi, Store
 from enzcc.ir.values import ConstantInt
 
 #: carried values from which the function's reverse code reads them from memory (``ENZCC_SPILL_THRESHOLD``
@@ -36,7 +36,7 @@ def spill_crossing_values(G, primal_blocks: list, once_blocks: list, exit_block)
         for inst in block.instructions:
             for i, op in enumerate(inst.operands):
                 if isinstance(op, Instruction) and op.parent is not None and id(op.parent) in once and \
-                        not isinstance(op, Alloca) and _storable(op.type):
+                        not isinstance(op, Alloca) and not op.is_terminator and _storable(op.type):
                     carried[id(op)] = op
                     sites.append((op, inst, i))
     if len(carried) <= int(os.environ.get("ENZCC_SPILL_THRESHOLD", THRESHOLD)):
@@ -56,21 +56,43 @@ def spill_crossing_values(G, primal_blocks: list, once_blocks: list, exit_block)
     buf = IRBuilder.before(first).call(malloc, [ConstantInt(T.i64, size)])
     IRBuilder.before(exit_block.terminator).call(free, [buf])
 
-    def address(b: IRBuilder, v) -> Instruction:
-        return b.gep(T.i8, buf, [ConstantInt(T.i64, offsets[id(v)])], inbounds=True)
+    # new instructions are collected per anchor and each block is rebuilt once (inserting them one by one
+    # would cost a search of the block each: quadratic in these long blocks)
+    before: dict[int, list] = {}
+    after: dict[int, list] = {}
+
+    def address(v) -> Instruction:
+        return GetElementPtr(T.i8, buf, [ConstantInt(T.i64, offsets[id(v)])], flags=["inbounds"])
 
     for v in carried.values():
-        b = IRBuilder.before(v.parent.first_non_phi) if isinstance(v, Phi) else IRBuilder.after(v)
-        b.store(v, address(b, v), volatile=True)
+        gep = address(v)
+        new = [gep, Store(v, gep, None, True)]
+        if isinstance(v, Phi):
+            before.setdefault(id(v.parent.first_non_phi), []).extend(new)
+        else:
+            after.setdefault(id(v), []).extend(new)
     loaded: dict[tuple[int, int], Instruction] = {}
     for v, user, i in sites:  # (in block order: the first user of a value in a block comes first)
         where = user.incoming_blocks[i] if isinstance(user, Phi) else user.parent
         key = (id(v), id(where))
         load = loaded.get(key)
         if load is None:
-            b = IRBuilder.before(where.terminator if isinstance(user, Phi) else user)
-            load = loaded[key] = b.load(v.type, address(b, v), volatile=True)
+            gep = address(v)
+            load = loaded[key] = Load(v.type, gep, None, True)
+            anchor = where.terminator if isinstance(user, Phi) else user
+            before.setdefault(id(anchor), []).extend([gep, load])
         user.set_operand(i, load)
+    for block in G.blocks:
+        if not any(id(i) in before or id(i) in after for i in block.instructions):
+            continue
+        rebuilt = []
+        for inst in block.instructions:
+            rebuilt += before.get(id(inst), ())
+            rebuilt.append(inst)
+            rebuilt += after.get(id(inst), ())
+        for inst in rebuilt:
+            inst.parent = block
+        block.instructions[:] = rebuilt
     return len(carried)
 
 

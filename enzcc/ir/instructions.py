@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 
 from . import types as T
 from .errors import IRError
-from .values import ConstantPoison, Use, Value
+from .values import ConstantPoison, GlobalRef, Use, Value
 
 if TYPE_CHECKING:  # pragma: no cover
     from .block import BasicBlock
@@ -876,7 +876,6 @@ class Call(Instruction):
     @property
     def callee_name(self) -> str | None:
         """Name of a directly called function, else None."""
-        from .values import GlobalRef
         c = self._operands[0]
         return c.symbol if isinstance(c, GlobalRef) else None
 
