@@ -8,7 +8,7 @@ SEED ?= 1
 O ?= 0,1,2,3
 FUZZ_ARGS ?=
 
-.PHONY: setup demo test bench fuzz fuzz-bad clean
+.PHONY: setup demo test bench bench-builds fuzz fuzz-bad clean
 
 setup:
 	@PYTHON=$(PYTHON) ./scripts/setup.sh
@@ -22,6 +22,10 @@ test: setup
 # the benchmark suite (README "Benchmarks"): results in bench/results/results.json
 bench: setup
 	$(PYTHON) -m bench $(BENCH_ARGS)
+
+# compile-time benchmarks against clang-22 (README "Compile time"): results in bench/results/builds.json
+bench-builds: setup
+	$(PYTHON) -m bench.builds $(BENCH_ARGS)
 
 # random self-checking programs through enzcc at each -O level: counts per class, reduced failures in build/fuzz
 fuzz: setup

@@ -68,3 +68,21 @@ def test_quick_suite(tmp_path, env):
             assert comp["ok"] and comp["report_parsed_ok"] and set(run.STAGES) <= set(comp["stages_s"]), (b["name"], m)
             assert comp["stages_s"]["ad"] > 0 and comp["stages_s"]["frontend"] > 0
     assert "geomean" in proc.stdout and "gradient check" in proc.stdout
+
+
+def test_quick_compile_time_benchmarks(tmp_path, env):
+    """bench.builds in quick mode (the generated project and the N-statement family; Lua needs a download): every
+    build succeeds and both compilers' times and peak memory are recorded."""
+    out = tmp_path / "builds.json"
+    proc = subprocess.run([sys.executable, "-m", "bench.builds", "--quick", "--only", "files,nstmt",
+                           "--build-dir", str(tmp_path / "b"), "--out", str(out), "--enzcc", "enzcc"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert res["python_start_s"] > 0
+    (files,) = res["projects"]
+    assert files["clang_s"] > 0 and files["enzcc_s"] > 0 and "error" not in files
+    assert [r["name"] for r in res["nstmt"]] == [100, 300]
+    for r in res["nstmt"]:
+        assert r["ratio"] > 0 and r["clang_peak_mb"] > 0 and r["enzcc_peak_mb"] > 0 and "error" not in r
+    assert "compile time" in proc.stdout
