@@ -370,7 +370,12 @@ class Driver:
         records = [r for it in items if it.kind == "bitcode" for r in it.records]
         archives = [(it.value, it.records) for it in items if it.kind == "archive"]
         output = self.inv.output or "a.out"
-        if records and not self.inv.is_nvptx and not self.inv.whole_object and self._native_link_will_do(items):
+        if records and not self.inv.is_nvptx and not self.inv.whole_object and self._links_natively(items):
+            for it in items:  # sources compiled by this link: their machine code, from the bitcode already made
+                if it.kind == "bitcode" and not it.native_code:
+                    with TIMES.stage("codegen", it.source.path):
+                        frontend_for(it.source.lang).codegen(self.request(it.source, it.value, it.value),
+                                                             it.records[0].bitcode)
             records = []  # nothing to differentiate: the machine code compiled per object is the program
         if self.inv.is_nvptx:
             if not records:
@@ -414,22 +419,15 @@ class Driver:
                 run([linker, *line, *extra, "-o", tmp], tool="linker")
         return 0
 
-    def _native_link_will_do(self, items: list[LinkItem]) -> bool:
+    @staticmethod
+    def _links_natively(items: list[LinkItem]) -> bool:
         """The fast path of a link: when no input calls an ``__enzyme_*`` function, the program is what the
-        native linker makes of the objects' own machine code (sources compiled by this link get theirs from the
-        bitcode already made); the whole-program rebuild is only for AD. False if some input has bitcode only."""
+        native linker makes of the objects' own machine code; the whole-program rebuild is only for AD. False
+        when an input other than a source of this link has bitcode only."""
         if any(b"__enzyme_" in r.bitcode for it in items for r in it.records):
             return False
-        if any(it.kind == "bitcode" and not it.native_code and it.source is None for it in items) or \
-                any(it.kind == "archive" and not it.native_code for it in items):
-            return False
-        for it in items:
-            if it.kind == "bitcode" and not it.native_code:
-                fe = frontend_for(it.source.lang)
-                req = self.request(it.source, it.value, it.value)
-                with TIMES.stage("codegen", it.source.path):
-                    fe.codegen(req, it.records[0].bitcode)
-        return True
+        return not any(it.kind == "bitcode" and not it.native_code and it.source is None for it in items) and \
+            not any(it.kind == "archive" and not it.native_code for it in items)
 
     def runtime_libraries(self, langs: set[str]) -> list[str]:
         """Native libraries the languages in the program need (Fortran and Rust runtimes)."""

@@ -59,7 +59,7 @@ class ClangFrontend(Frontend):
         cmd += ["-c", req.src, "-o", req.out_obj]
         run(cmd, tool="clang")
 
-    def bitcode(self, req: CompileRequest, deps: bool = False) -> bytes:
+    def bitcode(self, req: CompileRequest) -> bytes:
         out = req.tmp(".bc")
         cmd = [self.driver(req), *_x_args(req), *ATTRIBUTE_DEFINES, *req.compile_args, *req.lang_args,
                *_include_args(req), f"-O{min(req.level, 3)}"]
@@ -67,8 +67,6 @@ class ClangFrontend(Frontend):
             cmd += ["-Xclang", "-disable-O0-optnone"]
         else:
             cmd += ["-Xclang", "-disable-llvm-passes"]
-        if deps:
-            cmd += dependency_args(req)
         cmd += ["-Qunused-arguments", "-c", "-emit-llvm", req.src, "-o", out]
         run(cmd, capture=not req.show_diagnostics, tool="clang")
         with open(out, "rb") as fh:
@@ -96,12 +94,10 @@ class ClangFrontend(Frontend):
             raise EnzccError(f"clang put no bitcode into the object for {req.src}", req.src)
         return data
 
-    def codegen(self, req: CompileRequest, bitcode: bytes, written: str | None = None) -> None:
-        path = written
-        if path is None:
-            path = req.tmp(".bc")
-            with open(path, "wb") as fh:
-                fh.write(bitcode)
+    def codegen(self, req: CompileRequest, bitcode: bytes) -> None:
+        path = req.tmp(".bc")
+        with open(path, "wb") as fh:
+            fh.write(bitcode)
         # the flags that matter after the frontend (-O, -march, -fPIC, -ffunction-sections, -g...) are among
         # the compile flags; the others are unused for bitcode input
         cmd = [self.driver(req), *req.compile_args, *req.lang_args, "-Qunused-arguments"]
