@@ -123,10 +123,15 @@ class Activity:
         self.active_globals: list[GlobalRef] = []
         """The globals written by differentiated code (:mod:`enzcc.ad.globals`) this function uses."""
         module = getattr(fn, "module", None)
+        written = set()
         if module is not None:
-            from enzcc.ad.globals import active_globals, used_globals
+            from enzcc.ad.globals import active_globals
 
-            for name in sorted(active_globals(module) & used_globals(fn)):
+            written = active_globals(module)
+        if written:
+            from enzcc.ad.globals import used_globals
+
+            for name in sorted(written & used_globals(fn)):
                 g = module.global_ref(name)
                 self._mark(self.active_ptrs, g)
                 self.active_globals.append(g)

@@ -94,8 +94,6 @@ class ActiveGlobals:
     """Which globals of a module hold derivatives, and which of them each differentiated function reaches."""
 
     def __init__(self, module, prepared: dict[str, str]):
-        self.module = module
-        self.prepared = prepared
         self.names: set[str] = set()
         """Globals written by some prepared (differentiated) function."""
         self._calls: dict[str, set[str]] = {}

@@ -159,8 +159,8 @@ class Shadows:
                        user, fn=self.fn)
 
     def _zero_shadow_of_constant(self, v: Value):
-        """A constant global without pointers (a table of numbers, or a global differentiated code only reads) merged with memory that has derivatives:
-        its derivative is zero. Forward mode reads its shadow: a zero-filled constant of the same type. Reverse
+        """A constant global without pointers (a table of numbers, or a global that differentiated code only
+        reads) merged with memory that has derivatives: its derivative is zero. Forward mode reads its shadow: a zero-filled constant of the same type. Reverse
         mode adds adjoints into the shadow of what it read: a zero-filled global that only ever receives them
         (nothing reads it for a result, as the table cannot be written)."""
         from enzcc.ad.activity import has_pointer
