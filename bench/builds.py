@@ -28,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -95,10 +96,8 @@ double f{i}(const double *x, int n) {{
 """
 
 
-def project_main(n: int) -> str:
-    return ("#include <stdio.h>\ndouble f0(const double *x, int n);\n"
-            "int main(void) { double x[8] = {1, 2, 3, 4, 5, 6, 7, 8}; printf(\"%.6f\\n\", f0(x, 8)); return 0; }\n"
-            if n else "")
+PROJECT_MAIN = ("#include <stdio.h>\ndouble f0(const double *x, int n);\n"
+                "int main(void) { double x[8] = {1, 2, 3, 4, 5, 6, 7, 8}; printf(\"%.6f\\n\", f0(x, 8)); return 0; }\n")
 
 
 def timed(cmd: list[str], cwd: Path) -> float:
@@ -108,16 +107,19 @@ def timed(cmd: list[str], cwd: Path) -> float:
 
 
 def run_with_peak(cmd: list[str], cwd: Path) -> tuple[float, int, subprocess.CompletedProcess]:
-    """(wall seconds, peak resident KB, result); the peak is the child's own (``wait4``)."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    out = proc.stdout.read()
-    err = proc.stderr.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return wall, usage.ru_maxrss, subprocess.CompletedProcess(cmd, proc.returncode, out.decode(errors="replace"),
-                                                             err.decode(errors="replace"))
+    """(wall seconds, peak resident KB, result); the peak is the child's own (``wait4``). Its output goes to
+    temporary files, so that neither pipe can fill up while the child runs."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        return wall, usage.ru_maxrss, subprocess.CompletedProcess(cmd, proc.returncode,
+                                                                 out.read().decode(errors="replace"),
+                                                                 err.read().decode(errors="replace"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -234,7 +236,7 @@ def main(argv=None) -> int:
         n = sizes["files"]
         for i in range(n):
             (src / f"f{i}.c").write_text(project_file(i, n))
-        (src / "main.c").write_text(project_main(n))
+        (src / "main.c").write_text(PROJECT_MAIN)
         tasks.append(("project", f"files ({n + 1} C files)",
                       lambda cc, tag: build_files(cc, src, work / f"files-{tag}", args.jobs)))
     if "lua" in only:
