@@ -368,7 +368,7 @@ class IRBuilder:
         if in_entry:
             entry = self.function.entry_block
             pos = len(entry.phis())
-            if isinstance(count, Instruction):  # after what it is computed from (allocas come first)
+            if isinstance(count, Instruction):  # a computed count: after the other allocas, as it always went
                 while pos < len(entry.instructions) and isinstance(entry.instructions[pos], Alloca):
                     pos += 1
             if name is not None:
