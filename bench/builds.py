@@ -4,11 +4,14 @@
   linked: the drop-in build (``CC=enzcc``) against clang's.
 * ``lua``: Lua 5.4 built with its own makefile (``make -j2 CC=...``); the source comes from the ``lupa``
   source distribution on PyPI (skipped, with the reason, when it cannot be downloaded).
+* ``zlib``: zlib-ng in zlib-compatible mode (``CC=... ./configure --zlib-compat``, untimed, then a timed
+  ``make -j2``: static and shared library and its test programs), from the ``zlib-ng`` source distribution on
+  PyPI (skipped likewise).
 * ``nstmt``: one differentiated function of N generated straight-line statements (math calls, three
   variables), ``enzcc -O2 -c`` (AD included) against ``clang-22 -O2 -c`` of the same file, with peak memory.
 * ``suite``: each ``bench/`` objective, ``enzcc -O2 -c`` (AD included) against ``clang-22 -O2 -c``.
 
-    python3 -m bench.builds [--quick] [--only files,lua,nstmt,suite] [--rounds N] [--out FILE]
+    python3 -m bench.builds [--quick] [--only files,lua,zlib,nstmt,suite] [--rounds N] [--out FILE]
 
 Writes ``bench/results/builds.json`` (``builds-quick.json`` with ``--quick``) and prints a table. The enzcc
 used is the console script installed next to this Python (not a shim in front of it), and the time a bare
@@ -41,6 +44,9 @@ from bench import gen  # noqa: E402
 CLANG = "clang-22"
 LUA_SDIST = "lupa==2.8"
 LUA_FLAGS = ["MYCFLAGS=-std=c99 -DLUA_USE_LINUX", "MYLIBS=-ldl"]
+#: the zlib-ng 1.1.0 source distribution on PyPI (pip refuses to download it: its metadata says version 0.0.0)
+ZLIB_SDIST = ("https://files.pythonhosted.org/packages/25/c8/"
+              "2914b13c7972dccf8774947ffe781b761b483aa190e55a4aa89886982daa/zlib_ng-1.1.0.tar.gz")
 SIZES = {"full": {"files": 100, "nstmt": [1000, 4000, 16000], "rounds": 3},
          "quick": {"files": 12, "nstmt": [100, 300], "rounds": 1}}
 
@@ -170,6 +176,47 @@ def fetch_lua(data: Path) -> tuple[Path | None, str]:
     return target, ""
 
 
+def fetch_zlib(data: Path) -> tuple[Path | None, str]:
+    """zlib-ng's sources (configure + Makefile) from its source distribution on PyPI, cached under ``data``."""
+    import urllib.request
+
+    target = data / "zlib-ng"
+    if (target / "configure").is_file():
+        return target, ""
+    data.mkdir(parents=True, exist_ok=True)
+    tar = data / ZLIB_SDIST.rsplit("/", 1)[1]
+    try:
+        with urllib.request.urlopen(ZLIB_SDIST, timeout=120) as r:
+            tar.write_bytes(r.read())
+    except Exception as exc:  # (no network)
+        return None, f"cannot download the zlib-ng source distribution: {exc}"
+    with tarfile.open(tar) as tf:
+        for m in tf.getmembers():
+            if "/zlib-ng/" in m.name and m.isfile():
+                m.name = m.name.split("/zlib-ng/", 1)[1]
+                tf.extract(m, target)
+    if not (target / "configure").is_file():
+        return None, f"{tar.name} has no zlib-ng/configure"
+    return target, ""
+
+
+def build_zlib(cc: str, src: Path, out: Path, jobs: int) -> tuple[float, str]:
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.copytree(src, out)
+    conf = subprocess.run(["sh", "./configure", "--zlib-compat"], cwd=out, env={**os.environ, "CC": cc},
+                          capture_output=True, text=True)
+    if conf.returncode:
+        return 0.0, f"configure failed: {(conf.stdout + conf.stderr).strip()[-400:]}"
+    start = time.perf_counter()
+    r = subprocess.run(["make", "-s", f"-j{jobs}"], cwd=out, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if r.returncode:
+        return wall, (r.stderr.strip() or r.stdout.strip())[-500:]
+    run = subprocess.run(f"echo enzcc | {out / 'minigzip'} | {out / 'minigzip'} -d", shell=True,
+                         capture_output=True, text=True)
+    return wall, "" if run.stdout.strip() == "enzcc" else f"minigzip round trip gave {run.stdout!r}"
+
+
 def build_lua(cc: str, src: Path, out: Path, jobs: int) -> tuple[float, str]:
     shutil.rmtree(out, ignore_errors=True)
     shutil.copytree(src, out)
@@ -194,7 +241,7 @@ def ratio(a, b):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m bench.builds", description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small sizes, one round (for the tests)")
-    ap.add_argument("--only", default="", help="comma-separated: files, lua, nstmt, suite (default: all)")
+    ap.add_argument("--only", default="", help="comma-separated: files, lua, zlib, nstmt, suite (default: all)")
     ap.add_argument("--rounds", type=int, default=None, help="alternating rounds of clang and enzcc")
     ap.add_argument("--jobs", type=int, default=2, help="parallel compiles in project builds (default 2)")
     ap.add_argument("--enzcc", default=None, help="the enzcc to measure (default: the one installed with this "
@@ -211,7 +258,7 @@ def main(argv=None) -> int:
     mode = "quick" if args.quick else "full"
     sizes = SIZES[mode]
     rounds = args.rounds or sizes["rounds"]
-    only = [x for x in args.only.split(",") if x] or ["files", "lua", "nstmt", "suite"]
+    only = [x for x in args.only.split(",") if x] or ["files", "lua", "zlib", "nstmt", "suite"]
     beside = Path(sys.executable).parent / "enzcc"
     enzcc = args.enzcc or (str(beside) if beside.is_file() else shutil.which("enzcc") or "enzcc")
     if shutil.which(CLANG) is None:
@@ -246,6 +293,13 @@ def main(argv=None) -> int:
         else:
             tasks.append(("project", "lua 5.4 (make)", lambda cc, tag: build_lua(cc, lua, work / f"lua-{tag}",
                                                                                 args.jobs)))
+    if "zlib" in only:
+        zsrc, why = fetch_zlib(data)
+        if zsrc is None:
+            results["skipped"]["zlib"] = why
+        else:
+            tasks.append(("project", "zlib-ng 1.1 (configure; timed: make)",
+                          lambda cc, tag: build_zlib(cc, zsrc, work / f"zlib-{tag}", args.jobs)))
     nst_dir = work / "nstmt"
     if "nstmt" in only:
         nst_dir.mkdir(parents=True, exist_ok=True)
