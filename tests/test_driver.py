@@ -341,3 +341,11 @@ def test_target_cpus_llvm_cannot_use_are_errors_not_aborts(enzcc):
     line = _one_line_error(enzcc("-c", "-march=bogus", "plain.ll", "-o", "plain.o", check=False))
     assert "unknown target CPU 'bogus'" in line and not (enzcc.cwd / "plain.o").exists()
     enzcc("-c", "-march=skylake", "plain.ll", "-o", "plain.o")
+
+
+def test_lto_objects_are_a_clear_error(enzcc):
+    """-flto makes clang write bitcode instead of a native object: one line that says so, no output."""
+    enzcc.write("f.c", "int f(int x) { return x + 1; }\n")
+    r = enzcc("-flto", "-O2", "-c", "f.c", "-o", "f.o", check=False)
+    assert r.returncode == 1 and r.stderr.strip().count("\n") == 0 and "drop -flto" in r.stderr
+    assert not (enzcc.cwd / "f.o").exists()

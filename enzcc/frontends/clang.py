@@ -89,7 +89,11 @@ class ClangFrontend(Frontend):
         cmd += ["-Xclang", "-fembed-bitcode=all", "-c", req.src, "-o", req.out_obj]
         run(cmd, tool="clang")
         with open(req.out_obj, "rb") as fh:
-            data = elf_section(fh.read(), ".llvmbc")
+            obj = fh.read()
+        if obj[:4] in (b"BC\xc0\xde", b"\xde\xc0\x17\x0b"):  # (raw or wrapped bitcode: -flto, -emit-llvm)
+            raise EnzccError("this compile makes an LLVM bitcode object (-flto?); enzcc -c makes native objects "
+                             "that carry their bitcode for AD at the link: drop -flto", req.src)
+        data = elf_section(obj, ".llvmbc")
         if not data:
             raise EnzccError(f"clang put no bitcode into the object for {req.src}", req.src)
         return data
