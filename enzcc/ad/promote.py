@@ -47,7 +47,6 @@ def promote_single_block_slots(fn, slots: list[Alloca]) -> int:
     if not plans:
         return 0
     positions: dict[int, dict[int, int]] = {}
-    dead: set[int] = set()
     dead_insts = []
     count = 0
     for slot, init, block, accesses in plans:
@@ -75,8 +74,7 @@ def promote_single_block_slots(fn, slots: list[Alloca]) -> int:
             count += 1
             continue
         # (not promoted: the loads replaced before the break got the value they would have read)
-    for inst in dead_insts:
-        dead.add(id(inst))
+    dead = {id(inst) for inst in dead_insts}
     touched = set()
     for inst in dead_insts:
         inst.drop_all_references()

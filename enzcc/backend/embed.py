@@ -93,14 +93,15 @@ def embed(obj_path: str, records: list[BitcodeRecord], workdir: str) -> None:
     :data:`CLANG_SECTIONS`."""
     with open(obj_path, "rb") as fh:
         data = fh.read()
-    grown = add_elf_section(data, SECTION, pack_records(records), drop=CLANG_SECTIONS)
+    packed = pack_records(records)
+    grown = add_elf_section(data, SECTION, packed, drop=CLANG_SECTIONS)
     if grown is not None:
         with open(obj_path, "wb") as fh:
             fh.write(grown)
         return
     payload = os.path.join(workdir, os.path.basename(obj_path) + ".enzccbc")
     with open(payload, "wb") as fh:
-        fh.write(pack_records(records))
+        fh.write(packed)
     objcopy = find_tool("llvm-objcopy")
     remove = [a for name in CLANG_SECTIONS for a in ("--remove-section", name)]
     run([objcopy, *remove, "--add-section", f"{SECTION}={payload}",
