@@ -1,0 +1,130 @@
+// One generic XLA FFI handler ("enzcc_call") through which enzcc_plugins.jax calls every kernel that
+// enzcc_plugins.build compiles (plugins/ABI.md): NAME_enzcc_primal(a), NAME_enzcc_vjp(a, d),
+// NAME_enzcc_jvp(a, d) and NAME_enzcc_vjp_jvp(a, d, ta, td).
+//
+// The handler knows nothing about a kernel but what its attributes say:
+//   fn          address of the entry point (an int64: the library is loaded by Python and stays loaded)
+//   arrays      how many pointer arrays the entry point takes: 1 (a), 2 (a, d) or 4 (a, d, ta, td)
+//   slot_kind   arrays * P entries (P = the C function's parameter count), array by array, each saying where
+//   slot_index  that pointer comes from: 0 NULL, 1 operand slot_index, 2 result slot_index,
+//               3 the address of ints[slot_index]
+//   ints        integer parameters, each an 8-byte cell holding the C type's bytes (Python packs them)
+//   zero        results set to zero before the call (gradients are accumulated with +=)
+//   batch       B: the call runs B times (jax.vmap); every result has a leading axis of B, an operand has one
+//               when batched[operand] is 1 (item b then starts at byte b * size / B), else all items share it
+//   batched     one flag per operand
+//
+// Seeds (the cotangents of outputs, which the vjp entry consumes) arrive as results aliased to operands
+// (XLA's input/output aliasing copies them when the caller still needs them), so no operand is ever written.
+//
+// Built by enzcc_plugins.jax with clang++ -std=c++17 against jax.ffi.include_dir(); see _handler_library().
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+using Entry1 = void (*)(void *const *);
+using Entry2 = void (*)(void *const *, void *const *);
+using Entry4 = void (*)(void *const *, void *const *, void *const *, void *const *);
+
+enum SlotKind : int64_t { kNull = 0, kOperand = 1, kResult = 2, kInt = 3 };
+
+struct Region {
+  char *base;
+  size_t stride;  // bytes between batch items; 0: shared by all items
+};
+
+ffi::Error EnzccCallImpl(ffi::RemainingArgs args, ffi::RemainingRets rets, int64_t fn, int64_t arrays,
+                         ffi::Span<const int64_t> slot_kind, ffi::Span<const int64_t> slot_index,
+                         ffi::Span<const int64_t> ints, ffi::Span<const int64_t> zero, int64_t batch,
+                         ffi::Span<const int64_t> batched) {
+  if (fn == 0) return ffi::Error::InvalidArgument("enzcc_call: null entry point");
+  if (arrays != 1 && arrays != 2 && arrays != 4)
+    return ffi::Error::InvalidArgument("enzcc_call: arrays must be 1, 2 or 4");
+  if (slot_kind.size() != slot_index.size() || slot_kind.size() % arrays != 0)
+    return ffi::Error::InvalidArgument("enzcc_call: slot_kind and slot_index disagree");
+  if (batch < 1) return ffi::Error::InvalidArgument("enzcc_call: batch must be at least 1");
+  if (batched.size() != args.size())
+    return ffi::Error::InvalidArgument("enzcc_call: one batched flag per operand expected");
+  const size_t B = static_cast<size_t>(batch);
+
+  std::vector<Region> in(args.size()), out(rets.size());
+  for (size_t j = 0; j < args.size(); ++j) {
+    auto buf = args.get<ffi::AnyBuffer>(j);
+    if (buf.has_error()) return buf.error();
+    size_t bytes = buf->size_bytes();
+    if (batched[j] && bytes % B) return ffi::Error::InvalidArgument("enzcc_call: operand not divisible by batch");
+    in[j] = {static_cast<char *>(buf->untyped_data()), batched[j] ? bytes / B : 0};
+  }
+  for (size_t k = 0; k < rets.size(); ++k) {
+    auto buf = rets.get<ffi::AnyBuffer>(k);
+    if (buf.has_error()) return buf.error();
+    size_t bytes = (*buf)->size_bytes();
+    if (bytes % B) return ffi::Error::InvalidArgument("enzcc_call: result not divisible by batch");
+    out[k] = {static_cast<char *>((*buf)->untyped_data()), bytes / B};
+  }
+  for (int64_t k : zero) {
+    if (k < 0 || static_cast<size_t>(k) >= out.size())
+      return ffi::Error::InvalidArgument("enzcc_call: zero names no result");
+    std::memset(out[k].base, 0, out[k].stride * B);
+  }
+  std::vector<int64_t> cells(ints.begin(), ints.end());  // writable, 8-byte aligned copies
+
+  const size_t n = slot_kind.size();
+  for (size_t i = 0; i < n; ++i) {
+    int64_t idx = slot_index[i];
+    bool ok = true;
+    switch (slot_kind[i]) {
+      case kNull: break;
+      case kOperand: ok = idx >= 0 && static_cast<size_t>(idx) < in.size(); break;
+      case kResult: ok = idx >= 0 && static_cast<size_t>(idx) < out.size(); break;
+      case kInt: ok = idx >= 0 && static_cast<size_t>(idx) < cells.size(); break;
+      default: ok = false;
+    }
+    if (!ok) return ffi::Error::InvalidArgument("enzcc_call: bad slot " + std::to_string(i));
+  }
+
+  std::vector<void *> ptrs(n);
+  for (size_t b = 0; b < B; ++b) {
+    for (size_t i = 0; i < n; ++i) {
+      int64_t idx = slot_index[i];
+      switch (slot_kind[i]) {
+        case kOperand: ptrs[i] = in[idx].base + b * in[idx].stride; break;
+        case kResult: ptrs[i] = out[idx].base + b * out[idx].stride; break;
+        case kInt: ptrs[i] = &cells[idx]; break;
+        default: ptrs[i] = nullptr;
+      }
+    }
+    const size_t P = n / arrays;
+    void *const *p = ptrs.data();
+    if (arrays == 1)
+      reinterpret_cast<Entry1>(fn)(p);
+    else if (arrays == 2)
+      reinterpret_cast<Entry2>(fn)(p, p + P);
+    else
+      reinterpret_cast<Entry4>(fn)(p, p + P, p + 2 * P, p + 3 * P);
+  }
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(EnzccCall, EnzccCallImpl,
+                              ffi::Ffi::Bind()
+                                  .RemainingArgs()
+                                  .RemainingRets()
+                                  .Attr<int64_t>("fn")
+                                  .Attr<int64_t>("arrays")
+                                  .Attr<ffi::Span<const int64_t>>("slot_kind")
+                                  .Attr<ffi::Span<const int64_t>>("slot_index")
+                                  .Attr<ffi::Span<const int64_t>>("ints")
+                                  .Attr<ffi::Span<const int64_t>>("zero")
+                                  .Attr<int64_t>("batch")
+                                  .Attr<ffi::Span<const int64_t>>("batched"));
