@@ -1,11 +1,16 @@
-"""enzcc_plugins: call C functions compiled by enzcc from Python frameworks, with gradients synthesized by enzcc.
+"""enzcc_plugins: call functions compiled by enzcc from Python frameworks, with derivatives synthesized by enzcc.
 
-- :func:`enzcc_plugins.load` (framework-independent): compile ``void f(const T *in, size_t n, T *out)`` and
-  its gradient into a cached shared library and call it through ctypes.
-- ``enzcc_plugins.torch.enzyme(source, name)``: a ``torch.autograd.Function`` (needs PyTorch).
-- ``enzcc_plugins.jax.enzyme(source, name)``: a ``jax.custom_vjp`` function (needs JAX).
+- :func:`enzcc_plugins.load_kernel` (framework-independent): declare a C, C++, Fortran or Rust function's
+  parameters (:func:`In`, :func:`Out`, :func:`Scalar`, :func:`Int`), compile it with its derivatives into a
+  cached shared library (entry points of plugins/ABI.md) and call it from NumPy.
+- :func:`enzcc_plugins.load`: the seed's one-array ``void f(const T *in, size_t n, T *out)`` through ctypes.
+- ``enzcc_plugins.torch.enzyme(source, name, ...)``: a PyTorch custom op (needs PyTorch).
+- ``enzcc_plugins.jax.enzyme(source, name, ...)``: a JAX function (needs JAX).
 """
 
-from .build import EnzccBuildError, Kernel, cache_dir, detect_dtype, load, normalize_dtype
+from .build import (ArraySpec, CompiledKernel, EnzccBuildError, In, Int, Kernel, Out, Plan, PrototypeError, Scalar,
+                    SecondOrderError, ShapeError, cache_dir, detect_dtype, load, load_kernel, normalize_dtype)
 
-__all__ = ["EnzccBuildError", "Kernel", "cache_dir", "detect_dtype", "load", "normalize_dtype"]
+__all__ = ["ArraySpec", "CompiledKernel", "EnzccBuildError", "In", "Int", "Kernel", "Out", "Plan", "PrototypeError",
+           "Scalar", "SecondOrderError", "ShapeError", "cache_dir", "detect_dtype", "load", "load_kernel",
+           "normalize_dtype"]

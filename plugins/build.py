@@ -1,22 +1,28 @@
-"""The framework-independent part: compile a C function and its enzcc gradient into a cached shared library.
+"""The framework-independent part: compile a function and its enzcc derivatives into a cached shared library.
 
-The C function must have the signature ``void f(const T *in, size_t n, T *out)`` with ``T`` ``float`` or
-``double`` (``int n`` or a non-const ``in`` work too: the wrapper calls ``f`` through its prototype). enzcc
-compiles the source together with a generated wrapper that exports
+A kernel is declared by its C parameters, in order (see plugins/ABI.md, "Python side")::
 
-- ``f_enzcc_fwd(const T *in, size_t n, T *out)``: calls ``f``;
-- ``f_enzcc_grad(const T *in, T *din, size_t n, T *out, T *dout)``: ``__enzyme_autodiff`` of ``f_enzcc_fwd``
-  with ``enzyme_dup, in, din, enzyme_const, n, enzyme_dupnoneed, out, dout``: ``din`` accumulates (``+=``)
-  the vector-Jacobian product with the seed ``dout``, which is consumed (zeroed), and ``out`` is scratch.
+    from enzcc_plugins import In, Out, Scalar, Int, load_kernel
+    k = load_kernel("f.c", "f", [In("x", shape=("n",)), Int("n"), Scalar("alpha"), Out("y", shape=("n",))])
+    y = k(x, 0.5)
+
+enzcc compiles the source (C, C++ ``extern "C"``, Fortran ``bind(c)`` or Rust ``#[no_mangle] extern "C"``)
+with a generated C wrapper exporting ``NAME_enzcc_primal``, ``NAME_enzcc_vjp`` (``__enzyme_autodiff``) and
+``NAME_enzcc_jvp`` (``__enzyme_fwddiff``), each taking arrays of argument addresses (plugins/ABI.md); the
+second-order ``NAME_enzcc_vjp_jvp`` (forward over reverse) is built into a second library on first use.
+Before the wrapper is built, the source alone is compiled to bitcode and the function's LLVM type (and,
+for array element types, its debug info) is checked against the declaration, so a mismatch is a
+:class:`PrototypeError` naming the parameter, never a call through the wrong prototype.
 
 Libraries are cached in a content-addressed directory (``$XDG_CACHE_HOME/enzcc/plugins``, by default
 ``~/.cache/enzcc/plugins``; ``ENZCC_PLUGINS_CACHE`` overrides it), keyed by the source text, the function
-name, the type, the flags and the enzcc version. A library is built in a private temporary directory and
-renamed into place under a lock, so concurrent processes are safe and never see a partial file.
+name, the declaration's kinds and types, the flags and the enzcc version. A library is built in a private
+temporary directory and renamed into place under a lock, so concurrent processes are safe and never see a
+partial file.
 
-``load(source, name)`` returns a :class:`Kernel`; its ``forward`` / ``backward`` take NumPy arrays, buffers
-(``array.array``) or sequences of numbers, and the ``*_ptr`` variants take raw addresses (used by the
-PyTorch and JAX integrations).
+The seed API stays: ``load(source, name)`` returns a :class:`Kernel` for ``void f(const T *in, size_t n,
+T *out)`` with ``forward`` / ``backward`` on NumPy arrays, buffers or sequences, and ``*_ptr`` variants on raw
+addresses.
 """
 
 from __future__ import annotations
@@ -24,7 +30,9 @@ from __future__ import annotations
 import array
 import ctypes
 import hashlib
+import inspect
 import json
+import math
 import os
 import re
 import shutil
@@ -32,38 +40,63 @@ import subprocess
 import sys
 import tempfile
 import threading
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 try:
     import fcntl
 except ImportError:  # pragma: no cover - not POSIX: concurrent builds are still safe (atomic rename)
     fcntl = None
 
-__all__ = ["EnzccBuildError", "Kernel", "load", "cache_dir", "normalize_dtype", "detect_dtype"]
+__all__ = ["EnzccBuildError", "PrototypeError", "SecondOrderError", "ShapeError", "In", "Out", "Scalar", "Int",
+           "ArraySpec", "Plan", "CompiledKernel", "load_kernel", "Kernel", "load", "cache_dir", "normalize_dtype",
+           "detect_dtype", "WRAPPER_ABI"]
 
 #: bumped whenever the generated wrapper or the build command changes meaning (part of the cache key)
-WRAPPER_ABI = 2
+WRAPPER_ABI = 3
 
 _CTYPES = {"float32": ctypes.c_float, "float64": ctypes.c_double}
 _C_NAMES = {"float32": "float", "float64": "double"}
 _TYPECODES = {"float32": "f", "float64": "d"}
+_LLVM_FLOATS = {"float": "float32", "double": "float64"}
 _DTYPE_ALIASES = {
     "float32": "float32", "float": "float32", "f": "float32", "f4": "float32", "single": "float32",
     "float64": "float64", "double": "float64", "d": "float64", "f8": "float64",
 }
 _NATIVE = "@=<" if sys.byteorder == "little" else "@=>"  # buffer format prefixes meaning native order
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_LANGS = {".c": "c", ".cc": "c++", ".cpp": "c++", ".cxx": "c++", ".c++": "c++", ".C": "c++",
+          ".f": "fortran", ".for": "fortran", ".f77": "fortran", ".f90": "fortran", ".f95": "fortran",
+          ".f03": "fortran", ".f08": "fortran", ".F": "fortran", ".F90": "fortran", ".F95": "fortran",
+          ".rs": "rust"}
+_LANG_NAMES = {"c": "c", "c++": "c++", "cxx": "c++", "cpp": "c++", "fortran": "fortran", "rust": "rust"}
+_LANG_SUFFIX = {"c": ".c", "c++": ".cpp", "fortran": ".f90", "rust": ".rs"}
 
 
 class EnzccBuildError(RuntimeError):
-    """enzcc could not build the function or its gradient. ``str()`` starts with enzcc's one-line error;
+    """enzcc could not build the function or its derivatives. ``str()`` starts with enzcc's one-line error;
     ``.output`` holds everything the compiler printed and ``.command`` the command line."""
 
     def __init__(self, message: str, output: str = "", command: Sequence[str] = ()):
         super().__init__(message)
         self.output = output
         self.command = list(command)
+
+
+class PrototypeError(EnzccBuildError):
+    """The declaration does not match the function's prototype (count, kind or type of a parameter)."""
+
+
+class SecondOrderError(EnzccBuildError):
+    """enzcc cannot build the second-order entry point (forward over reverse) of this function."""
+
+
+class ShapeError(ValueError):
+    """An argument's shape does not fit the declaration (the message names the argument)."""
+
+
+# --- dtypes ------------------------------------------------------------------------------------------------
 
 
 def normalize_dtype(dtype) -> str:
@@ -79,7 +112,7 @@ def normalize_dtype(dtype) -> str:
         if not isinstance(name, str):  # pragma: no cover - defensive
             name = str(dtype)
     key = name.strip().lower()
-    for prefix in ("torch.", "numpy.", "np.", "jnp.", "jax.numpy."):
+    for prefix in ("torch.", "numpy.", "np.", "jnp.", "jax.numpy.", "tf.", "tensorflow."):
         if key.startswith(prefix):
             key = key[len(prefix):]
     if key not in _DTYPE_ALIASES:
@@ -89,8 +122,8 @@ def normalize_dtype(dtype) -> str:
 
 
 def detect_dtype(source_text: str, name: str) -> str | None:
-    """The element type of ``name``'s first parameter as declared in the source ('float32'/'float64'),
-    or None when the source does not tell (e.g. a macro type)."""
+    """The element type of ``name``'s first parameter as declared in C source text ('float32'/'float64'),
+    or None when the text does not tell (e.g. a macro type). load() reads the compiled prototype instead."""
     pat = re.compile(r"\b" + re.escape(name) + r"\s*\(\s*(?:const\s+)?(float|double)\b(?:\s+const\b)?\s*\*")
     found = {m.group(1) for m in pat.finditer(_strip_comments(source_text))}
     if len(found) == 1:
@@ -100,6 +133,174 @@ def detect_dtype(source_text: str, name: str) -> str | None:
 
 def _strip_comments(text: str) -> str:
     return re.sub(r"/\*.*?\*/|//[^\n]*", " ", text, flags=re.S)
+
+
+# --- declarations ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ArraySpec:
+    """What a shape callable sees of an input array: its shape and dtype."""
+
+    shape: tuple
+    dtype: str | None = None
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+
+@dataclass(frozen=True)
+class Param:
+    """One C parameter of a kernel. Build it with :func:`In`, :func:`Out`, :func:`Scalar` or :func:`Int`."""
+
+    name: str
+    kind: str                      # "in", "out", "scalar", "int"
+    dtype: str | None = None       # float32/float64 (filled in by load_kernel); None for ints
+    const: bool = False
+    shape: Any = None              # In: None / tuple / callable; Out: tuple / callable
+    value: Any = None              # Int: None / int / callable
+    index: int = -1                # C position (filled in by load_kernel)
+    ctype: str | None = None       # Int: the C integer type the function takes (filled in by load_kernel)
+
+    @property
+    def differentiable(self) -> bool:
+        """An input array or float scalar that takes a gradient."""
+        return self.kind in ("in", "scalar") and not self.const
+
+    @property
+    def is_array(self) -> bool:
+        return self.kind in ("in", "out")
+
+    def describe(self) -> str:
+        """How the declaration reads, e.g. ``In(float64, const)``."""
+        kind = {"in": "In", "out": "Out", "scalar": "Scalar", "int": "Int"}[self.kind]
+        extra = [self.dtype] if self.dtype else []
+        if self.const:
+            extra.append("const")
+        return f"{kind}({', '.join(extra)})"
+
+
+def _check_name(name) -> str:
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"parameter names must be Python identifiers, got {name!r}")
+    return name
+
+
+def _opt_dtype(dtype) -> str | None:
+    return None if dtype is None else normalize_dtype(dtype)
+
+
+def _check_shape_decl(name: str, shape, output: bool):
+    if shape is None or callable(shape):
+        return shape
+    if isinstance(shape, (int, str)) or not isinstance(shape, (tuple, list)):
+        raise TypeError(f"{name}: shape must be a tuple (entries int, str or None) or a callable, got {shape!r}")
+    for s in shape:
+        if s is None and output:
+            raise TypeError(f"{name}: an output's shape cannot have None extents: {tuple(shape)!r}")
+        if not (s is None or isinstance(s, str) or (isinstance(s, int) and not isinstance(s, bool) and s >= 0)):
+            raise TypeError(f"{name}: shape entries must be non-negative ints, names or None, got {s!r}")
+    return tuple(shape)
+
+
+def In(name: str, *, dtype=None, shape=None, const: bool = False) -> Param:
+    """An input array (``const T *``), C-contiguous. shape: None (any), a tuple of ints / names of Int
+    parameters or symbols / None, or a callable of other parameters returning the expected shape.
+    const=True: no gradient (``enzyme_const``)."""
+    name = _check_name(name)
+    return Param(name, "in", _opt_dtype(dtype), bool(const), _check_shape_decl(name, shape, False))
+
+
+def Out(name: str, shape, *, dtype=None) -> Param:
+    """An output array (``T *``) the function writes entirely. shape: a tuple of ints / names of Int
+    parameters, or a callable of the inputs (as :class:`ArraySpec`) and Int values returning a tuple."""
+    name = _check_name(name)
+    if shape is None:
+        raise TypeError(f"{name}: an output needs shape= (a tuple, or a callable of the inputs and ints)")
+    return Param(name, "out", _opt_dtype(dtype), False, _check_shape_decl(name, shape, True))
+
+
+def Scalar(name: str, *, dtype=None, const: bool = False) -> Param:
+    """A float scalar (``float``/``double`` by value), a 0-d input; differentiable unless const=True."""
+    return Param(_check_name(name), "scalar", _opt_dtype(dtype), bool(const))
+
+
+def Int(name: str, value=None) -> Param:
+    """An integer parameter (any C integer type), never differentiated. value: None (bound from an input
+    extent of that name, else a call argument), an int (a constant) or a callable of the inputs and other
+    ints."""
+    name = _check_name(name)
+    if not (value is None or callable(value) or (isinstance(value, int) and not isinstance(value, bool))):
+        raise TypeError(f"Int {name!r}: value must be None, an int or a callable, got {value!r}")
+    return Param(name, "int", None, False, None, value)
+
+
+def _callable_args(fn, owner: str, names: Mapping[str, Param]) -> tuple[str, ...]:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{owner}: cannot read the parameters of {fn!r}: {e}") from None
+    args = []
+    for p in sig.parameters.values():
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            raise TypeError(f"{owner}: the callable must name its parameters (no *args/**kwargs)")
+        if p.name not in names:
+            if p.default is not p.empty:
+                continue
+            raise ValueError(f"{owner}: the callable's parameter {p.name!r} is not a parameter of the kernel "
+                             f"(known: {', '.join(names)})")
+        if names[p.name].kind not in ("in", "int"):
+            raise ValueError(f"{owner}: the callable's parameter {p.name!r} is a {names[p.name].describe()}; "
+                             f"only inputs (their shapes) and Int values can be used")
+        args.append(p.name)
+    return tuple(args)
+
+
+def _normalize_params(params: Sequence[Param], dtype: str | None) -> list[Param]:
+    if isinstance(params, Param) or not isinstance(params, (list, tuple)):
+        raise TypeError("params must be a list of In(...), Out(...), Scalar(...), Int(...) in the C order")
+    out, names = [], {}
+    for i, p in enumerate(params):
+        if not isinstance(p, Param):
+            raise TypeError(f"parameter {i} must be In(...), Out(...), Scalar(...) or Int(...), got {p!r}")
+        if p.name in names:
+            raise ValueError(f"parameter name {p.name!r} is used twice")
+        q = Param(p.name, p.kind, p.dtype or (dtype if p.kind != "int" else None), p.const, p.shape, p.value, i)
+        names[p.name] = q
+        out.append(q)
+    for p in out:
+        for what in (p.shape, p.value):
+            if callable(what):
+                _callable_args(what, p.name, names)
+        if isinstance(p.shape, tuple):
+            for s in p.shape:
+                if isinstance(s, str) and s in names and names[s].kind != "int":
+                    raise ValueError(f"{p.name}: shape entry {s!r} names a {names[s].describe()}, not an Int")
+                if p.kind == "out" and isinstance(s, str) and s not in names and not _symbol_in_inputs(s, out):
+                    raise ValueError(f"{p.name}: shape entry {s!r} is neither an Int parameter nor an extent "
+                                     f"name used by an input")
+    return out
+
+
+def _symbol_in_inputs(sym: str, params: Sequence[Param]) -> bool:
+    return any(p.kind == "in" and isinstance(p.shape, tuple) and sym in p.shape for p in params)
+
+
+@dataclass
+class Plan:
+    """The resolved sizes of one call: every Int's value and every parameter's shape (``()`` for scalars)."""
+
+    ints: dict
+    shapes: dict
+    int_values: tuple = ()
+
+
+# --- cache and compiler ---------------------------------------------------------------------------------------
 
 
 def cache_dir() -> Path:
@@ -174,98 +375,323 @@ def _c_string(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
-def wrapper_source(source_text: str, source_path: str, name: str, dtype: str) -> str:
-    """One translation unit: the user's source (``#line`` keeps its file name and line numbers in
-    diagnostics) followed by the forward and gradient entry points."""
-    T = _C_NAMES[dtype]
+# --- the prototype check ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Prototype:
+    llvm: list            # LLVM type names of the parameters ("ptr", "double", "i32", ...)
+    elem: list            # element / value dtype from debug info ("float32"/"float64"/None) per parameter
+    text: str             # e.g. "void (ptr, i64, ptr)"
+
+
+def _read_prototype(obj: Path, name: str, source: str, lang: str) -> _Prototype:
+    """``name``'s LLVM parameter types in the bitcode enzcc embedded in ``obj`` (and debug element types)."""
+    from enzcc.backend import embed
+    import llvmlite.binding as llvm
+
+    data = obj.read_bytes()
+    section = embed.elf_section(data, embed.SECTION)
+    if section is None:
+        raise EnzccBuildError(f"{obj}: enzcc -c put no bitcode into the object")
+    for rec in embed.unpack_records(section, str(obj)):
+        mod = llvm.parse_bitcode(rec.bitcode)
+        try:
+            fn = mod.get_function(name)
+        except NameError:
+            continue
+        if fn.is_declaration:
+            continue
+        ftype = fn.global_value_type
+        llvm_types = [str(a.type) for a in fn.arguments]
+        return _Prototype(llvm_types, _debug_elements(str(mod), str(fn), len(llvm_types)), str(ftype))
+    hint = {"c++": ' (a C++ function must be declared extern "C")',
+            "rust": " (declare it #[no_mangle] pub extern \"C\" fn)",
+            "fortran": " (give the subroutine bind(c, name=\"...\") with that name)"}.get(lang, "")
+    raise PrototypeError(f"{source} defines no function {name}{hint}")
+
+
+_META = re.compile(r"^!(\d+) = (?:distinct )?(.*)$", re.M)
+
+
+def _debug_elements(module_text: str, fn_text: str, nargs: int) -> list:
+    """Per parameter: the float type its debug type ends in after pointers, arrays, const and typedefs
+    ('float32'/'float64'), or None when unknown; all None without debug info."""
+    unknown = [None] * nargs
+    define = next((ln for ln in fn_text.splitlines() if ln.startswith("define")), "")
+    m = re.search(r"!dbg !(\d+)", define)
+    if not m:
+        return unknown
+    meta = {int(k): v for k, v in _META.findall(module_text)}
+
+    def field_ref(text: str, key: str) -> int | None:
+        f = re.search(key + r": !(\d+)", text)
+        return int(f.group(1)) if f else None
+
+    sp = meta.get(int(m.group(1)), "")
+    st = meta.get(field_ref(sp, "type") or -1, "")
+    lst = meta.get(field_ref(st, "types") or -1, "")
+    entries = [e.strip() for e in lst.strip()[2:-1].split(",")] if lst.startswith("!{") else []
+    if len(entries) != nargs + 1:
+        return unknown
+
+    def resolve(ref: str, depth: int = 0):
+        if not ref.startswith("!") or depth > 20:
+            return None
+        text = meta.get(int(ref[1:]), "")
+        if text.startswith("!DIBasicType"):
+            if "DW_ATE_float" not in text:
+                return None
+            size = re.search(r"size: (\d+)", text)
+            return {"32": "float32", "64": "float64"}.get(size.group(1) if size else "")
+        if text.startswith(("!DIDerivedType", "!DICompositeType")):
+            if text.startswith("!DICompositeType") and "DW_TAG_array_type" not in text:
+                return None
+            if text.startswith("!DIDerivedType") and not re.search(
+                    r"tag: DW_TAG_(pointer_type|const_type|volatile_type|restrict_type|typedef|reference_type)",
+                    text):
+                return None
+            base = field_ref(text, "baseType")
+            return resolve(f"!{base}", depth + 1) if base is not None else None
+        return None
+
+    return [resolve(e) for e in entries[1:]]
+
+
+_INT_CTYPES = {"i8": "int8_t", "i16": "int16_t", "i32": "int32_t", "i64": "int64_t"}
+
+
+def _check_prototype(params: list[Param], proto: _Prototype, name: str, lang: str) -> list[Param]:
+    """The declaration with dtypes and integer C types filled in from the prototype; PrototypeError naming
+    the first parameter that does not fit."""
+    if len(params) != len(proto.llvm):
+        raise PrototypeError(f"{name}: the declaration has {len(params)} parameters "
+                             f"({', '.join(p.name for p in params)}) but the function takes {len(proto.llvm)} "
+                             f"(LLVM type {proto.text})")
+    out = []
+    for p, ty, elem in zip(params, proto.llvm, proto.elem):
+        where = f"{name}: parameter {p.index + 1} {p.name!r} is declared {p.describe()}"
+        if p.is_array:
+            if ty != "ptr":
+                raise PrototypeError(f"{where} (a pointer) but the function takes {ty}")
+            dtype = p.dtype
+            if dtype is not None and elem is not None and dtype != elem:
+                raise PrototypeError(f"{where} but the function takes {_C_NAMES[elem]} elements "
+                                     f"({_C_NAMES[elem]} *)")
+            dtype = dtype or elem
+            if dtype is None:
+                raise PrototypeError(f"{where} but its element type cannot be read from {lang} debug "
+                                     f"information: give dtype='float32' or 'float64'")
+            out.append(Param(p.name, p.kind, dtype, p.const, p.shape, p.value, p.index))
+        elif p.kind == "scalar":
+            if ty not in _LLVM_FLOATS:
+                raise PrototypeError(f"{where} (float or double by value) but the function takes {ty}")
+            if p.dtype is not None and p.dtype != _LLVM_FLOATS[ty]:
+                raise PrototypeError(f"{where} but the function takes {ty}")
+            out.append(Param(p.name, p.kind, _LLVM_FLOATS[ty], p.const, p.shape, p.value, p.index))
+        else:
+            if ty not in _INT_CTYPES:
+                raise PrototypeError(f"{where} (an integer by value) but the function takes {ty}")
+            out.append(Param(p.name, p.kind, None, False, p.shape, p.value, p.index, _INT_CTYPES[ty]))
+    return out
+
+
+# --- the wrapper ------------------------------------------------------------------------------------------------
+
+
+def wrapper_source(name: str, params: Sequence[Param], *, prototype: bool, second_order: bool = False) -> str:
+    """The C wrapper (valid C and C++) exporting ``name``'s ABI 3 entry points. prototype: declare ``name``
+    from the declaration (a separate translation unit: Fortran, Rust) instead of seeing its definition."""
+    lines = ["#ifdef __cplusplus", 'extern "C" {', "#endif",
+             "extern int enzyme_dup, enzyme_dupnoneed, enzyme_const;"]
+    T = {p.name: _C_NAMES[p.dtype] for p in params if p.dtype}
+    if prototype:
+        decl = []
+        for p in params:
+            decl.append(f"const {T[p.name]} *" if p.kind == "in" else f"{T[p.name]} *" if p.kind == "out"
+                        else T[p.name] if p.kind == "scalar" else p.ctype)
+        lines.append(f"void {name}({', '.join(decl)});")
+
+    # the function as Enzyme sees it: arrays and scalars by address, integers as int64_t
+    shim_params, shim_args = [], []
+    for p in params:
+        v = f"p{p.index}"
+        if p.kind == "in":
+            shim_params.append(f"const {T[p.name]} *{v}")
+            shim_args.append(f"({T[p.name]} *){v}")
+        elif p.kind == "out":
+            shim_params.append(f"{T[p.name]} *{v}")
+            shim_args.append(v)
+        elif p.kind == "scalar":
+            shim_params.append(f"const {T[p.name]} *{v}")
+            shim_args.append(f"*{v}")
+        else:
+            shim_params.append(f"int64_t {v}")
+            shim_args.append(f"({p.ctype}){v}" if p.ctype else v)
+    shim = f"{name}_enzcc_call"
+    lines.append(f"static void {shim}({', '.join(shim_params)}) {{ {name}({', '.join(shim_args)}); }}")
+
+    def a(p):  # the primal argument from the address array
+        T_ = T.get(p.name)
+        return {"in": f"(const {T_} *)enzcc_a[{p.index}]", "out": f"({T_} *)enzcc_a[{p.index}]",
+                "scalar": f"(const {T_} *)enzcc_a[{p.index}]",
+                "int": f"*(const int64_t *)enzcc_a[{p.index}]"}[p.kind]
+
+    def ptr(arr: str, p) -> str:
+        return f"({T[p.name]} *){arr}[{p.index}]"
+
+    def enzyme_call(fn: str, target: str, args: list[tuple[str, str]]) -> list[str]:
+        """A declaration with the full prototype (no variadic promotion of float) and the call."""
+        decl = f"void {fn}(void *, {', '.join(t for t, _ in args)});"
+        call = f"  {fn}((void *){target}, {', '.join(e for _, e in args)});"
+        return [decl, call]
+
+    entries = []
+    entries.append(f"ENZCC_EXPORT void {name}_enzcc_primal(void *const *enzcc_a) {{\n"
+                   f"  {shim}({', '.join(a(p) for p in params)});\n}}")
+
+    # reverse
+    args: list[tuple[str, str]] = []
+    pre = []
+    for p in params:
+        if p.differentiable:
+            args += [("int", "enzyme_dup"), (f"const {T[p.name]} *", a(p)), (f"{T[p.name]} *", ptr("enzcc_d", p))]
+            if p.kind == "scalar":
+                pre.append(f"  *{ptr('enzcc_d', p)} = 0;")
+        elif p.kind == "out":
+            args += [("int", "enzyme_dupnoneed"), (f"{T[p.name]} *", a(p)), (f"{T[p.name]} *", ptr("enzcc_d", p))]
+        else:
+            args += [("int", "enzyme_const"), ("int64_t" if p.kind == "int" else f"const {T[p.name]} *", a(p))]
+    decl, call = enzyme_call(f"__enzyme_autodiff_enzcc_{name}_vjp", shim, args)
+    lines.append(decl)
+    entries.append(f"ENZCC_EXPORT void {name}_enzcc_vjp(void *const *enzcc_a, void *const *enzcc_d) {{\n"
+                   + "".join(s + "\n" for s in pre) + call + "\n}")
+
+    # forward
+    args = []
+    for p in params:
+        if p.differentiable:
+            args += [("int", "enzyme_dup"), (f"const {T[p.name]} *", a(p)),
+                     (f"const {T[p.name]} *", f"(const {T[p.name]} *)enzcc_d[{p.index}]")]
+        elif p.kind == "out":
+            args += [("int", "enzyme_dup"), (f"{T[p.name]} *", a(p)), (f"{T[p.name]} *", ptr("enzcc_d", p))]
+        else:
+            args += [("int", "enzyme_const"), ("int64_t" if p.kind == "int" else f"const {T[p.name]} *", a(p))]
+    decl, call = enzyme_call(f"__enzyme_fwddiff_enzcc_{name}_jvp", shim, args)
+    lines.append(decl)
+    entries.append(f"ENZCC_EXPORT void {name}_enzcc_jvp(void *const *enzcc_a, void *const *enzcc_d) {{\n"
+                   + call + "\n}")
+
+    if second_order:
+        # the VJP as a function of its arguments (each differentiable input and output followed by its
+        # shadow), then its forward derivative
+        vparams, vargs = [], []
+        for p in params:
+            v = f"p{p.index}"
+            if p.differentiable:
+                vparams += [f"const {T[p.name]} *{v}", f"{T[p.name]} *d{v}"]
+                vargs += [("int", "enzyme_dup"), (f"const {T[p.name]} *", v), (f"{T[p.name]} *", f"d{v}")]
+            elif p.kind == "out":
+                vparams += [f"{T[p.name]} *{v}", f"{T[p.name]} *d{v}"]
+                vargs += [("int", "enzyme_dupnoneed"), (f"{T[p.name]} *", v), (f"{T[p.name]} *", f"d{v}")]
+            else:
+                ty = "int64_t" if p.kind == "int" else f"const {T[p.name]} *"
+                vparams.append(f"{ty} {v}")
+                vargs += [("int", "enzyme_const"), (ty, v)]
+        decl, call = enzyme_call(f"__enzyme_autodiff_enzcc_{name}_vjp2", shim, vargs)
+        lines.append(decl)
+        lines.append(f"static void {name}_enzcc_vjp_call({', '.join(vparams)}) {{\n{call}\n}}")
+        args, pre = [], []
+        for p in params:
+            if p.differentiable:
+                args += [("int", "enzyme_dup"), (f"const {T[p.name]} *", a(p)),
+                         (f"const {T[p.name]} *", f"(const {T[p.name]} *)enzcc_ta[{p.index}]"),
+                         ("int", "enzyme_dup"), (f"{T[p.name]} *", ptr("enzcc_d", p)),
+                         (f"{T[p.name]} *", ptr("enzcc_td", p))]
+                if p.kind == "scalar":
+                    pre += [f"  *{ptr('enzcc_d', p)} = 0;", f"  *{ptr('enzcc_td', p)} = 0;"]
+            elif p.kind == "out":
+                args += [("int", "enzyme_dup"), (f"{T[p.name]} *", a(p)), (f"{T[p.name]} *", ptr("enzcc_ta", p)),
+                         ("int", "enzyme_dup"), (f"{T[p.name]} *", ptr("enzcc_d", p)),
+                         (f"{T[p.name]} *", ptr("enzcc_td", p))]
+            else:
+                args += [("int", "enzyme_const"), ("int64_t" if p.kind == "int" else f"const {T[p.name]} *", a(p))]
+        decl, call = enzyme_call(f"__enzyme_fwddiff_enzcc_{name}_vjp_jvp", f"{name}_enzcc_vjp_call", args)
+        lines.append(decl)
+        entries.append(f"ENZCC_EXPORT void {name}_enzcc_vjp_jvp(void *const *enzcc_a, void *const *enzcc_d, "
+                       f"void *const *enzcc_ta, void *const *enzcc_td) {{\n"
+                       + "".join(s + "\n" for s in pre) + call + "\n}")
+
+    head = ["#include <stddef.h>", "#include <stdint.h>",
+            '#define ENZCC_EXPORT __attribute__((visibility("default")))']
+    return "\n".join(head + lines + entries + ["#ifdef __cplusplus", "}", "#endif", ""])
+
+
+def _one_tu(source_text: str, source_path: str, name: str, wrapper: str) -> str:
+    """C and C++: the user's source and the wrapper in one translation unit (static functions work; the
+    compiler checks the pointer types of the call)."""
     text = source_text if source_text.endswith("\n") else source_text + "\n"
-    return (
-        f"#include <stddef.h>\n"
-        f"#line 1 {_c_string(source_path)}\n"
-        f"{text}"
-        f"#line 1 {_c_string(f'<enzcc_plugins wrapper for {name}>')}\n"
-        f"extern int enzyme_dup, enzyme_dupnoneed, enzyme_const;\n"
-        f"void __enzyme_autodiff_enzcc_plugins(void *, ...);\n"
-        f"#pragma clang diagnostic push\n"  # f of the wrong element type: an error, not a warning
-        f"#pragma clang diagnostic error \"-Wincompatible-pointer-types\"\n"
-        f"__attribute__((visibility(\"default\"))) void {name}_enzcc_fwd(const {T} *in, size_t n, {T} *out) {{\n"
-        f"  {name}(({T} *)in, n, out);\n"
-        f"}}\n"
-        f"#pragma clang diagnostic pop\n"
-        f"__attribute__((visibility(\"default\"))) void {name}_enzcc_grad(const {T} *in, {T} *din, size_t n, "
-        f"{T} *out, {T} *dout) {{\n"
-        f"  __enzyme_autodiff_enzcc_plugins((void *){name}_enzcc_fwd, enzyme_dup, in, din, enzyme_const, n,\n"
-        f"                                  enzyme_dupnoneed, out, dout);\n"
-        f"}}\n"
-    )
+    return (f"#include <stddef.h>\n#include <stdint.h>\n#line 1 {_c_string(source_path)}\n{text}"
+            f"#line 1 {_c_string(f'<enzcc_plugins wrapper for {name}>')}\n"
+            f"#pragma clang diagnostic push\n"   # a call with the wrong element type: an error, not a warning
+            f"#pragma clang diagnostic error \"-Wincompatible-pointer-types\"\n"
+            f"{wrapper}#pragma clang diagnostic pop\n")
+
+
+# --- building -----------------------------------------------------------------------------------------------------
 
 
 _memo_lock = threading.Lock()
 _libraries: dict[str, ctypes.CDLL] = {}
 
 
-def _compile_into(path: Path, wrapper: str, stem: str, src_dir: str, compiler: str,
-                  cflags: Sequence[str], name: str, source: str, dtype: str) -> None:
-    root = path.parent
-    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=root))
-    try:
-        c_file = tmp / f"{stem}.enzcc.c"
-        c_file.write_text(wrapper)
-        out = tmp / "lib.so"
-
-        def cmd(debug: bool) -> list[str]:
-            return [compiler, "-O2", *(["-g"] if debug else []), "-shared", "-fPIC", *cflags,
-                    "-iquote", src_dir, str(c_file), "-o", str(out), "-lm"]
-
-        proc = subprocess.run(cmd(False), capture_output=True, text=True)  # in the caller's cwd: relative -I
-        if proc.returncode != 0:
-            output = proc.stdout + proc.stderr
-            command = cmd(False)
-            if "error: in function" in output and "-g" not in cflags:
-                # an AD error: with -g enzcc names the source line
-                dbg = subprocess.run(cmd(True), capture_output=True, text=True)
-                if dbg.returncode != 0:
-                    output, command = dbg.stdout + dbg.stderr, cmd(True)
-            first = _first_error(output)
-            hint = ""
-            if "enzcc_plugins wrapper" in first:
-                if "undeclared function" in first:
-                    hint = f" ({source} defines no function {name})"
-                else:
-                    hint = (f" (the function must be void {name}(const {_C_NAMES[dtype]} *in, size_t n, "
-                            f"{_C_NAMES[dtype]} *out); pass dtype= to choose float or double)")
-            raise EnzccBuildError(f"{first}{hint}\nenzcc could not build {name} from {source} "
-                                  f"({dtype}):\n{output.rstrip()}", output, command)
-        meta = {"source": source, "name": name, "dtype": dtype, "cflags": list(cflags),
-                "compiler": compiler, "wrapper_abi": WRAPPER_ABI}
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
-        os.replace(tmp / "meta.json", path.with_suffix(".json"))
-        os.replace(out, path)  # atomic: readers see no file or a whole one
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+def _run(cmd: list[str], what: str, source: str, name: str, exc=EnzccBuildError, retry_debug: bool = True) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True)  # in the caller's cwd: relative -I work
+    if proc.returncode == 0:
+        return
+    output, command = proc.stdout + proc.stderr, cmd
+    if retry_debug and "error: in function" in output and "-g" not in cmd:
+        dbg = cmd[:1] + ["-g"] + cmd[1:]  # an AD error: with -g enzcc names the source line
+        p2 = subprocess.run(dbg, capture_output=True, text=True)
+        if p2.returncode != 0:
+            output, command = p2.stdout + p2.stderr, dbg
+    first = _first_error(output)
+    raise exc(f"{first}\nenzcc could not {what} {name} from {source}:\n{output.rstrip()}", output, command)
 
 
-def _build_library(source: Path, text: str, name: str, dtype: str, cflags: Sequence[str],
-                   compiler: str, root: Path | None) -> Path:
-    version = _enzcc_version(compiler)
-    h = hashlib.sha256()
-    for part in (f"abi={WRAPPER_ABI}", text, name, dtype, "\0".join(cflags), version):
-        h.update(part.encode() + b"\0\1")
-    key = h.hexdigest()[:32]
-    root = (Path(root).expanduser() if root is not None else cache_dir()).absolute()
-    root.mkdir(parents=True, exist_ok=True)
-    path = root / f"{name}-{dtype}-{key}.so"
-    if path.exists():
-        return path
-    wrapper = wrapper_source(text, str(source), name, dtype)
-    lock_path = root / f"{name}-{dtype}-{key}.lock"
+@dataclass
+class _Build:
+    source: Path
+    text: str
+    name: str
+    lang: str
+    params: list
+    cflags: list
+    compiler: str
+    root: Path
+    key: str
+
+    def lang_flags(self) -> list[str]:
+        return [] if self.source.suffix in _LANGS else ["--lang", self.lang]
+
+
+def _build(b: _Build, second_order: bool) -> tuple[Path, list[Param]]:
+    """The library for ``b`` (first order, or the second-order one), from the cache or built now, and the
+    declaration as checked against the prototype (dtypes and integer types filled in)."""
+    stem = f"{b.name}-{b.key}" + ("-vjp_jvp" if second_order else "")
+    path = b.root / f"{stem}.so"
+    meta_path = path.with_suffix(".json")
+    params = _cached_params(path, meta_path, b.params)
+    if params is not None:
+        return path, params
+    lock_path = b.root / f"{stem}.lock"
     with open(lock_path, "a") as lock:
         if fcntl is not None:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # another process building the same key: wait for it
         try:
-            if not path.exists():
-                _compile_into(path, wrapper, source.stem, str(source.parent), compiler, cflags, name,
-                              str(source), dtype)
+            params = _cached_params(path, meta_path, b.params)
+            if params is None:
+                params = _compile_into(b, path, second_order)
         finally:
             if fcntl is not None:
                 fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
@@ -273,7 +699,57 @@ def _build_library(source: Path, text: str, name: str, dtype: str, cflags: Seque
         lock_path.unlink()
     except OSError:
         pass
-    return path
+    return path, params
+
+
+def _cached_params(path: Path, meta_path: Path, params: list[Param]) -> list[Param] | None:
+    if not path.exists():
+        return None
+    try:
+        meta = json.loads(meta_path.read_text())
+        resolved = meta["params"]
+        if meta.get("wrapper_abi") != WRAPPER_ABI or len(resolved) != len(params):
+            return None
+        return [Param(p.name, p.kind, r["dtype"], p.const, p.shape, p.value, p.index, r["ctype"])
+                for p, r in zip(params, resolved)]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # no or damaged metadata: rebuild
+
+
+def _compile_into(b: _Build, path: Path, second_order: bool) -> list[Param]:
+    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=b.root))
+    try:
+        src_dir = str(b.source.parent)
+        # 1. the source alone, to bitcode: does it compile, and what is the function's prototype?
+        obj = tmp / f"{b.source.stem}.o"
+        _run([b.compiler, "-O2", "-g", "-fPIC", *b.lang_flags(), *b.cflags, "-iquote", src_dir, "-c",
+              str(b.source), "-o", str(obj)], "compile", str(b.source), b.name, retry_debug=False)
+        params = _check_prototype(b.params, _read_prototype(obj, b.name, str(b.source), b.lang), b.name, b.lang)
+        # 2. the library: C and C++ in one translation unit with the wrapper, others linked with it
+        out = tmp / "lib.so"
+        one_tu = b.lang in ("c", "c++")
+        wrapper = wrapper_source(b.name, params, prototype=not one_tu, second_order=second_order)
+        if one_tu:
+            unit = tmp / f"{b.source.stem}.enzcc{_LANG_SUFFIX[b.lang]}"
+            unit.write_text(_one_tu(b.text, str(b.source), b.name, wrapper))
+            inputs = [str(unit)]
+        else:
+            unit = tmp / f"{b.name}.enzcc_wrapper.c"
+            unit.write_text(wrapper)
+            inputs = [str(obj), str(unit)]
+        what = "build the second derivative (forward over reverse) of" if second_order else "build"
+        _run([b.compiler, "-O2", "-shared", "-fPIC", *b.cflags, "-iquote", src_dir, *inputs, "-o", str(out),
+              "-lm"], what, str(b.source), b.name, SecondOrderError if second_order else EnzccBuildError)
+        meta = {"source": str(b.source), "name": b.name, "lang": b.lang, "cflags": b.cflags,
+                "compiler": b.compiler, "wrapper_abi": WRAPPER_ABI, "second_order": second_order,
+                "params": [{"name": p.name, "kind": p.kind, "dtype": p.dtype, "const": p.const, "ctype": p.ctype}
+                           for p in params]}
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+        os.replace(tmp / "meta.json", path.with_suffix(".json"))
+        os.replace(out, path)  # atomic: readers see no file or a whole one
+        return params
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _load_library(path: Path) -> ctypes.CDLL:
@@ -284,34 +760,464 @@ def _load_library(path: Path) -> ctypes.CDLL:
         return lib
 
 
+# --- the compiled kernel --------------------------------------------------------------------------------------
+
+
+_ENTRIES = {"primal": 1, "vjp": 2, "jvp": 2, "vjp_jvp": 4}
+
+
+class CompiledKernel:
+    """A function compiled with its derivatives: the ABI 3 entry points (``address``, ``call``), the shape
+    logic of the declaration (``bind``, ``resolve``) and a NumPy-level API (``k(...)``, ``vjp``, ``jvp``,
+    ``vjp_jvp``). Built by :func:`load_kernel`."""
+
+    def __init__(self, build: _Build, library: Path, params: list[Param]):
+        self._build = build
+        self.name = build.name
+        self.source = build.source
+        self.library = Path(library)
+        self.params = tuple(params)
+        self.by_name = {p.name: p for p in self.params}
+        self.inputs = tuple(p for p in self.params if p.kind in ("in", "scalar"))
+        self.outputs = tuple(p for p in self.params if p.kind == "out")
+        bound = {s for p in self.params if p.kind == "in" and isinstance(p.shape, tuple)
+                 for s in p.shape if isinstance(s, str)}
+        self.free_ints = tuple(p for p in self.params if p.kind == "int" and p.value is None and p.name not in bound)
+        self.arg_names = tuple(p.name for p in self.params
+                               if p.kind in ("in", "scalar") or p in self.free_ints)
+        self._bound_symbols = bound
+        self._fns: dict[str, Any] = {}
+        self._addresses: dict[str, int] = {}
+        self._so_lock = threading.Lock()
+        lib = _load_library(self.library)
+        for entry in ("primal", "vjp", "jvp"):
+            self._bind_entry(lib, entry)
+
+    def __repr__(self) -> str:
+        sig = ", ".join(f"{p.name}: {p.describe()}" for p in self.params)
+        return f"<enzcc kernel {self.name}({sig}) from {self.source}>"
+
+    def _bind_entry(self, lib, entry: str) -> None:
+        fn = getattr(lib, f"{self.name}_enzcc_{entry}")
+        fn.argtypes = [ctypes.c_void_p] * _ENTRIES[entry]
+        fn.restype = None
+        self._fns[entry] = fn
+        self._addresses[entry] = ctypes.cast(fn, ctypes.c_void_p).value
+
+    @property
+    def second_order_library(self) -> Path:
+        """The library holding ``NAME_enzcc_vjp_jvp`` (built on first use)."""
+        self._ensure_second_order()
+        return self._second_library
+
+    def _ensure_second_order(self) -> None:
+        with self._so_lock:
+            if "vjp_jvp" in self._fns:
+                return
+            path, _ = _build(self._build, second_order=True)
+            self._second_library = path
+            self._bind_entry(_load_library(path), "vjp_jvp")
+
+    def address(self, entry: str) -> int:
+        """The C address of ``NAME_enzcc_<entry>`` (entry: primal, vjp, jvp, vjp_jvp)."""
+        if entry not in _ENTRIES:
+            raise ValueError(f"unknown entry point {entry!r}: one of {', '.join(_ENTRIES)}")
+        if entry == "vjp_jvp":
+            self._ensure_second_order()
+        return self._addresses[entry]
+
+    def call(self, entry: str, a, d=None, ta=None, td=None) -> None:
+        """Call an entry point with arrays of addresses (ints, 0 = NULL), one per C parameter."""
+        if entry == "vjp_jvp":
+            self._ensure_second_order()
+        fn = self._fns[entry]
+        n = len(self.params)
+        arrays = [(ctypes.c_void_p * n)(*x) for x in (a, d, ta, td)[:_ENTRIES[entry]]]
+        for arr in arrays:
+            if len(arr) != n:  # pragma: no cover - ctypes raises first for too many
+                raise ValueError(f"{self.name}: an address array needs {n} entries")
+        fn(*arrays)
+
+    # --- declaration logic shared by the frameworks ---
+
+    def bind(self, *args, **kwargs) -> dict:
+        """The call arguments by name (positional in ``arg_names`` order, or by keyword)."""
+        if len(args) > len(self.arg_names):
+            raise TypeError(f"{self.name}() takes {len(self.arg_names)} arguments ({', '.join(self.arg_names)}), "
+                            f"got {len(args)}")
+        out = dict(zip(self.arg_names, args))
+        for k, v in kwargs.items():
+            if k not in self.arg_names:
+                raise TypeError(f"{self.name}() got an unexpected argument {k!r} "
+                                f"(arguments: {', '.join(self.arg_names)})")
+            if k in out:
+                raise TypeError(f"{self.name}() got argument {k!r} twice")
+            out[k] = v
+        missing = [n for n in self.arg_names if n not in out]
+        if missing:
+            raise TypeError(f"{self.name}() missing argument {missing[0]!r} (arguments: {', '.join(self.arg_names)})")
+        return out
+
+    def check_dtype(self, name: str, dtype) -> None:
+        """TypeError naming the argument when ``dtype`` is not its declared type."""
+        p = self.by_name[name]
+        try:
+            got = normalize_dtype(dtype)
+        except ValueError:
+            got = None
+        if got != p.dtype:
+            raise TypeError(f"{self.name}: argument {name!r} has dtype {dtype}, but the function takes "
+                            f"{_C_NAMES[p.dtype]} ({p.dtype})")
+
+    def resolve(self, shapes: Mapping[str, Sequence[int]], ints: Mapping[str, int] | None = None) -> Plan:
+        """Every Int's value and every parameter's shape for inputs of the given shapes (ShapeError naming
+        the argument when they do not fit the declaration)."""
+        ints = dict(ints or {})
+        shapes = {k: tuple(int(s) for s in v) for k, v in shapes.items()}
+        sym: dict[str, tuple[int, str]] = {}  # symbol -> (value, where it was bound)
+        specs = {}
+        for p in self.params:
+            if p.kind == "scalar":
+                s = shapes.get(p.name, ())
+                if s not in ((), (1,)):
+                    raise ShapeError(f"{self.name}: argument {p.name!r} is a scalar, got shape {s}")
+                continue
+            if p.kind != "in":
+                continue
+            if p.name not in shapes:
+                raise TypeError(f"{self.name}: no shape given for input {p.name!r}")
+            s = shapes[p.name]
+            specs[p.name] = ArraySpec(s, p.dtype)
+            if isinstance(p.shape, tuple):
+                if len(s) != len(p.shape):
+                    raise ShapeError(f"{self.name}: argument {p.name!r} must have rank {len(p.shape)} "
+                                     f"(shape {_fmt_shape(p.shape)}), got shape {s}")
+                for axis, (want, got) in enumerate(zip(p.shape, s)):
+                    if isinstance(want, int) and want != got:
+                        raise ShapeError(f"{self.name}: argument {p.name!r} must have shape {_fmt_shape(p.shape)}, "
+                                         f"got {s} (axis {axis} must be {want})")
+                    if isinstance(want, str):
+                        if want in sym and sym[want][0] != got:
+                            raise ShapeError(f"{self.name}: argument {p.name!r} has shape {s}, but its axis {axis} "
+                                             f"({want!r}) must equal {sym[want][1]} = {sym[want][0]}")
+                        sym.setdefault(want, (got, f"{p.name}.shape[{axis}]"))
+        values: dict[str, int] = {}
+        for p in self.params:
+            if p.kind != "int":
+                continue
+            if p in self.free_ints:
+                if p.name not in ints:
+                    raise TypeError(f"{self.name}: missing integer argument {p.name!r}")
+                values[p.name] = _as_int(ints.pop(p.name), f"{self.name}: argument {p.name!r}")
+            elif isinstance(p.value, int):
+                values[p.name] = p.value
+            elif p.value is None:
+                values[p.name] = sym[p.name][0]
+            if p.name in sym and p.name in values and values[p.name] != sym[p.name][0]:
+                raise ShapeError(f"{self.name}: {sym[p.name][1]} is {sym[p.name][0]}, but Int {p.name!r} is "
+                                 f"{values[p.name]}")
+        if ints:
+            raise TypeError(f"{self.name}: {next(iter(ints))!r} is not an integer argument")
+        pending = [p for p in self.params if p.kind == "int" and callable(p.value)]
+        while pending:
+            progress = False
+            for p in list(pending):
+                got = self._call_shape_fn(p.value, p.name, specs, values)
+                if got is not None:
+                    values[p.name] = _as_int(got, f"{self.name}: Int {p.name!r}")
+                    if p.name in sym and values[p.name] != sym[p.name][0]:
+                        raise ShapeError(f"{self.name}: {sym[p.name][1]} is {sym[p.name][0]}, but Int {p.name!r} "
+                                         f"computes {values[p.name]}")
+                    pending.remove(p)
+                    progress = True
+            if not progress:
+                raise ValueError(f"{self.name}: the values of {', '.join(p.name for p in pending)} depend on "
+                                 f"each other")
+        for p in self.params:
+            if p.kind == "in" and callable(p.shape):
+                want = self._shape_from_fn(p, specs, values)
+                if want != specs[p.name].shape:
+                    raise ShapeError(f"{self.name}: argument {p.name!r} must have shape {want}, got "
+                                     f"{specs[p.name].shape}")
+        out_shapes = {}
+        for p in self.outputs:
+            if callable(p.shape):
+                out_shapes[p.name] = self._shape_from_fn(p, specs, values)
+            else:
+                dims = []
+                for e in p.shape:
+                    dims.append(e if isinstance(e, int) else values[e] if e in values else sym[e][0])
+                out_shapes[p.name] = tuple(dims)
+        all_shapes = {p.name: (specs[p.name].shape if p.kind == "in" else out_shapes[p.name] if p.kind == "out"
+                               else ()) for p in self.params if p.kind != "int"}
+        return Plan(values, all_shapes, tuple(values[p.name] for p in self.params if p.kind == "int"))
+
+    def _call_shape_fn(self, fn, owner, specs, values):
+        kwargs = {}
+        for n in _callable_args(fn, owner, self.by_name):
+            if self.by_name[n].kind == "in":
+                kwargs[n] = specs[n]
+            elif n in values:
+                kwargs[n] = values[n]
+            else:
+                return None  # an Int not computed yet
+        return fn(**kwargs)
+
+    def _shape_from_fn(self, p: Param, specs, values) -> tuple:
+        got = self._call_shape_fn(p.shape, p.name, specs, values)
+        if got is None:
+            raise ValueError(f"{self.name}: the shape of {p.name!r} depends on an Int that cannot be computed")
+        if isinstance(got, int):
+            got = (got,)
+        try:
+            dims = tuple(_as_int(s, f"{self.name}: the shape of {p.name!r}") for s in got)
+        except TypeError:
+            raise TypeError(f"{self.name}: the shape callable of {p.name!r} returned {got!r}, not a tuple of "
+                            f"ints") from None
+        if any(s < 0 for s in dims):
+            raise ShapeError(f"{self.name}: the shape of {p.name!r} is {dims}, with a negative extent")
+        return dims
+
+    # --- NumPy level ---
+
+    def _prepare(self, args, kwargs):
+        np = _numpy()
+        vals = self.bind(*args, **kwargs)
+        arrays, shapes, ints = {}, {}, {}
+        for p in self.params:
+            if p.name not in vals:
+                continue
+            v = vals[p.name]
+            if p.kind == "int":
+                ints[p.name] = v
+                continue
+            arr = np.ascontiguousarray(v, dtype=p.dtype)
+            if p.kind == "scalar":
+                if arr.size != 1:
+                    raise ShapeError(f"{self.name}: argument {p.name!r} is a scalar, got shape {arr.shape}")
+                arr = arr.reshape(())
+            arrays[p.name] = arr
+            shapes[p.name] = arr.shape
+        plan = self.resolve(shapes, ints)
+        int_buf = np.array(plan.int_values, dtype=np.int64)
+        return arrays, plan, int_buf
+
+    def _addr_list(self, arrays, int_buf) -> list[int]:
+        out, j = [], 0
+        for p in self.params:
+            if p.kind == "int":
+                out.append(int_buf.ctypes.data + 8 * j)
+                j += 1
+            else:
+                out.append(arrays[p.name].ctypes.data)
+        return out
+
+    def _per_param(self, values: dict) -> list[int]:
+        return [values[p.name].ctypes.data if p.name in values else 0 for p in self.params]
+
+    def _result(self, arrays: dict, params) -> Any:
+        got = tuple(arrays.get(p.name) for p in params)
+        return got[0] if len(params) == 1 and params is self.outputs else got
+
+    def __call__(self, *args, **kwargs):
+        """Run the function on NumPy arrays / numbers: its outputs (one array, or a tuple of several)."""
+        np = _numpy()
+        arrays, plan, ints = self._prepare(args, kwargs)
+        for p in self.outputs:
+            arrays[p.name] = np.empty(plan.shapes[p.name], dtype=p.dtype)
+        self.call("primal", self._addr_list(arrays, ints))
+        return self._result(arrays, self.outputs)
+
+    def _seeds(self, given, what: str, plan, params):
+        """Private contiguous copies of per-parameter seeds/tangents (a sequence in ``params`` order or a dict
+        by name; None entries mean zero)."""
+        np = _numpy()
+        if isinstance(given, Mapping):
+            items = dict(given)
+        else:
+            if not isinstance(given, (list, tuple)):
+                given = (given,)
+            if len(given) != len(params):
+                raise TypeError(f"{self.name}: {what} needs {len(params)} entries "
+                                f"({', '.join(p.name for p in params)}), got {len(given)}")
+            items = {p.name: g for p, g in zip(params, given)}
+        out = {}
+        for p in params:
+            shape = plan.shapes[p.name]
+            g = items.get(p.name)
+            if g is None:
+                out[p.name] = np.zeros(shape, dtype=p.dtype)
+                continue
+            arr = np.array(g, dtype=p.dtype, copy=True, order="C")
+            if arr.size == 1 and shape == ():
+                arr = arr.reshape(())
+            if arr.shape != shape:
+                raise ShapeError(f"{self.name}: {what} for {p.name!r} has shape {arr.shape}, expected {shape}")
+            out[p.name] = arr
+        return out
+
+    def vjp(self, args, cotangents):
+        """Gradients of ``sum(outputs * cotangents)`` with respect to the inputs (``inputs`` order; None for
+        const inputs). args: a sequence of call arguments or a dict by name; cotangents: one per output."""
+        np = _numpy()
+        args, kwargs = _split_args(args)
+        arrays, plan, ints = self._prepare(args, kwargs)
+        seeds = self._seeds(cotangents, "cotangents", plan, self.outputs)
+        for p in self.outputs:
+            arrays[p.name] = np.empty(plan.shapes[p.name], dtype=p.dtype)
+        grads = {p.name: np.zeros(plan.shapes[p.name], dtype=p.dtype) for p in self.inputs if p.differentiable}
+        self.call("vjp", self._addr_list(arrays, ints), self._per_param({**grads, **seeds}))
+        return self._result(grads, self.inputs)
+
+    def jvp(self, args, tangents):
+        """(outputs, output tangents) for tangents of the inputs (``inputs`` order or a dict; None entries
+        and const inputs: zero)."""
+        np = _numpy()
+        args, kwargs = _split_args(args)
+        arrays, plan, ints = self._prepare(args, kwargs)
+        tans = self._seeds(tangents, "tangents", plan, self.inputs)
+        outs = {p.name: np.empty(plan.shapes[p.name], dtype=p.dtype) for p in self.outputs}
+        touts = {p.name: np.empty(plan.shapes[p.name], dtype=p.dtype) for p in self.outputs}
+        arrays.update(outs)
+        d = {**{k: v for k, v in tans.items() if self.by_name[k].differentiable}, **touts}
+        self.call("jvp", self._addr_list(arrays, ints), self._per_param(d))
+        return self._result(outs, self.outputs), self._result(touts, self.outputs)
+
+    def vjp_jvp(self, args, cotangents, tangents, cotangent_tangents=None):
+        """Forward derivative of :meth:`vjp`: (gradients, gradient tangents) for tangents of the inputs and of
+        the cotangents (None: zero). With zero cotangent tangents the gradient tangents are Hessian-vector
+        products of ``sum(outputs * cotangents)``. Builds the second-order library on first use."""
+        np = _numpy()
+        args, kwargs = _split_args(args)
+        arrays, plan, ints = self._prepare(args, kwargs)
+        seeds = self._seeds(cotangents, "cotangents", plan, self.outputs)
+        tseeds = self._seeds(cotangent_tangents if cotangent_tangents is not None else {}, "cotangent tangents",
+                             plan, self.outputs)
+        tans = {k: v for k, v in self._seeds(tangents, "tangents", plan, self.inputs).items()
+                if self.by_name[k].differentiable}
+        for p in self.outputs:
+            arrays[p.name] = np.empty(plan.shapes[p.name], dtype=p.dtype)
+        scratch = {p.name: np.empty(plan.shapes[p.name], dtype=p.dtype) for p in self.outputs}
+        grads = {p.name: np.zeros(plan.shapes[p.name], dtype=p.dtype) for p in self.inputs if p.differentiable}
+        tgrads = {p.name: np.zeros(plan.shapes[p.name], dtype=p.dtype) for p in self.inputs if p.differentiable}
+        self.call("vjp_jvp", self._addr_list(arrays, ints), self._per_param({**grads, **seeds}),
+                  self._per_param({**tans, **scratch}), self._per_param({**tgrads, **tseeds}))
+        return self._result(grads, self.inputs), self._result(tgrads, self.inputs)
+
+
+def _split_args(args):
+    if isinstance(args, Mapping):
+        return (), dict(args)
+    if not isinstance(args, (list, tuple)):
+        return (args,), {}
+    return tuple(args), {}
+
+
+def _fmt_shape(shape) -> str:
+    return "(" + ", ".join("*" if s is None else str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def _as_int(v, what: str) -> int:
+    if isinstance(v, bool):
+        raise TypeError(f"{what} must be an int, got {v!r}")
+    try:
+        return int(v.__index__())
+    except (AttributeError, TypeError):
+        raise TypeError(f"{what} must be an int, got {v!r}") from None
+
+
+def _numpy():
+    try:
+        import numpy
+    except ImportError:  # pragma: no cover - numpy comes with every framework
+        raise ImportError("the NumPy-level kernel API needs numpy (pip install numpy)") from None
+    return numpy
+
+
+def _lang_of(path: Path, lang) -> str:
+    if lang is not None:
+        key = str(lang).lower()
+        if key not in _LANG_NAMES:
+            raise ValueError(f"lang must be one of c, c++, fortran, rust, got {lang!r}")
+        return _LANG_NAMES[key]
+    if path.suffix in _LANGS:
+        return _LANGS[path.suffix]
+    if path.suffix.lower() in _LANGS:
+        return _LANGS[path.suffix.lower()]
+    raise ValueError(f"cannot tell the language of {path} from its suffix: pass lang='c', 'c++', 'fortran' "
+                     f"or 'rust'")
+
+
+def _prepare_build(source, name, params, dtype, cflags, compiler, cache, lang) -> _Build:
+    if not isinstance(name, str) or not _IDENT.match(name):
+        raise ValueError(f"function name must be a C identifier, got {name!r}")
+    path = Path(source).expanduser().resolve()
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise FileNotFoundError(f"cannot read source {source}: {e}") from e
+    lang = _lang_of(path, lang)
+    dtype = None if dtype is None else normalize_dtype(dtype)
+    params = _normalize_params(params, dtype)
+    if isinstance(cflags, str):
+        cflags = cflags.split()
+    cflags = [str(f) for f in cflags]
+    compiler = compiler or _default_compiler()
+    version = _enzcc_version(compiler)
+    h = hashlib.sha256()
+    decl = ";".join(f"{p.kind}:{p.dtype}:{int(p.const)}" for p in params)
+    for part in (f"abi={WRAPPER_ABI}", text, name, lang, decl, "\0".join(cflags), version):
+        h.update(part.encode() + b"\0\1")
+    root = (Path(cache).expanduser() if cache is not None else cache_dir()).absolute()
+    root.mkdir(parents=True, exist_ok=True)
+    return _Build(path, text, name, lang, params, cflags, compiler, root, h.hexdigest()[:32])
+
+
+def load_kernel(source, name: str, params: Sequence[Param], dtype=None, *, cflags: Sequence[str] = (),
+                compiler: str | None = None, cache: str | os.PathLike | None = None,
+                lang: str | None = None) -> CompiledKernel:
+    """Compile (or fetch from the cache) ``name`` from ``source`` with its derivatives, for the declaration
+    ``params`` (:func:`In`, :func:`Out`, :func:`Scalar`, :func:`Int`, in the C order).
+
+    dtype: the default element type of parameters declared without one (None: read from the prototype).
+    cflags: extra enzcc flags (``-DREAL=float``, ``-I...``). compiler: the enzcc executable (default
+    ``$ENZCC_PLUGINS_COMPILER`` or ``enzcc``). cache: the cache directory (default :func:`cache_dir`).
+    lang: 'c', 'c++', 'fortran' or 'rust' when the suffix does not tell. Raises :class:`EnzccBuildError`
+    when the source does not compile or enzcc refuses a derivative, :class:`PrototypeError` when the
+    declaration does not match the function.
+    """
+    b = _prepare_build(source, name, params, dtype, cflags, compiler, cache, lang)
+    library, resolved = _build(b, second_order=False)
+    return CompiledKernel(b, library, resolved)
+
+
+# --- the seed's one-array API ---------------------------------------------------------------------------------------
+
+
 class Kernel:
-    """A compiled ``void name(const T *in, size_t n, T *out)`` and its gradient.
+    """A compiled ``void name(const T *in, size_t n, T *out)`` and its gradient (the seed API, on
+    :class:`CompiledKernel`).
 
     ``forward(x)`` returns ``out`` (length ``out_size(n)``); ``backward(x, grad_out)`` returns
     ``d(sum(out * grad_out))/d in``. NumPy inputs give NumPy results (shaped like ``x`` when the output
     length is the default ``n``); other inputs give ``array.array``.
     """
 
-    def __init__(self, library: Path, source: Path, name: str, dtype: str,
-                 out_size: int | Callable[[int], int] | None):
-        self.library = Path(library)
-        self.source = Path(source)
-        self.name = name
-        self.dtype = dtype
-        self.ctype = _CTYPES[dtype]
-        self.typecode = _TYPECODES[dtype]
+    def __init__(self, compiled: CompiledKernel, out_size: int | Callable[[int], int] | None):
+        self.compiled = compiled
+        self.library = compiled.library
+        self.source = compiled.source
+        self.name = compiled.name
+        self.dtype = compiled.params[0].dtype
+        self.ctype = _CTYPES[self.dtype]
+        self.typecode = _TYPECODES[self.dtype]
         self.itemsize = ctypes.sizeof(self.ctype)
         if out_size is not None and not callable(out_size):
             if not isinstance(out_size, int) or isinstance(out_size, bool) or out_size < 0:
                 raise ValueError(f"out_size must be a non-negative int or a callable n -> int, got {out_size!r}")
         self._out_size = out_size
-        lib = _load_library(self.library)
-        self._fwd = getattr(lib, f"{name}_enzcc_fwd")
-        self._fwd.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
-        self._fwd.restype = None
-        self._grad = getattr(lib, f"{name}_enzcc_grad")
-        self._grad.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p]
-        self._grad.restype = None
+        self._primal = compiled._fns["primal"]
+        self._vjp = compiled._fns["vjp"]
 
     def __repr__(self) -> str:
         return f"<enzcc Kernel {self.name}({_C_NAMES[self.dtype]}) from {self.source}>"
@@ -322,6 +1228,7 @@ class Kernel:
         return self._out_size is None
 
     def out_size(self, n: int) -> int:
+        """The output length for an input of n elements."""
         if self._out_size is None:
             return n
         m = self._out_size(n) if callable(self._out_size) else self._out_size
@@ -338,11 +1245,14 @@ class Kernel:
 
     def forward_ptr(self, in_addr: int, n: int, out_addr: int) -> None:
         """out[0:out_size(n)] = f(in[0:n])."""
-        self._fwd(in_addr or None, n, out_addr or None)
+        nn = ctypes.c_int64(n)
+        self._primal((ctypes.c_void_p * 3)(in_addr or None, ctypes.addressof(nn), out_addr or None))
 
     def backward_ptr(self, in_addr: int, din_addr: int, n: int, out_addr: int, dout_addr: int) -> None:
         """din += J^T dout (dout is consumed: zeroed; out is scratch of length out_size(n))."""
-        self._grad(in_addr or None, din_addr or None, n, out_addr or None, dout_addr or None)
+        nn = ctypes.c_int64(n)
+        self._vjp((ctypes.c_void_p * 3)(in_addr or None, ctypes.addressof(nn), out_addr or None),
+                  (ctypes.c_void_p * 3)(din_addr or None, None, dout_addr or None))
 
     # convenience: NumPy arrays, buffers, sequences
 
@@ -366,6 +1276,7 @@ class Kernel:
         return (self.ctype * len(values))(*values), len(values)
 
     def forward(self, x):
+        """f(x): a NumPy array for a NumPy input, else an ``array.array``."""
         np = self._numpy(x)
         if np is not None:
             a = np.ascontiguousarray(x, dtype=self.typecode)
@@ -380,6 +1291,7 @@ class Kernel:
         return out
 
     def backward(self, x, grad_out):
+        """d(sum(f(x) * grad_out))/dx (grad_out is not modified)."""
         np = self._numpy(x)
         if np is not None:
             a = np.ascontiguousarray(x, dtype=self.typecode)
@@ -411,32 +1323,33 @@ def _flatten(values):
             yield v
 
 
+def seed_declaration(dtype: str | None) -> list[Param]:
+    """The seed's signature ``void f(const T *in, size_t n, T *out)`` as a declaration (the output's
+    length is set per call by :class:`Kernel`, so its shape here is a placeholder)."""
+    return [In("x", dtype=dtype), Int("n", lambda x: x.size), Out("y", shape=lambda n: (n,), dtype=dtype)]
+
+
 def load(source, name: str, dtype=None, *, out_size: int | Callable[[int], int] | None = None,
          cflags: Sequence[str] = (), compiler: str | None = None, cache: str | os.PathLike | None = None) -> Kernel:
     """Compile (or fetch from the cache) ``name`` from the C file ``source`` and its gradient.
 
-    dtype: 'float32'/'float' or 'float64'/'double' (or a NumPy/PyTorch/JAX dtype); by default read from the
-    declaration of ``name`` in the source. out_size: the output length, an int or a callable ``n -> int``
-    (default: n). cflags: extra enzcc flags (``-DREAL=float``, ``-I...``). compiler: the enzcc executable
-    (default: ``$ENZCC_PLUGINS_COMPILER`` or ``enzcc``). cache: the cache directory (default: see
-    :func:`cache_dir`). Raises :class:`EnzccBuildError` when enzcc fails.
+    dtype: 'float32'/'float' or 'float64'/'double' (or a NumPy/PyTorch/JAX dtype); by default the type in
+    the function's prototype. out_size: the output length, an int or a callable ``n -> int`` (default: n).
+    cflags: extra enzcc flags (``-DREAL=float``, ``-I...``). compiler: the enzcc executable (default:
+    ``$ENZCC_PLUGINS_COMPILER`` or ``enzcc``). cache: the cache directory (default: see :func:`cache_dir`).
+    Raises :class:`EnzccBuildError` when enzcc fails (:class:`PrototypeError` when the function is not
+    ``void f(const T *in, size_t n, T *out)``).
     """
-    if not isinstance(name, str) or not _IDENT.match(name):
-        raise ValueError(f"function name must be a C identifier, got {name!r}")
-    path = Path(source).expanduser().resolve()
+    dtype = None if dtype is None else normalize_dtype(dtype)
     try:
-        text = path.read_text()
-    except OSError as e:
-        raise FileNotFoundError(f"cannot read C source {source}: {e}") from e
-    if dtype is None:
-        dtype = detect_dtype(text, name)
-        if dtype is None:
-            raise ValueError(f"cannot tell from {source} whether {name} takes float or double: "
-                             f"pass dtype='float32' or dtype='float64'")
-    else:
-        dtype = normalize_dtype(dtype)
-    if isinstance(cflags, str):
-        cflags = cflags.split()
-    cflags = [str(f) for f in cflags]
-    lib = _build_library(path, text, name, dtype, cflags, compiler or _default_compiler(), cache)
-    return Kernel(lib, path, name, dtype, out_size)
+        compiled = load_kernel(source, name, seed_declaration(dtype), cflags=cflags, compiler=compiler,
+                               cache=cache)
+    except PrototypeError as e:
+        T = _C_NAMES.get(dtype or "", "T")
+        hint = f" (the function must be void {name}(const {T} *in, size_t n, {T} *out))"
+        first, _, rest = str(e).partition("\n")
+        raise PrototypeError(first + hint + (("\n" + rest) if rest else ""), e.output, e.command) from None
+    if compiled.params[0].dtype != compiled.params[2].dtype:
+        raise PrototypeError(f"{name}: in and out must have the same element type, got "
+                             f"{compiled.params[0].dtype} and {compiled.params[2].dtype}")
+    return Kernel(compiled, out_size)
