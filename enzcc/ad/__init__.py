@@ -9,7 +9,9 @@ is :mod:`enzcc.ad.reverse` (layout), :mod:`enzcc.ad.adjoint` (per-instruction ad
 
 from __future__ import annotations
 
-from enzcc.ad.api import mode_of, parse_call
+import re
+
+from enzcc.ad.api import mode_of, parse_call, resolve_function
 from enzcc.ad.batch import BATCH, replace_batch
 from enzcc.ad.errors import ADError, ad_error
 from enzcc.ad.globals import zero_shadows
@@ -20,13 +22,15 @@ from enzcc.ir.builder import IRBuilder
 from enzcc.ir.instructions import Call, Invoke, Load
 from enzcc.ir.module import Module
 from enzcc.ir.parser import parse_module
-from enzcc.ir.values import ConstantInt, GlobalRef
+from enzcc.ir.values import ConstantExpr, ConstantInt, GlobalRef
 
 ENZYME_PREFIX = "__enzyme_"
 
 
 def differentiate_text(text: str, target_machine=None, inline: str = "auto") -> tuple[str, int]:
-    """Differentiate every ``__enzyme_*`` call in the module. Returns (new text, number of calls replaced).
+    """Differentiate the ``__enzyme_*`` calls of the module whose function reaches no other ``__enzyme_*``
+    call (all of them, unless AD is nested: see :func:`ready_calls`). Returns (new text, number of calls
+    replaced); the caller repeats until no call is left.
 
     Three steps: (1) for each function to differentiate, and each function reached by a call that is not
     inlined (recursion, ``inline`` = ``auto``/``none``: see :func:`enzcc.ad.prepare.should_inline`), a
@@ -35,8 +39,15 @@ def differentiate_text(text: str, target_machine=None, inline: str = "auto") -> 
     simplified copies, which are then deleted.
     """
     module = parse_module(text)
-    calls = _enzyme_calls(module)
+    every = _enzyme_calls(module)
+    calls = ready_calls(module, every)
     if not calls:
+        if every:
+            call = every[0]
+            target = resolve_function(call.args[0]) if call.args else None
+            what = f"'{target.symbol}'" if isinstance(target, GlobalRef) else "its function"
+            raise ad_error(f"cannot differentiate {what}: nested AD must not be recursive, and this "
+                           f"function reaches this {call.callee_name} call itself", call)
         return text, 0
     module.enzcc_inline = inline
     requests = [parse_call(c, module) for c in calls if not (c.callee_name or "").startswith(BATCH)]
@@ -78,6 +89,57 @@ def _enzyme_calls(module: Module) -> list[Call]:
     return calls
 
 
+def ready_calls(module: Module, calls: list[Call]) -> list[Call]:
+    """The calls among ``calls`` whose function to differentiate reaches (calls, or refers to, directly or
+    through other functions) no ``__enzyme_*`` call: nested AD, e.g. ``__enzyme_fwddiff`` of a function that
+    calls ``__enzyme_autodiff``, is done inside out, the inner call first, so that the outer derivative is
+    taken of the synthesized inner one. ``__enzyme_batch`` calls are always ready."""
+    callers = {c.parent.parent.name for c in calls}
+    reaches: dict[str, bool] = {}
+
+    def reaches_enzyme(name: str) -> bool:
+        if name in reaches:
+            return reaches[name]
+        reaches[name] = False  # (a cycle adds nothing)
+        found = name in callers or any(reaches_enzyme(r) for r in _referenced_functions(module, name))
+        reaches[name] = found
+        return found
+
+    ready = []
+    for call in calls:
+        if (call.callee_name or "").startswith(BATCH) or not call.args:
+            ready.append(call)
+            continue
+        target = resolve_function(call.args[0]) if not (call.arg_attrs and call.arg_attrs[0] and any(
+            a.startswith("sret") for a in call.arg_attrs[0])) else resolve_function(call.args[1]) \
+            if len(call.args) > 1 else None
+        if not isinstance(target, GlobalRef) or not reaches_enzyme(target.symbol):
+            ready.append(call)  # (a bad first argument is reported by parse_call)
+    return ready
+
+
+_SYMBOL = re.compile(r'@("(?:[^"\\]|\\.)*"|[-A-Za-z$._0-9]+)')
+
+
+def _referenced_functions(module: Module, name: str) -> set[str]:
+    """Names of the defined functions that function ``name``'s body calls or refers to."""
+    fn = module.functions.get(name)
+    if fn is None or fn.is_declaration:
+        return set()
+    if not fn.is_parsed:
+        names = {m[1:-1] if m.startswith('"') else m for m in _SYMBOL.findall(fn._body_text)}
+    else:
+        names = set()
+        todo = [op for inst in fn.instructions() for op in inst.operands]
+        while todo:
+            v = todo.pop()
+            if isinstance(v, GlobalRef):
+                names.add(v.symbol)
+            elif isinstance(v, ConstantExpr):
+                todo.extend(v.operands)
+    return {n for n in names if n in module.functions and not module.functions[n].is_declaration}
+
+
 def _make_prepared_copy(module: Module, fn) -> str:
     from enzcc.ad.prepare import clone_body, new_derivative_function, prepare
 
@@ -117,7 +179,7 @@ def differentiate_module(module: Module, prepared: dict[str, str] | None = None)
 
     logic = DerivedFunctions(module, prepared)
     module.enzcc_active_globals = ActiveGlobals(module, prepared or {})
-    calls = _enzyme_calls(module)
+    calls = ready_calls(module, _enzyme_calls(module))
     for call in calls:
         if isinstance(call, Invoke):  # C++: the __enzyme_* declaration may throw, as far as clang knows
             call = invoke_to_call(call)

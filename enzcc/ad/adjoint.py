@@ -384,6 +384,20 @@ class AdjointGenerator:
         kind = self.memtypes.reallocated_kind(inst)
         if isinstance(kind, (T.PointerType, T.IntType)):
             return  # shadow pointers were copied going forward; integers and pointers carry no adjoint
+        if kind == "bytes":
+            # records of floats, integers and pointers in memory only this function allocated: the old
+            # shadow's float slots still hold the zeros the forward sweep left there, its pointer slots the
+            # shadow pointers copied going forward, so the new shadow's bytes are exactly what the old
+            # shadow must hold now (adjoints, and the same pointers)
+            old = self.shadows.shadow_or_null(inst.args[0])
+            if isinstance(old, Constant):
+                return
+            old = self._primal(old, block, b)
+            n = b.call_intrinsic("llvm.umin", [usable_size(b, self.module, old),
+                                               to_i64(b, self._primal(inst.args[1], block, b))], [T.i64])
+            b.call_intrinsic("llvm.memmove", [old, self._primal(shadow, block, b), n, ConstantInt(T.i1, 0)],
+                             [T.ptr, T.ptr, T.i64])
+            return
         if not isinstance(kind, T.FloatType):
             raise ad_error("cannot tell whether the memory realloc moves holds floating-point values", inst)
         old = self.shadows.shadow_or_null(inst.args[0])

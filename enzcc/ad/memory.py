@@ -111,15 +111,44 @@ class MemoryTypes:
 
     def reallocated_kind(self, call: Call):
         """What the memory ``realloc`` moves holds: the one float type, ``T.ptr`` or an IntType found on
-        the old and the new pointer and everything they flow through (:meth:`web_kinds`), or None when that
-        is unknown or mixed."""
+        the old and the new pointer and everything they flow through (:meth:`web_kinds`); ``"bytes"`` for
+        one float type mixed with integers and pointers in a buffer that only this function's allocations
+        and null ever were (a growable record stack such as a derivative's own tape, differentiated again
+        in nested AD); None when that is unknown or mixed otherwise."""
         kinds = self.web_kinds(call)
         floats = {k for k in kinds if isinstance(k, T.FloatType)}
         if len(floats) == 1 and len(kinds) == 1:
             return floats.pop()
         if kinds and not floats and all(isinstance(k, (T.IntType, T.PointerType)) for k in kinds):
             return T.ptr if T.ptr in kinds else next(iter(kinds))
+        if len(floats) == 1 and all(isinstance(k, (T.FloatType, T.IntType, T.PointerType)) for k in kinds) \
+                and self._web_is_local(call):
+            return "bytes"
         return None
+
+    def _web_is_local(self, call: Call) -> bool:
+        """Every object in ``call``'s realloc web (:meth:`web_kinds`) is null or an allocation made here."""
+        from enzcc.ir.values import ConstantNull
+
+        seen, stack = set(), [call]
+        while stack:
+            v = stack.pop()
+            if id(v) in seen:
+                continue
+            seen.add(id(v))
+            if isinstance(v, ConstantNull):
+                continue
+            if isinstance(v, Call) and v.callee_name in ("malloc", "calloc"):
+                continue
+            if isinstance(v, Call) and v.callee_name == "realloc":
+                stack.append(base_object(v.args[0]))
+            elif getattr(v, "opcode", None) in ("phi", "select"):
+                stack += [base_object(op) for op in v.operands if isinstance(op.type, T.PointerType)]
+            else:
+                return False
+            stack += [u.user for u in getattr(v, "uses", []) if getattr(u.user, "opcode", None) in ("phi", "select")
+                      or (isinstance(u.user, Call) and u.user.callee_name == "realloc" and u.index == 1)]
+        return True
 
     def float_of_width(self, p: Value, access: T.Type):
         """The floating-point type an integer access through ``p`` may really be moving (optimizers copy a

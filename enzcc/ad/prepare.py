@@ -63,7 +63,16 @@ def _split_attrs(text: str) -> list[str]:
 
 def new_derivative_function(module, primal: Function, name: str, params: list[T.Type], ret: T.Type,
                             arg_names: list[str | None]) -> Function:
-    fn = Function(module.unique_function_name(name), T.FunctionType(ret, tuple(params)), arg_names)
+    seen: set[str] = set()
+    unique = []
+    for n in arg_names:  # shadows are named d_<primal>: a primal already named d_0 (nested AD) must not clash
+        if n is not None:
+            base, k = n, 1
+            while n in seen or n.isdigit():
+                n, k = f"{base}.{k}", k + 1
+            seen.add(n)
+        unique.append(n)
+    fn = Function(module.unique_function_name(name), T.FunctionType(ret, tuple(params)), unique)
     fn.linkage = "internal"
     fn.fn_attrs = derivative_attributes(module, primal)
     fn.primal_name = getattr(primal, "primal_name", primal.name)
@@ -298,8 +307,9 @@ INLINE_THRESHOLD = 1500
 
 def should_inline(callee: Function, policy: str) -> bool:
     """Whether a call to ``callee`` inside code being differentiated is inlined; one that is not calls the
-    callee's derived functions (:mod:`enzcc.ad.logic`)."""
-    if policy == "all":
+    callee's derived functions (:mod:`enzcc.ad.logic`). enzcc's own runtime helpers (the tape's, in a
+    derivative differentiated again) always are."""
+    if policy == "all" or callee.name.startswith("__enzcc_"):
         return True
     if policy == "none":
         return False

@@ -145,22 +145,31 @@ def ad_stage(mod: llvm.ModuleRef, opts: PipelineOptions, where: str, tm=None) ->
     from enzcc.ad import differentiate_text
     from enzcc.ir.errors import IRError, IRParseError
 
-    try:
-        text, count = differentiate_text(L.module_text(mod, where), tm, inline=opts.ad_inline)
-    except IRParseError as exc:
-        raise EnzccError(f"cannot differentiate: enzcc's IR model does not support this code yet ({exc})") from None
-    except IRError as exc:
-        raise EnzccError(f"internal error while synthesizing the derivative: {exc} "
-                         "(please report this with the source that triggered it)") from None
-    if not count:
-        return mod, False
-    try:
-        new = L.llvm.parse_assembly(text)
-        new.verify()
-    except Exception as exc:
-        raise EnzccError(f"internal error: the synthesized derivative is not valid LLVM IR: {L._first_line(exc)}"
-                         " (please report this with the source that triggered it)") from None
-    return new, True
+    changed = False
+    while True:  # nested AD (a derivative of a derivative) takes one round per level, the inner one first
+        try:
+            text, count = differentiate_text(L.module_text(mod, where), tm, inline=opts.ad_inline)
+        except IRParseError as exc:
+            raise EnzccError(f"cannot differentiate: enzcc's IR model does not support this code yet ({exc})") \
+                from None
+        except IRError as exc:
+            raise EnzccError(f"internal error while synthesizing the derivative: {exc} "
+                             "(please report this with the source that triggered it)") from None
+        if not count:
+            return mod, changed
+        try:
+            mod = L.llvm.parse_assembly(text)
+            mod.verify()
+        except Exception as exc:
+            raise EnzccError("internal error: the synthesized derivative is not valid LLVM IR: "
+                             f"{L._first_line(exc)} (please report this with the source that triggered it)") \
+                from None
+        changed = True
+        if not enzyme_callers(mod, first_only=True):
+            return mod, True
+        # the next level differentiates the optimized derivative, as the first one did the optimized primal
+        L.optimize(mod, tm or L.target_machine(mod.triple or L.llvm.get_default_triple(), opts.opt_level),
+                   opts.opt_level, vectorize=False)
 
 
 # ---------------------------------------------------------------------------------------------
