@@ -1,0 +1,507 @@
+"""TensorFlow integration: a C/C++/Fortran/Rust function compiled by enzcc as a TensorFlow op with gradients.
+
+    from enzcc_plugins.tensorflow import enzyme
+    y = enzyme(x, filename="f.c", function="f")     # void f(const T *in, size_t n, T *out): y has x's shape
+
+    from enzcc_plugins import In, Out, Scalar, Int
+    f = enzyme("g.c", "g", [In("x", shape=("n",)), In("c", shape=("n",), const=True), Scalar("s"), Int("n"),
+                            Out("y", shape=("n",)), Out("t", shape=(2,))])
+    with tf.GradientTape() as tape:
+        y, t = f(x, c, s)                            # eager, or inside tf.function
+
+Every function runs through ONE generic custom op, ``EnzccCall`` (plugins/native/tf_op.cc), compiled once per
+machine against the installed TensorFlow's headers and ``libtensorflow_framework`` into the plugin cache and
+loaded with ``tf.load_op_library``. The op calls the entry points of plugins/ABI.md with the tensors' buffers;
+its attributes say which entry point (its address, checked against its symbol name) and what each pointer
+is. Derivatives:
+
+- ``tf.GradientTape`` (eager and ``tf.function``): the op's registered gradient calls ``NAME_enzcc_vjp``;
+- ``tf.autodiff.ForwardAccumulator``: ``NAME_enzcc_jvp`` (one call; registered as the op's forward rule);
+- second order, where enzcc builds ``NAME_enzcc_vjp_jvp``: a ForwardAccumulator over a GradientTape
+  (Hessian-vector products), a GradientTape over a GradientTape, and a GradientTape over a
+  ForwardAccumulator. Forward over forward is not available (an error says so).
+
+Shapes must be static when the op is built (TensorFlow retraces a ``tf.function`` for each new shape unless
+an ``input_signature`` with unknown extents is given; that is an error naming the argument). Tensors must be
+on the CPU and of the declared dtype; Python numbers and lists are converted to it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from . import build as _build
+from .build import EnzccBuildError, cache_dir
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX: concurrent builds are still safe (atomic rename)
+    fcntl = None
+
+__all__ = ["enzyme", "EnzccOp", "EnzccBuildError", "op_library"]
+
+_OP_SOURCE = Path(__file__).resolve().parent / "native" / "tf_op.cc"
+_TF_DTYPES = {"float32": tf.float32, "float64": tf.float64}
+_C_NAMES = {"float32": "float", "float64": "double"}
+
+# pointer kinds of tf_op.cc's layout (enum Slot)
+_NULL, _INPUT, _OUTPUT, _OUTPUT_ZERO, _SCRATCH, _SCRATCH_ZERO, _SCRATCH_COPY, _INT = range(8)
+_INT_BYTES = 8  # ABI 3: integers are passed as int64_t
+
+
+# --- the op library: built once per machine and TensorFlow version ----------------------------------------
+
+def _cxx() -> str:
+    env = os.environ.get("ENZCC_TF_CXX")
+    if env:
+        if shutil.which(env) is None:
+            raise EnzccBuildError(f"ENZCC_TF_CXX={env!r} is not an executable on PATH")
+        return env
+    for c in ("clang++-22", "clang++", "g++", "c++"):
+        if shutil.which(c):
+            return c
+    raise EnzccBuildError("no C++ compiler found to build the enzcc TensorFlow op (install clang++ or g++, "
+                          "or set ENZCC_TF_CXX)")
+
+
+_op_lock = threading.Lock()
+_op_module = None
+
+
+def op_library() -> Path:
+    """The path of the compiled EnzccCall op library, building it on first use (cached under the plugin cache
+    directory, keyed by the TensorFlow version and build flags, the compiler and tf_op.cc's text)."""
+    cflags, lflags = tf.sysconfig.get_compile_flags(), tf.sysconfig.get_link_flags()
+    cxx = _cxx()
+    h = hashlib.sha256()
+    for part in (tf.__version__, json.dumps([cflags, lflags]), shutil.which(cxx) or cxx, _OP_SOURCE.read_text()):
+        h.update(part.encode() + b"\0\1")
+    root = cache_dir().absolute()
+    root.mkdir(parents=True, exist_ok=True)
+    stem = f"tf_op-{tf.__version__}-{h.hexdigest()[:16]}"
+    path = root / f"{stem}.so"
+    if path.exists():
+        return path
+    lock_path = root / f"{stem}.lock"
+    with open(lock_path, "a") as lock:
+        if fcntl is not None:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # another process building it: wait for that one
+        try:
+            if not path.exists():
+                tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=root))
+                try:
+                    out = tmp / "tf_op.so"
+                    cmd = [cxx, "-O2", "-shared", "-fPIC", "-w", *cflags, str(_OP_SOURCE), "-o", str(out), *lflags]
+                    proc = subprocess.run(cmd, capture_output=True, text=True)
+                    if proc.returncode != 0:
+                        output = proc.stdout + proc.stderr
+                        raise EnzccBuildError(f"{_build._first_error(output)}\ncannot build the enzcc TensorFlow op "
+                                              f"with {cxx}:\n{output.rstrip()}", output, cmd)
+                    os.replace(out, path)  # atomic: readers see no file or a whole one
+                finally:
+                    shutil.rmtree(tmp, ignore_errors=True)
+        finally:
+            if fcntl is not None:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+    try:
+        lock_path.unlink()
+    except OSError:
+        pass
+    return path
+
+
+def _ops():
+    global _op_module
+    with _op_lock:
+        if _op_module is None:
+            _op_module = tf.load_op_library(str(op_library()))
+        return _op_module
+
+
+# --- one kernel at one set of shapes: the op's attributes for each entry point -----------------------------
+
+_registry_lock = threading.Lock()
+_registry: dict[str, "_Variant"] = {}
+_keys = itertools.count()
+
+
+class _Variant:
+    """A kernel resolved at one set of input shapes and integer values: the attributes of the EnzccCall op
+    for each entry point. Registered under ``key`` so that the gradient and forward rules, which see only
+    the op, find it again."""
+
+    def __init__(self, kernel, plan):
+        self.kernel = kernel
+        self.plan = plan
+        self.params = sorted(kernel.params, key=lambda p: p.index)
+        self.ins = [p for p in self.params if p.kind in ("in", "scalar")]
+        self.outs = [p for p in self.params if p.kind == "out"]
+        self.diff = [p for p in self.ins if p.differentiable]
+        self.ints = [p for p in self.params if p.kind == "int"]
+        self.in_pos = {p.name: i for i, p in enumerate(self.ins)}
+        self.out_pos = {p.name: j for j, p in enumerate(self.outs)}
+        self.diff_pos = {p.name: g for g, p in enumerate(self.diff)}
+        self.int_pos = {p.name: k for k, p in enumerate(self.ints)}
+        self.int_values = [int(plan.ints[p.name]) for p in self.ints]
+        self.shape = {p.name: tuple(int(e) for e in plan.shapes.get(p.name, ())) for p in self.params
+                      if p.kind != "int"}
+        self.dtype = {p.name: _TF_DTYPES[p.dtype] for p in self.params if p.kind != "int"}
+        with _registry_lock:
+            self.key = f"{kernel.name}#{next(_keys)}"
+            _registry[self.key] = self
+        self._attrs: dict[str, dict] = {}
+
+    # the four entry points: op inputs, op outputs and the pointer layout
+
+    def _layout(self, mode: str):
+        nin, nout, ndiff = len(self.ins), len(self.outs), len(self.diff)
+        ins = [(p.name, self.dtype[p.name], self.shape[p.name]) for p in self.ins]
+        outs = [(f"d{p.name}" if mode != "primal" else p.name, self.dtype[p.name], self.shape[p.name])
+                for p in self.outs]
+        grads = [(p.name, self.dtype[p.name], self.shape[p.name]) for p in self.diff]
+        scratch: list[tuple] = []
+
+        def temp(p, kind, copy_of=0):
+            scratch.append((self.dtype[p.name], self.shape[p.name]))
+            return (kind, len(scratch) - 1, copy_of)
+
+        def a_entry(p, out_kind):
+            if p.kind in ("in", "scalar"):
+                return (_INPUT, self.in_pos[p.name], 0)
+            if p.kind == "int":
+                return (_INT, self.int_pos[p.name], _INT_BYTES)
+            return out_kind(p)
+
+        a, d, ta, td = [], [], [], []
+        if mode == "primal":          # inputs: x;  outputs: y
+            op_in, op_out = ins, [(p.name, self.dtype[p.name], self.shape[p.name]) for p in self.outs]
+            a = [a_entry(p, lambda p: (_OUTPUT, self.out_pos[p.name], 0)) for p in self.params]
+            arrays = [a]
+        elif mode == "jvp":           # inputs: x, tangents of diff inputs;  outputs: y, tangents of y
+            op_in = ins + [(f"t_{n}", t, s) for n, t, s in grads]
+            op_out = [(p.name, self.dtype[p.name], self.shape[p.name]) for p in self.outs] + outs
+            a = [a_entry(p, lambda p: (_OUTPUT, self.out_pos[p.name], 0)) for p in self.params]
+            for p in self.params:
+                if p.kind == "out":
+                    d.append((_OUTPUT, nout + self.out_pos[p.name], 0))
+                elif p.name in self.diff_pos:
+                    d.append((_INPUT, nin + self.diff_pos[p.name], 0))
+                else:
+                    d.append((_NULL, 0, 0))
+            arrays = [a, d]
+        elif mode in ("vjp", "vjp_jvp"):
+            # vjp:     inputs: x, seeds;                       outputs: gradients of diff inputs
+            # vjp_jvp: inputs: x, seeds, tangents of diff inputs, tangents of seeds;
+            #          outputs: gradients, tangents of the gradients
+            op_in = ins + [(f"seed_{p.name}", self.dtype[p.name], self.shape[p.name]) for p in self.outs]
+            op_out = list(grads)
+            if mode == "vjp_jvp":
+                op_in += [(f"t_{n}", t, s) for n, t, s in grads]
+                op_in += [(f"t_seed_{p.name}", self.dtype[p.name], self.shape[p.name]) for p in self.outs]
+                op_out += [(f"t_{n}", t, s) for n, t, s in grads]
+            a = [a_entry(p, lambda p: temp(p, _SCRATCH)) for p in self.params]
+            for p in self.params:
+                if p.kind == "out":  # the seed is consumed: a private copy
+                    d.append(temp(p, _SCRATCH_COPY, nin + self.out_pos[p.name]))
+                elif p.name in self.diff_pos:  # arrays accumulate (+=): zeroed; scalars are stored
+                    d.append((_OUTPUT_ZERO if p.kind == "in" else _OUTPUT, self.diff_pos[p.name], 0))
+                else:
+                    d.append((_NULL, 0, 0))
+            arrays = [a, d]
+            if mode == "vjp_jvp":
+                for p in self.params:
+                    if p.kind == "out":
+                        ta.append(temp(p, _SCRATCH_ZERO))
+                        td.append(temp(p, _SCRATCH_COPY, nin + nout + ndiff + self.out_pos[p.name]))
+                    elif p.name in self.diff_pos:
+                        g = self.diff_pos[p.name]
+                        ta.append((_INPUT, nin + nout + g, 0))
+                        td.append((_OUTPUT_ZERO if p.kind == "in" else _OUTPUT, ndiff + g, 0))
+                    else:
+                        ta.append((_NULL, 0, 0))
+                        td.append((_NULL, 0, 0))
+                arrays = [a, d, ta, td]
+        else:  # pragma: no cover - internal
+            raise ValueError(mode)
+        return op_in, op_out, scratch, arrays
+
+    def attrs(self, mode: str) -> dict:
+        """The EnzccCall attributes for one entry point (the address resolves the entry point, building the
+        second-order library on first use of vjp_jvp)."""
+        if mode not in self._attrs:
+            op_in, op_out, scratch, arrays = self._layout(mode)
+            address = int(self.kernel.address(mode))
+            self._attrs[mode] = dict(
+                Tout=[t for _, t, _ in op_out], in_shapes=[list(s) for _, _, s in op_in],
+                out_shapes=[list(s) for _, _, s in op_out], scratch_types=[t for t, _ in scratch],
+                scratch_shapes=[list(s) for _, s in scratch], in_names=[n for n, _, _ in op_in],
+                fn=address, symbol=f"{self.kernel.name}_enzcc_{mode}", fn_name=self.kernel.name, mode=mode,
+                key=self.key, nptr=len(arrays), nargs=len(self.params),
+                layout=[v for arr in arrays for entry in arr for v in entry], ints=self.int_values)
+            self._attrs[mode]["_in"] = op_in
+        return self._attrs[mode]
+
+    def call(self, mode: str, inputs: Sequence) -> list:
+        """Run the entry point ``mode`` on op inputs (tensors; None entries become zeros)."""
+        attrs = dict(self.attrs(mode))
+        op_in = attrs.pop("_in")
+        inputs = [tf.zeros(s, t) if x is None else x for x, (_, t, s) in zip(inputs, op_in)]
+        return list(_ops().enzcc_call(inputs, **attrs))
+
+    # helpers for the derivative rules
+
+    def zeros_if_none(self, values, params) -> list:
+        return [tf.zeros(self.shape[p.name], self.dtype[p.name]) if v is None else v
+                for v, p in zip(values, params)]
+
+    def per_input(self, diff_values) -> list:
+        """One entry per op input from one per differentiable input (None for const ones)."""
+        return [diff_values[self.diff_pos[p.name]] if p.name in self.diff_pos else None for p in self.ins]
+
+    def diff_only(self, per_input) -> list:
+        return [per_input[self.in_pos[p.name]] for p in self.diff]
+
+
+def _variant_of(op_or_key) -> _Variant:
+    key = op_or_key if isinstance(op_or_key, str) else op_or_key.get_attr("key")
+    if isinstance(key, bytes):
+        key = key.decode()
+    with _registry_lock:
+        v = _registry.get(key)
+    if v is None:
+        raise LookupError(f"EnzccCall op {key!r} was not made in this process: its derivative is unknown")
+    return v
+
+
+# --- reverse mode: the registered gradient -----------------------------------------------------------------
+
+def _grad(op, *grads):
+    """The gradient of an EnzccCall op, for each entry point it can be (see the module docstring)."""
+    v = _variant_of(op)
+    mode = op.get_attr("mode")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    nin, nout, ndiff = len(v.ins), len(v.outs), len(v.diff)
+    x = list(op.inputs[:nin])
+    if mode == "primal":
+        if all(g is None for g in grads) or not ndiff:
+            return [None] * nin
+        return v.per_input(v.call("vjp", x + v.zeros_if_none(grads, v.outs)))
+    if mode == "vjp":
+        # G = J(x)^T s;  cotangent w of G:  dx = H_s w (forward over reverse),  ds = J w (forward)
+        w = list(grads)
+        if all(g is None for g in w):
+            return [None] * (nin + nout)
+        w = v.zeros_if_none(w, v.diff)
+        seeds = list(op.inputs[nin:nin + nout])
+        skip = set(getattr(op, "skip_input_indices", None) or ())
+        if all(v.in_pos[p.name] in skip for p in v.diff):
+            dx = [None] * nin
+        else:
+            res = v.call("vjp_jvp", x + seeds + w + [None] * nout)
+            dx = v.per_input(res[ndiff:])
+        ds = v.call("jvp", x + w)[nout:]
+        return dx + ds
+    if mode == "jvp":
+        # (y, ydot) = (f(x), J(x) t);  cotangents (u, v):  dx = J^T u + H_v t,  dt = J^T v
+        u, vv = list(grads[:nout]), list(grads[nout:])
+        t = list(op.inputs[nin:nin + ndiff])
+        if all(g is None for g in vv):
+            if all(g is None for g in u):
+                return [None] * (nin + ndiff)
+            return v.per_input(v.call("vjp", x + v.zeros_if_none(u, v.outs))) + [None] * ndiff
+        res = v.call("vjp_jvp", x + v.zeros_if_none(vv, v.outs) + t + v.zeros_if_none(u, v.outs))
+        return v.per_input(res[ndiff:]) + res[:ndiff]
+    raise NotImplementedError(f"{v.kernel.name}: third-order derivatives (a gradient of the forward-over-reverse "
+                              f"entry point) are not available from enzcc")
+
+
+# --- forward mode: the op's JVP rule for tf.autodiff.ForwardAccumulator -------------------------------------
+
+def _jvp(attr_tuple, inputs, outputs, tangents):
+    """Output tangents of an EnzccCall op from its input tangents (TensorFlow's forward-mode hook)."""
+    attrs = dict(zip(attr_tuple[::2], attr_tuple[1::2]))
+    v = _variant_of(attrs["key"])
+    mode = attrs["mode"].decode() if isinstance(attrs["mode"], bytes) else attrs["mode"]
+    nin, nout, ndiff = len(v.ins), len(v.outs), len(v.diff)
+    x = list(inputs[:nin])
+    if mode == "primal":
+        if not ndiff:
+            return [None] * nout
+        t = v.zeros_if_none(v.diff_only(list(tangents[:nin])), v.diff)
+        return v.call("jvp", x + t)[nout:]
+    if mode == "vjp":
+        # G = J(x)^T s:  Gdot = H_s xdot + J^T sdot
+        seeds = list(inputs[nin:nin + nout])
+        xdot = v.zeros_if_none(v.diff_only(list(tangents[:nin])), v.diff)
+        sdot = v.zeros_if_none(list(tangents[nin:nin + nout]), v.outs)
+        return v.call("vjp_jvp", x + seeds + xdot + sdot)[ndiff:]
+    raise NotImplementedError(f"{v.kernel.name}: forward mode over a '{mode}' entry point (forward over forward "
+                              f"or third order) is not available from enzcc")
+
+
+def _register_rules() -> None:
+    try:
+        tf.RegisterGradient("EnzccCall")(_grad)
+    except KeyError:  # already registered: this module was reloaded
+        pass
+    try:
+        from tensorflow.python.eager import forwardprop
+        forwardprop._SPECIAL_CASES["EnzccCall"] = _jvp
+    except (ImportError, AttributeError):  # pragma: no cover - another TensorFlow: the generic fallback
+        pass                                # (a transposed gradient) still gives forward mode
+
+
+_register_rules()
+
+
+# --- the public API ------------------------------------------------------------------------------------------
+
+class EnzccOp:
+    """A compiled function as a TensorFlow operation: call it with the kernel's call arguments (positional or
+    by name; ``.arg_names``). Returns the output tensor, or a tuple of them when the function has several."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+        self.arg_names = tuple(kernel.arg_names)
+        self._variants: dict[tuple, _Variant] = {}
+        self._lock = threading.Lock()
+        self._params = {p.name: p for p in kernel.params}
+
+    def __repr__(self) -> str:
+        return f"<enzcc TensorFlow op {self.kernel.name}({', '.join(self.arg_names)}) from {self.kernel.source}>"
+
+    def _tensor(self, p, value):
+        name = self.kernel.name
+        want = _TF_DTYPES[p.dtype]
+        if isinstance(value, (tf.Tensor, tf.Variable)) or isinstance(value, (np.ndarray, np.generic)):
+            got = tf.as_dtype(value.dtype)
+            if got != want:
+                raise TypeError(f"{name}: argument '{p.name}' has dtype {got.name}, but the C function takes "
+                                f"{_C_NAMES[p.dtype]} ({p.dtype}); convert it with tf.cast(..., tf.{p.dtype})")
+            device = getattr(value, "device", "") if isinstance(value, (tf.Tensor, tf.Variable)) else ""
+            if device and "CPU" not in device.rsplit("/", 1)[-1].upper():
+                raise RuntimeError(f"{name}: argument '{p.name}' is on {device}, but the enzcc-compiled code runs "
+                                   f"on the CPU only; copy it with tf.identity under tf.device('/CPU:0')")
+            t = tf.convert_to_tensor(value)
+        else:
+            try:
+                t = tf.convert_to_tensor(value, dtype=want)
+            except (TypeError, ValueError) as e:
+                raise TypeError(f"{name}: argument '{p.name}' cannot be converted to a {p.dtype} tensor: "
+                                f"{e}") from None
+        if p.kind == "scalar" and t.shape.rank != 0:
+            raise ValueError(f"{name}: argument '{p.name}' is a scalar ({_C_NAMES[p.dtype]}) but has shape "
+                             f"{tuple(t.shape)}")
+        if not t.shape.is_fully_defined():
+            raise ValueError(f"{name}: argument '{p.name}' has shape {t.shape} here (a tf.function with an "
+                             f"input_signature?): the enzcc op needs static shapes; leave the extents known "
+                             f"(TensorFlow retraces for each new shape)")
+        return t
+
+    def __call__(self, *args, **kwargs):
+        bound = self.kernel.bind(*args, **kwargs)
+        tensors, shapes, ints = [], {}, {}
+        for name, value in bound.items():
+            p = self._params[name]
+            if p.kind == "int":
+                if isinstance(value, (tf.Tensor, tf.Variable)) or isinstance(value, bool) or \
+                        not isinstance(value, (int, np.integer)):
+                    raise TypeError(f"{self.kernel.name}: argument '{name}' is an integer parameter: pass a "
+                                    f"Python int, got {type(value).__name__}")
+                ints[name] = int(value)
+        ins = sorted((p for p in self.kernel.params if p.kind in ("in", "scalar")), key=lambda p: p.index)
+        for p in ins:
+            t = self._tensor(p, bound[p.name])
+            tensors.append(t)
+            shapes[p.name] = tuple(t.shape.as_list())
+        sig = (tuple(shapes[p.name] for p in ins), tuple(sorted(ints.items())))
+        with self._lock:
+            variant = self._variants.get(sig)
+        if variant is None:
+            variant = _Variant(self.kernel, self.kernel.resolve(shapes, ints))
+            with self._lock:
+                variant = self._variants.setdefault(sig, variant)
+        outs = variant.call("primal", tensors)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+_seed_lock = threading.Lock()
+_seed_ops: dict[tuple, EnzccOp] = {}
+
+
+def _load(source, name, params, dtype, cflags, compiler, cache, lang) -> EnzccOp:
+    if isinstance(cflags, str):
+        cflags = cflags.split()
+    return EnzccOp(_build.load_kernel(source, name, list(params), dtype, cflags=tuple(cflags), compiler=compiler,
+                                      cache=cache, lang=lang))
+
+
+def _seed_params():
+    """The seed's signature ``void f(const T *in, size_t n, T *out)``: out has in's shape."""
+    return [_build.In("x"), _build.Int("n", lambda x: x.size), _build.Out("out", shape=lambda x: x.shape)]
+
+
+def enzyme(*args, filename=None, function=None, params=None, dtype=None, cflags: Sequence[str] = (),
+           compiler: str | None = None, cache=None, lang: str | None = None, **kwargs):
+    """A C/C++/Fortran/Rust function compiled by enzcc, as a TensorFlow op with gradients.
+
+    Two forms:
+
+    - ``enzyme(source, name, params=None, dtype=None, ...)`` returns an :class:`EnzccOp` to call with tensors.
+      ``params`` is the declaration (``In``/``Out``/``Scalar``/``Int`` of :mod:`enzcc_plugins.build`, in the C
+      order); without it the function is ``void name(const T *in, size_t n, T *out)`` with ``out`` shaped like
+      ``in`` (``dtype`` then picks ``T``; default: the prototype's).
+    - ``enzyme(*tensors, filename=source, function=name, ...)`` compiles (once; cached) and calls it: the
+      reference system's form ``enzyme(inp, filename="test.c", function="f")``. Without ``params`` the seed
+      signature above is used with ``T`` from the tensor's dtype.
+
+    cflags, compiler, cache, lang: as for ``enzcc_plugins.build.load_kernel``. Raises ``EnzccBuildError``
+    (``PrototypeError`` when the declaration does not match the function) at load time.
+    """
+    if filename is None and function is None:
+        if len(args) < 2 or kwargs:
+            raise TypeError("enzyme(source, name, params=None, ...) or enzyme(*tensors, filename=..., function=...)")
+        source, name = args[0], args[1]
+        if len(args) > 2:
+            if params is not None or len(args) > 3:
+                raise TypeError("enzyme(source, name, params=None, ...): too many positional arguments")
+            params = args[2]
+        return _load(source, name, params if params is not None else _seed_params(), dtype, cflags, compiler,
+                     cache, lang)
+    if filename is None or function is None:
+        raise TypeError("enzyme(*tensors, filename=..., function=...) needs both filename and function")
+    if params is None:
+        if len(args) != 1 or kwargs:
+            raise TypeError(f"enzyme(inp, filename=..., function={function!r}): the seed signature takes one "
+                            f"tensor; pass params=[...] for other signatures")
+        if dtype is None:
+            x = args[0]
+            dtype = x.dtype if hasattr(x, "dtype") else "float32"
+        dtype = _build.normalize_dtype(getattr(dtype, "name", dtype))
+    path = Path(filename).expanduser().resolve()
+    try:
+        st = path.stat()
+    except OSError as e:
+        raise FileNotFoundError(f"enzyme: cannot read source filename={filename!r}: {e}") from e
+    key = (str(path), st.st_mtime_ns, st.st_size, function, repr(params), str(dtype), tuple(cflags), compiler,
+           str(cache), lang)
+    with _seed_lock:
+        op = _seed_ops.get(key)
+    if op is None:
+        op = _load(path, function, params if params is not None else _seed_params(), dtype, cflags, compiler,
+                   cache, lang)
+        with _seed_lock:
+            op = _seed_ops.setdefault(key, op)
+    return op(*args, **kwargs)
