@@ -1,99 +1,594 @@
-"""JAX integration: a C function compiled by enzcc as a ``jax.custom_vjp`` function.
+"""JAX integration: C (C++, Fortran, Rust) functions compiled by enzcc as JAX primitives called through XLA's FFI.
 
-    from enzcc_plugins.jax import enzyme
-    f = enzyme("f.c", "f")            # void f(const float *in, size_t n, float *out)
-    y = f(x)                          # runs the compiled C through jax.pure_callback (also under jit/vmap)
-    g = jax.grad(lambda x: f(x).sum())(x)   # the backward pass calls the enzcc gradient
+    from enzcc_plugins.jax import enzyme, In, Out, Scalar, Int
+    f = enzyme("f.c", "f", [In("x", shape=("n",)), Int("n"), Scalar("alpha"), In("w", shape=("n",), const=True),
+                            Out("y", shape=("n",)), Out("s", shape=(1,))])
+    y, s = f(x, 0.5, w)                         # one XLA custom call (also under jit)
+    jax.grad(lambda x, a: f(x, a, w)[1][0], argnums=(0, 1))(x, 0.5)   # enzcc's reverse mode
+    jax.jvp(lambda x: f(x, 0.5, w)[0], (x,), (t,))                    # enzcc's forward mode
+    jax.vmap(f, in_axes=(0, None, None))(xs, 0.5, w)                  # one call, a loop over the batch
 
-Arrays of the C function's element type (float32 for ``float``; float64 for ``double``, which needs
-``jax_enable_x64``) of any shape are flattened into ``in`` with ``n = x.size``; the result has ``x``'s shape
-when the output length is the default ``n``, else it is 1-D of ``out_size(n)``. Python scalars and lists
-are converted to the C type; arrays of another dtype are an error. Only reverse mode is defined
-(``jax.grad``, ``jax.vjp``); ``jax.jvp`` is not (custom_vjp).
+    g = enzyme("g.c", "g")                      # the one-array form void g(const T *in, size_t n, T *out)
+
+How it works: one generic C++ FFI handler (plugins/native/xla_ffi.cc, compiled once per machine and jaxlib
+into the plugin cache and registered as the CPU target ``enzcc_call``) calls a kernel's entry points
+(plugins/ABI.md) with the buffers XLA hands it; the entry point's address and the parameter layout travel as
+the custom call's attributes. Four primitives use it: ``enzcc_primal``; ``enzcc_tangent`` (the ``_jvp``
+entry), emitted by the primal's JVP rule and linear in the tangents; ``enzcc_vjp`` (the ``_vjp`` entry), the
+transpose of ``enzcc_tangent``, so ``jax.grad`` runs the primal once and enzcc's reverse pass once; and
+``enzcc_vjp_tangent`` (the ``_vjp_jvp`` entry, a second library built on first use), the JVP of
+``enzcc_vjp``, for forward-over-reverse second derivatives (``jax.hessian``, ``jax.jvp`` of ``jax.grad``).
+Forward-over-forward and third derivatives raise NotImplementedError. ``jax.vmap`` becomes one custom call
+whose handler loops over the batch (arguments without a batch axis are shared, not copied).
+
+Arrays are C-contiguous of the declared dtype (float32 for ``float``; float64 for ``double``, which needs
+``jax_enable_x64``); another dtype, a wrong shape, an array on a GPU or an integer that is not a static int
+is a TypeError/ValueError naming the argument. An input declared ``const=True`` takes no derivative: a
+derivative flowing into it is an error (use ``jax.lax.stop_gradient`` to say it is constant).
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import hashlib
 import math
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir
 
-from .build import EnzccBuildError, load
+from .build import EnzccBuildError, In, Int, Out, Scalar, cache_dir
 
-__all__ = ["enzyme", "EnzccBuildError"]
+__all__ = ["enzyme", "EnzymeFunction", "EnzccBuildError", "In", "Out", "Scalar", "Int"]
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX: the atomic rename alone keeps concurrent builds safe
+    fcntl = None
+
+# --- the FFI handler: one C++ file, compiled once per machine and jaxlib -------------------------------------
+
+HANDLER_SOURCE = Path(__file__).resolve().parent / "native" / "xla_ffi.cc"
+TARGET = "enzcc_call"
+
+_handler_lock = threading.Lock()
+_handler_registered = False
 
 
-def enzyme(source, name: str, dtype=None, *, out_size: int | Callable[[int], int] | None = None,
-           cflags: Sequence[str] = (), compiler: str | None = None, cache=None,
-           vmap_method: str = "sequential") -> Callable:
-    """Compile ``name`` from the C file ``source`` (and its gradient) with enzcc and return ``f(x)``, a JAX
-    function with a custom VJP whose forward and backward run the compiled code via ``jax.pure_callback``.
+def _cxx() -> str:
+    """The C++ compiler for the handler: $ENZCC_PLUGINS_CXX, else clang++-22, else clang++, else c++."""
+    env = os.environ.get("ENZCC_PLUGINS_CXX")
+    if env:
+        return env
+    for name in ("clang++-22", "clang++", "c++"):
+        if shutil.which(name):
+            return name
+    raise EnzccBuildError("no C++ compiler for the XLA FFI handler (clang++-22, clang++ or c++ on PATH, or set "
+                          "ENZCC_PLUGINS_CXX)")
 
-    Arguments as for :func:`enzcc_plugins.load` (dtype, out_size, cflags, compiler, cache); vmap_method is
-    passed to ``jax.pure_callback`` (default 'sequential': ``jax.vmap`` loops over the batch). Raises
-    :class:`EnzccBuildError` (with enzcc's one-line error) when compilation fails.
+
+def handler_library() -> Path:
+    """The compiled handler (plugins/native/xla_ffi.cc) in the plugin cache, built on first use. The file name
+    holds the jaxlib version and a hash of the source and compiler, so a new jaxlib or handler rebuilds it; the
+    build happens in a private directory and is renamed into place under a lock (concurrent processes wait)."""
+    import jaxlib
+
+    source = HANDLER_SOURCE.read_bytes()
+    cxx = _cxx()
+    key = hashlib.sha256(source + b"\0" + cxx.encode() + b"\0" + jaxlib.__version__.encode()).hexdigest()[:20]
+    root = cache_dir().absolute() / "jax-ffi"
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / f"enzcc_xla_ffi-jaxlib{jaxlib.__version__}-{key}.so"
+    if path.exists():
+        return path
+    with open(root / f"{path.stem}.lock", "a") as lock:
+        if fcntl is not None:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        try:
+            if not path.exists():
+                tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=root))
+                try:
+                    out = tmp / "handler.so"
+                    cmd = [cxx, "-std=c++17", "-O2", "-shared", "-fPIC", "-I", jax.ffi.include_dir(),
+                           str(HANDLER_SOURCE), "-o", str(out)]
+                    proc = subprocess.run(cmd, capture_output=True, text=True)
+                    if proc.returncode:
+                        output = proc.stdout + proc.stderr
+                        first = next((ln for ln in output.splitlines() if "error" in ln), output.strip()[-300:])
+                        raise EnzccBuildError(f"cannot compile the XLA FFI handler {HANDLER_SOURCE}: {first}",
+                                              output, cmd)
+                    os.replace(out, path)
+                finally:
+                    shutil.rmtree(tmp, ignore_errors=True)
+        finally:
+            if fcntl is not None:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+    return path
+
+
+def register_handler() -> None:
+    """Build (or fetch) the handler and register it with XLA as the CPU FFI target ``enzcc_call`` (once)."""
+    global _handler_registered
+    with _handler_lock:
+        if _handler_registered:
+            return
+        lib = ctypes.CDLL(str(handler_library()))
+        jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(lib.EnzccCall), platform="cpu")
+        _handler_registered = True
+
+
+# --- the static description of one call ---------------------------------------------------------------------
+
+IN, OUT, SCALAR, INT = "in", "out", "scalar", "int"
+_NULL, _OPERAND, _RESULT, _INTCELL = 0, 1, 2, 3
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One kernel call with fixed shapes: the C parameters in order (kind, dtype, const, shape, integer value)
+    and the first-order entry points' addresses. Hashable: it is a parameter of the primitives (and so part of
+    jit's cache key). ``shapes`` holds each array's shape (for one batch item), ``()`` for scalars and
+    integers; ``ints`` each integer's value (0 for the other parameters)."""
+
+    name: str
+    kinds: tuple
+    dtypes: tuple  # NumPy dtype names ('float32'/'float64'); '' for integers
+    const: tuple
+    shapes: tuple
+    ints: tuple
+    names: tuple  # the parameters' names, for messages
+    primal: int
+    vjp: int
+    jvp: int
+    #: the CompiledKernel, asked for the second-order entry point (a second library, built on first use)
+    kernel: object = field(default=None, compare=False, repr=False)
+
+    def __repr__(self) -> str:  # short: it is printed in every jaxpr
+        sig = ", ".join(f"{n}:{k}{list(s) if k in (IN, OUT) else ''}" for n, k, s in
+                        zip(self.names, self.kinds, self.shapes))
+        return f"{self.name}({sig})"
+
+    @functools.cached_property
+    def inputs(self) -> tuple:
+        """C indices of the JAX operands: input arrays and float scalars, in C order."""
+        return tuple(i for i, k in enumerate(self.kinds) if k in (IN, SCALAR))
+
+    @functools.cached_property
+    def outputs(self) -> tuple:
+        return tuple(i for i, k in enumerate(self.kinds) if k == OUT)
+
+    @functools.cached_property
+    def diff(self) -> tuple:
+        """C indices of the differentiable inputs (not const)."""
+        return tuple(i for i in self.inputs if not self.const[i])
+
+    def aval(self, i: int, batch: tuple = ()) -> jax.core.ShapedArray:
+        return jax.core.ShapedArray(tuple(batch) + tuple(self.shapes[i]), np.dtype(self.dtypes[i]))
+
+    def entry(self, mode: str) -> int:
+        """The address of the entry point a primitive calls ('primal', 'tangent', 'vjp', 'vjp_tangent')."""
+        if mode == "vjp_tangent":
+            if self.kernel is None:
+                raise NotImplementedError(f"{self.name}: no second-order entry point")
+            return self.kernel.address("vjp_jvp")
+        return {"primal": self.primal, "tangent": self.jvp, "vjp": self.vjp}[mode]
+
+
+def _attrs(layout: Layout, entry: int, arrays: list[list[tuple[int, int]]], zero=(), batch=(),
+           batched=()) -> dict:
+    """The FFI attributes of one call (see plugins/native/xla_ffi.cc)."""
+    kinds = [k for arr in arrays for k, _ in arr]
+    index = [i for arr in arrays for _, i in arr]
+    return dict(fn=np.int64(entry), arrays=np.int64(len(arrays)), slot_kind=np.array(kinds, np.int64),
+                slot_index=np.array(index, np.int64), ints=np.array(layout.ints, np.int64),
+                zero=np.array(list(zero), np.int64), batch=np.int64(math.prod(batch)),
+                batched=np.array([1 if b else 0 for b in batched], np.int64))
+
+
+# --- the primitives -----------------------------------------------------------------------------------------
+#
+# enzcc_primal(*inputs) -> outputs                        NAME_enzcc_primal
+# enzcc_tangent(*inputs, *tangents) -> output tangents     NAME_enzcc_jvp; linear in the tangents
+# enzcc_vjp(*inputs, *seeds) -> input gradients            NAME_enzcc_vjp; the transpose of enzcc_tangent
+# enzcc_vjp_tangent(*inputs, *seeds, *their tangents)      NAME_enzcc_vjp_jvp; the JVP of enzcc_vjp
+#
+# inputs are the input arrays and float scalars in C order; tangents those of the differentiable (non-const)
+# ones. Every primitive takes the parameters layout (Layout), batch (the shape of the jax.vmap axes, outermost
+# first; () outside vmap) and batched (one flag per operand: whether it carries the batch axes in front;
+# operands without them are shared by all batch items). Results always carry the batch axes. Each primitive
+# also returns the scratch its entry point writes (the primal outputs that the jvp and vjp entries compute
+# again, the consumed seeds): callers drop them.
+
+primal_p = Primitive("enzcc_primal")
+tangent_p = Primitive("enzcc_tangent")
+vjp_p = Primitive("enzcc_vjp")
+vjp_tangent_p = Primitive("enzcc_vjp_tangent")
+for _p in (primal_p, tangent_p, vjp_p, vjp_tangent_p):
+    _p.multiple_results = True
+
+
+def _impl(prim, *args, **params):
+    from jax._src import dispatch  # compiles the primitive alone once per parameters and shapes, then caches
+    return dispatch.apply_primitive(prim, *args, **params)
+
+
+def _plan(layout: Layout, mode: str) -> dict:
+    """For one primitive: the pointer arrays (one list of (kind, index) per C parameter for each array the
+    entry point takes), the results (role, C index), the results to zero and the seed aliases
+    {operand: result}."""
+    P = len(layout.kinds)
+    I, O, D = len(layout.inputs), len(layout.outputs), len(layout.diff)
+    in_pos = {c: j for j, c in enumerate(layout.inputs)}
+    out_pos = {c: k for k, c in enumerate(layout.outputs)}
+    diff_pos = {c: k for k, c in enumerate(layout.diff)}
+
+    def primal_array(out_base: int) -> list:
+        a = []
+        for i, kind in enumerate(layout.kinds):
+            if kind == OUT:
+                a.append((_RESULT, out_base + out_pos[i]))
+            elif kind == INT:
+                a.append((_INTCELL, i))
+            else:
+                a.append((_OPERAND, in_pos[i]))
+        return a
+
+    null = [(_NULL, 0)] * P
+    if mode == "primal":  # results: outputs
+        return dict(arrays=[primal_array(0)], results=[("out", c) for c in layout.outputs], zero=(), aliases={})
+    if mode == "tangent":  # operands: inputs, tangents; results: output tangents, outputs (scratch)
+        d = list(null)
+        for c in layout.diff:
+            d[c] = (_OPERAND, I + diff_pos[c])
+        for c in layout.outputs:
+            d[c] = (_RESULT, out_pos[c])
+        return dict(arrays=[primal_array(O), d], results=[("out", c) for c in layout.outputs] * 2, zero=(),
+                    aliases={})
+    if mode == "vjp":  # operands: inputs, seeds; results: gradients, outputs (scratch), seeds (consumed)
+        d = list(null)
+        for c in layout.diff:
+            d[c] = (_RESULT, diff_pos[c])
+        for c in layout.outputs:
+            d[c] = (_RESULT, D + O + out_pos[c])
+        return dict(arrays=[primal_array(D), d],
+                    results=[("in", c) for c in layout.diff] + [("out", c) for c in layout.outputs] * 2,
+                    zero=tuple(range(D)), aliases={I + k: D + O + k for k in range(O)})
+    if mode == "vjp_tangent":
+        # operands: inputs, seeds, input tangents (diff), seed tangents; results: gradients, gradient tangents,
+        # outputs (scratch), seeds (consumed), seed tangents (consumed), output tangents (scratch)
+        d, ta, td = list(null), list(null), list(null)
+        for c in layout.diff:
+            d[c] = (_RESULT, diff_pos[c])
+            ta[c] = (_OPERAND, I + O + diff_pos[c])
+            td[c] = (_RESULT, D + diff_pos[c])
+        for c in layout.outputs:
+            d[c] = (_RESULT, 2 * D + O + out_pos[c])
+            td[c] = (_RESULT, 2 * D + 2 * O + out_pos[c])
+            ta[c] = (_RESULT, 2 * D + 3 * O + out_pos[c])
+        return dict(arrays=[primal_array(2 * D), d, ta, td],
+                    results=[("in", c) for c in layout.diff] * 2 + [("out", c) for c in layout.outputs] * 4,
+                    zero=tuple(range(2 * D)),
+                    aliases={**{I + k: 2 * D + O + k for k in range(O)},
+                             **{I + O + D + k: 2 * D + 2 * O + k for k in range(O)}})
+    raise AssertionError(mode)
+
+
+_MODES = {primal_p: "primal", tangent_p: "tangent", vjp_p: "vjp", vjp_tangent_p: "vjp_tangent"}
+
+
+def _operand_cs(layout: Layout, mode: str) -> list:
+    """The C index each operand of the primitive corresponds to (for its item shape and dtype)."""
+    ins, outs, diff = list(layout.inputs), list(layout.outputs), list(layout.diff)
+    return {"primal": ins, "tangent": ins + diff, "vjp": ins + outs,
+            "vjp_tangent": ins + outs + diff + outs}[mode]
+
+
+def _abstract_eval(prim, *avals, layout: Layout, batch: tuple, batched: tuple):
+    mode = _MODES[prim]
+    cs = _operand_cs(layout, mode)
+    assert len(avals) == len(cs) == len(batched), (prim, len(avals), len(cs), len(batched))
+    for a, c, b in zip(avals, cs, batched):
+        want = layout.aval(c, batch if b else ())
+        assert (a.shape, a.dtype) == (want.shape, want.dtype), (prim, c, a, want)
+    return [layout.aval(c, batch) for _, c in _plan(layout, mode)["results"]]
+
+
+def _lowering(prim):
+    mode = _MODES[prim]
+
+    def lower(ctx, *args, layout: Layout, batch: tuple, batched: tuple):
+        plan = _plan(layout, mode)
+        attrs = _attrs(layout, layout.entry(mode), plan["arrays"], plan["zero"], batch, batched)
+        rule = jax.ffi.ffi_lowering(TARGET, operand_output_aliases=plan["aliases"] or None)
+        return rule(ctx, *args, **attrs)
+    return lower
+
+
+for _p in (primal_p, tangent_p, vjp_p, vjp_tangent_p):
+    _p.def_impl(functools.partial(_impl, _p))
+    _p.def_abstract_eval(functools.partial(_abstract_eval, _p))
+    mlir.register_lowering(_p, _lowering(_p), platform="cpu")
+
+
+# --- differentiation ----------------------------------------------------------------------------------------
+
+
+def _is_zero(t) -> bool:
+    return type(t) is ad.Zero
+
+
+def _check_const_tangents(layout: Layout, operand_cs, tangents) -> None:
+    """A derivative flowing into an input declared const would be dropped: refuse instead of returning a
+    silently wrong derivative."""
+    for c, t in zip(operand_cs, tangents):
+        if layout.const[c] and not _is_zero(t):
+            raise ValueError(f"{layout.name}: argument {layout.names[c]!r} is declared const (no gradient), but "
+                             f"the value passed for it depends on the variables being differentiated; declare it "
+                             f"differentiable, or pass jax.lax.stop_gradient(...) to mean a constant")
+
+
+def _primal_jvp(primals, tangents, *, layout: Layout, batch: tuple, batched: tuple):
+    outs = primal_p.bind(*primals, layout=layout, batch=batch, batched=batched)
+    _check_const_tangents(layout, layout.inputs, tangents)
+    diff_j = [j for j, c in enumerate(layout.inputs) if not layout.const[c]]
+    if all(_is_zero(tangents[j]) for j in diff_j):
+        return outs, [ad.Zero(o.aval.to_tangent_aval()) for o in outs]
+    tans = [ad.instantiate_zeros(tangents[j]) for j in diff_j]
+    res = tangent_p.bind(*primals, *tans, layout=layout, batch=batch,
+                         batched=tuple(batched) + tuple(batched[j] for j in diff_j))
+    return outs, res[:len(outs)]
+
+
+def _tangent_transpose(cts, *operands, layout: Layout, batch: tuple, batched: tuple):
+    I, O = len(layout.inputs), len(layout.outputs)
+    primals, tans = operands[:I], operands[I:]
+    if any(ad.is_undefined_primal(p) for p in primals):
+        raise NotImplementedError(f"{layout.name}: cannot transpose with respect to the primal inputs")
+    seeds = [ad.instantiate_zeros(ct) if not _is_zero(ct) else jnp.zeros(ct.aval.shape, ct.aval.dtype)
+             for ct in cts[:O]]
+    seed_flags = tuple(bool(batch) for _ in seeds)
+    res = vjp_p.bind(*primals, *seeds, layout=layout, batch=batch, batched=tuple(batched[:I]) + seed_flags)
+    grads = []
+    for k, t in enumerate(tans):
+        if not ad.is_undefined_primal(t):
+            grads.append(None)
+            continue
+        g = res[k]
+        if batch and not batched[I + k]:  # an input shared by the batch items: its cotangent is the sum
+            g = jnp.sum(g, axis=tuple(range(len(batch))))
+        grads.append(g)
+    return [None] * I + grads
+
+
+def _vjp_jvp(primals, tangents, *, layout: Layout, batch: tuple, batched: tuple):
+    I, O, D = len(layout.inputs), len(layout.outputs), len(layout.diff)
+    outs = vjp_p.bind(*primals, layout=layout, batch=batch, batched=batched)
+    _check_const_tangents(layout, layout.inputs, tangents[:I])
+    diff_j = [j for j, c in enumerate(layout.inputs) if not layout.const[c]]
+    in_t = [tangents[j] for j in diff_j]
+    seed_t = list(tangents[I:])
+    zeros = [ad.Zero(o.aval.to_tangent_aval()) for o in outs]
+    if all(_is_zero(t) for t in in_t + seed_t):
+        return outs, zeros
+    layout.entry("vjp_tangent")  # builds the second-order library now: its errors surface here, not in XLA
+    flags = tuple(batched[:I + O]) + tuple(batched[j] for j in diff_j) + tuple(bool(batch) for _ in seed_t)
+    seed_t = [ad.instantiate_zeros(t) if not _is_zero(t) else jnp.zeros(t.aval.shape, t.aval.dtype)
+              for t in seed_t]
+    res = vjp_tangent_p.bind(*primals, *[ad.instantiate_zeros(t) for t in in_t], *seed_t, layout=layout,
+                             batch=batch, batched=flags)
+    return outs, list(res[D:2 * D]) + zeros[D:]
+
+
+def _no_jvp(prim_name: str):
+    def rule(primals, tangents, *, layout: Layout, **_):
+        raise NotImplementedError(f"{layout.name}: {prim_name} has no derivative (forward-over-forward and third "
+                                  f"derivatives are not available); reverse-over-forward is: use jax.grad of "
+                                  f"jax.jvp's result, or jax.hessian")
+    return rule
+
+
+ad.primitive_jvps[primal_p] = _primal_jvp
+ad.primitive_jvps[tangent_p] = _no_jvp("the forward-mode derivative")
+ad.primitive_transposes[tangent_p] = _tangent_transpose
+ad.primitive_jvps[vjp_p] = _vjp_jvp
+ad.primitive_jvps[vjp_tangent_p] = _no_jvp("the second derivative")
+
+
+# --- vmap: one FFI call that loops over the batch -----------------------------------------------------------
+
+
+def _batching(prim):
+    mode = _MODES[prim]
+
+    def rule(args, dims, *, layout: Layout, batch: tuple, batched: tuple):
+        size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+        cs = _operand_cs(layout, mode)
+        consumed = set(_plan(layout, mode)["aliases"])  # seeds: written by the call, one per batch item
+        new_batch = (size,) + tuple(batch)
+        new_args, flags = [], []
+        for j, (a, d, was, c) in enumerate(zip(args, dims, batched, cs)):
+            item = tuple(layout.shapes[c])
+            if d is None and not was and j not in consumed:
+                new_args.append(a)  # shared by every item
+                flags.append(False)
+                continue
+            if d is None:
+                a = jnp.broadcast_to(a, (size,) + a.shape)
+            else:
+                a = jnp.moveaxis(a, d, 0)
+            if not was:  # (size, *item) -> (size, *batch, *item)
+                a = jnp.broadcast_to(a.reshape((size,) + (1,) * len(batch) + item), new_batch + item)
+            new_args.append(a)
+            flags.append(True)
+        outs = prim.bind(*new_args, layout=layout, batch=new_batch, batched=tuple(flags))
+        return outs, [0] * len(outs)
+    return rule
+
+
+for _p in (primal_p, tangent_p, vjp_p, vjp_tangent_p):
+    batching.primitive_batchers[_p] = _batching(_p)
+
+
+def _unsupported_platform(ctx, *args, layout: Layout, **_):
+    platforms = ", ".join(getattr(ctx.module_context, "platforms", ()) or ("?",))
+    raise ValueError(f"{layout.name}: the enzcc-compiled code runs on the CPU only, but this computation is placed "
+                     f"on {platforms}; put its arguments on the CPU (jax.device_put(x, jax.devices('cpu')[0]))")
+
+
+for _p in (primal_p, tangent_p, vjp_p, vjp_tangent_p):
+    mlir.register_lowering(_p, _unsupported_platform)  # the CPU lowering above takes precedence on CPU
+
+
+# --- the user-facing function -------------------------------------------------------------------------------
+
+
+class EnzymeFunction:
+    """A compiled C function as a JAX function (returned by :func:`enzyme`).
+
+    ``f(*args, **kwargs)`` takes the declaration's call arguments (``f.arg_names``: the input arrays and float
+    scalars, and the integers that are neither bound to a shape nor computed) and returns its output array, or
+    a tuple of them when the function has several. It composes with ``jax.jit``, ``jax.grad``/``jax.vjp``
+    (the enzcc reverse-mode derivative), ``jax.jvp``/``jax.jacfwd`` (the forward-mode derivative),
+    ``jax.vmap`` (one FFI call that loops over the batch) and, where enzcc builds it, ``jax.hessian`` and
+    other forward-over-reverse second derivatives.
     """
-    kernel = load(source, name, dtype, out_size=out_size, cflags=cflags, compiler=compiler, cache=cache)
-    np_dtype = np.dtype(kernel.typecode)
 
-    def out_shape(shape):
-        return tuple(shape) if kernel.same_shape else (kernel.out_size(math.prod(shape)),)
+    def __init__(self, kernel, seed_shape: Callable | None = None):
+        self.kernel = kernel
+        self.name = kernel.name
+        self.params = tuple(kernel.params)
+        self.arg_names = tuple(kernel.arg_names)
+        self._seed_shape = seed_shape  # the seed's one-array form: the output's shape from the input's
+        self._layouts: dict = {}
+        self.__name__ = self.__qualname__ = kernel.name
+        self.__doc__ = f"{kernel.name} from {kernel.source}, compiled by enzcc; derivatives by enzcc."
+        register_handler()
 
-    def host_forward(x):
-        a = np.ascontiguousarray(x, dtype=np_dtype)
-        out = np.empty(kernel.out_size(a.size), dtype=np_dtype)
-        if a.size or out.size:
-            kernel.forward_ptr(a.ctypes.data, a.size, out.ctypes.data)
-        return out.reshape(out_shape(a.shape))
+    def __repr__(self) -> str:
+        return f"<enzcc JAX function {self.name}({', '.join(self.arg_names)}) from {self.kernel.source}>"
 
-    def host_backward(x, g):
-        a = np.ascontiguousarray(x, dtype=np_dtype)
-        m = kernel.out_size(a.size)
-        dout = np.array(g, dtype=np_dtype, copy=True, order="C").reshape(-1)  # consumed by the gradient
-        if dout.size != m:
-            raise ValueError(f"{name}: cotangent has {dout.size} elements, expected {m}")
-        din = np.zeros(a.size, dtype=np_dtype)
-        scratch = np.empty(m, dtype=np_dtype)
-        if a.size or m:
-            kernel.backward_ptr(a.ctypes.data, din.ctypes.data, a.size, scratch.ctypes.data, dout.ctypes.data)
-        return din.reshape(a.shape)
-
-    def call_forward(x):
-        return jax.pure_callback(host_forward, jax.ShapeDtypeStruct(out_shape(x.shape), np_dtype), x,
-                                 vmap_method=vmap_method)
-
-    @jax.custom_vjp
-    def core(x):
-        return call_forward(x)
-
-    def core_fwd(x):
-        return call_forward(x), x
-
-    def core_bwd(x, g):
-        return (jax.pure_callback(host_backward, jax.ShapeDtypeStruct(x.shape, np_dtype), x, g,
-                                  vmap_method=vmap_method),)
-
-    core.defvjp(core_fwd, core_bwd)
-
-    def f(x):
-        if np_dtype == np.float64 and jax.dtypes.canonicalize_dtype(np.float64) != np.float64:
-            raise TypeError(f"{name} takes double (float64), which JAX truncates to float32 unless 64-bit "
-                            f"types are enabled: jax.config.update('jax_enable_x64', True) or "
+    def _array(self, p, value):
+        """value as a JAX array (or tracer) of p's dtype; a clear error naming p otherwise."""
+        want = np.dtype(p.dtype)
+        if want == np.float64 and jax.dtypes.canonicalize_dtype(np.float64) != np.float64:
+            raise TypeError(f"{self.name}: argument {p.name!r} is double (float64), which JAX truncates to float32 "
+                            f"unless 64-bit types are enabled: jax.config.update('jax_enable_x64', True) or "
                             f"'with jax.enable_x64(True):'")
-        if isinstance(x, (jax.Array, np.ndarray, np.generic)):
-            if x.dtype != np_dtype:
-                raise TypeError(f"{name}: input has dtype {x.dtype}, but the C function takes "
-                                f"{'float' if np_dtype == np.float32 else 'double'} ({np_dtype}); convert it "
-                                f"with .astype(jnp.{np_dtype}) or build the function for the other type")
-            x = jnp.asarray(x)
-        else:
-            x = jnp.asarray(x, dtype=np_dtype)  # Python numbers and lists
-        return core(x)
+        if isinstance(value, (jax.Array, np.ndarray, np.generic)) or hasattr(value, "aval"):
+            if value.dtype != want:
+                raise TypeError(f"{self.name}: argument {p.name!r} has dtype {value.dtype}, but the C function "
+                                f"takes {'float' if want == np.float32 else 'double'} ({want}); convert it with "
+                                f".astype(jnp.{want}) or build the function for the other type")
+            if isinstance(value, jax.Array) and not isinstance(value, jax.core.Tracer):
+                platforms = {d.platform for d in value.devices()}
+                if platforms - {"cpu"}:
+                    raise ValueError(f"{self.name}: argument {p.name!r} is on {', '.join(sorted(platforms))}, but "
+                                     f"the enzcc-compiled code runs on the CPU only; move it with "
+                                     f"jax.device_put(x, jax.devices('cpu')[0])")
+            return jnp.asarray(value)
+        try:
+            return jnp.asarray(value, dtype=want)  # Python numbers and (nested) lists
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"{self.name}: argument {p.name!r} must be an array or a number, got "
+                            f"{type(value).__name__}: {e}") from None
 
-    f.__name__ = f.__qualname__ = name
-    f.__doc__ = f"{name} from {kernel.source} ({kernel.dtype}), compiled by enzcc; custom VJP by enzcc."
-    f.kernel = kernel
-    return f
+    def _layout(self, shapes: dict, free: dict) -> Layout:
+        key = (tuple(sorted(shapes.items())), tuple(sorted(free.items())))
+        layout = self._layouts.get(key)
+        if layout is None:
+            k = self.kernel
+            plan = k.resolve(shapes, free)
+            ints = [0] * len(self.params)
+            for p, v in zip([p for p in self.params if p.kind == INT], plan.int_values):
+                ints[p.index] = int(v)
+            layout = Layout(
+                name=self.name, kinds=tuple(p.kind for p in self.params),
+                dtypes=tuple(p.dtype or "" for p in self.params), const=tuple(bool(p.const) for p in self.params),
+                shapes=tuple(tuple(plan.shapes.get(p.name, ())) if p.kind != INT else () for p in self.params),
+                ints=tuple(ints), names=tuple(p.name for p in self.params),
+                primal=k.address("primal"), vjp=k.address("vjp"), jvp=k.address("jvp"), kernel=k)
+            self._layouts[key] = layout
+        return layout
+
+    def __call__(self, *args, **kwargs):
+        bound = self.kernel.bind(*args, **kwargs)
+        operands, shapes, free = [], {}, {}
+        for p in self.params:
+            if p.kind in (IN, SCALAR):
+                a = self._array(p, bound[p.name])
+                if p.kind == SCALAR and a.shape != ():
+                    raise ValueError(f"{self.name}: argument {p.name!r} is a scalar, got an array of shape "
+                                     f"{a.shape}")
+                operands.append(a)
+                shapes[p.name] = tuple(a.shape)
+            elif p.kind == INT and p.name in bound:
+                v = bound[p.name]
+                if isinstance(v, jax.core.Tracer) or isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                    raise TypeError(f"{self.name}: argument {p.name!r} is an integer parameter and must be a "
+                                    f"static Python int, got {type(v).__name__}")
+                free[p.name] = int(v)
+        layout = self._layout(shapes, free)
+        if all(math.prod(layout.shapes[c]) == 0 for c, k in enumerate(layout.kinds) if k in (IN, OUT)):
+            outs = [jnp.zeros(layout.shapes[c], layout.dtypes[c]) for c in layout.outputs]  # nothing to compute
+        else:
+            outs = primal_p.bind(*operands, layout=layout, batch=(), batched=(False,) * len(operands))
+        if self._seed_shape is not None:
+            outs = [outs[0].reshape(self._seed_shape(operands[0].shape))]
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def enzyme(source, name: str, params=None, dtype=None, *, out_size: int | Callable[[int], int] | None = None,
+           cflags: Sequence[str] = (), compiler: str | None = None, cache=None,
+           lang: str | None = None) -> EnzymeFunction:
+    """Compile ``name`` from ``source`` (C, C++, Fortran ``bind(c)`` or Rust) and its derivatives with enzcc and
+    return it as a JAX function (:class:`EnzymeFunction`) that runs through XLA's FFI.
+
+    params: the declaration, the C parameters in order (``In``, ``Out``, ``Scalar``, ``Int`` from
+    ``enzcc_plugins``; see plugins/ABI.md). Without it the function is the one-array
+    ``void f(const T *in, size_t n, T *out)``: ``f(x)`` flattens ``x`` into ``in`` with ``n = x.size`` and
+    returns an array of ``x``'s shape, or 1-D of ``out_size(n)`` when ``out_size`` (an int or a callable
+    ``n -> int``) is given; for this form the third positional argument may be the dtype
+    (``enzyme("f.c", "f", "double")``). dtype, cflags, compiler, cache, lang: as for
+    :func:`enzcc_plugins.load_kernel`. Raises ``EnzccBuildError`` (the source does not compile, enzcc refuses
+    a derivative), ``PrototypeError`` (the declaration does not match the C function) at load time.
+    """
+    from .build import load_kernel
+
+    if params is not None and not isinstance(params, (list, tuple)):
+        if dtype is not None:
+            raise TypeError("enzyme(): params must be a list of In/Out/Scalar/Int declarations")
+        params, dtype = None, params  # the seed's enzyme(source, name, dtype)
+    seed_shape = None
+    if params is None:
+        if out_size is not None and not callable(out_size) and (
+                isinstance(out_size, bool) or not isinstance(out_size, int) or out_size < 0):
+            raise ValueError(f"out_size must be a non-negative int or a callable n -> int, got {out_size!r}")
+
+        def out_len(n: int) -> int:
+            m = out_size(n) if callable(out_size) else out_size
+            if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 0:
+                raise ValueError(f"out_size({n}) returned {m!r}, not a non-negative int")
+            return int(m)
+
+        if out_size is None:
+            params = [In("x"), Int("n", value=lambda x: x.size), Out("y", shape=lambda x: (x.size,))]
+            seed_shape = tuple
+        else:
+            params = [In("x"), Int("n", value=lambda x: x.size), Out("y", shape=lambda x: (out_len(x.size),))]
+            seed_shape = lambda shape: (out_len(math.prod(shape)),)  # noqa: E731
+    elif out_size is not None:
+        raise TypeError("enzyme(): out_size is for the one-array form; give an Out(...) shape in params instead")
+    kernel = load_kernel(source, name, list(params), dtype, cflags=cflags, compiler=compiler, cache=cache,
+                         lang=lang)
+    return EnzymeFunction(kernel, seed_shape)
