@@ -722,12 +722,25 @@ def _compile_into(b: _Build, path: Path, second_order: bool) -> list[Param]:
         src_dir = str(b.source.parent)
         # 1. the source alone, to bitcode: does it compile, and what is the function's prototype?
         obj = tmp / f"{b.source.stem}.o"
-        _run([b.compiler, "-O2", "-g", "-fPIC", *b.lang_flags(), *b.cflags, "-iquote", src_dir, "-c",
-              str(b.source), "-o", str(obj)], "compile", str(b.source), b.name, retry_debug=False)
+        one_tu = b.lang in ("c", "c++")
+        src = b.source
+        if one_tu:  # C and C++: keep a static function that nothing else in its file calls
+            src = tmp / f"{b.source.stem}.check{_LANG_SUFFIX[b.lang]}"
+            text = b.text if b.text.endswith("\n") else b.text + "\n"
+            src.write_text(f"#include <stddef.h>\n#include <stdint.h>\n#line 1 {_c_string(str(b.source))}\n{text}"
+                           f"#line 1 {_c_string(f'<enzcc_plugins check of {b.name}>')}\n"
+                           f"__attribute__((used)) static void *const enzcc_plugins_keep = (void *)&{b.name};\n")
+        try:
+            _run([b.compiler, "-O2", "-g", "-fPIC", *b.lang_flags(), *b.cflags, "-iquote", src_dir, "-c",
+                  str(src), "-o", str(obj)], "compile", str(b.source), b.name, retry_debug=False)
+        except EnzccBuildError as e:
+            first = str(e).partition("\n")[0]
+            if "enzcc_plugins check" in first and "undeclared" in first:
+                raise PrototypeError(f"{b.source} defines no function {b.name}", e.output, e.command) from None
+            raise
         params = _check_prototype(b.params, _read_prototype(obj, b.name, str(b.source), b.lang), b.name, b.lang)
         # 2. the library: C and C++ in one translation unit with the wrapper, others linked with it
         out = tmp / "lib.so"
-        one_tu = b.lang in ("c", "c++")
         wrapper = wrapper_source(b.name, params, prototype=not one_tu, second_order=second_order)
         if one_tu:
             unit = tmp / f"{b.source.stem}.enzcc{_LANG_SUFFIX[b.lang]}"
@@ -1144,8 +1157,7 @@ def _lang_of(path: Path, lang) -> str:
         return _LANGS[path.suffix]
     if path.suffix.lower() in _LANGS:
         return _LANGS[path.suffix.lower()]
-    raise ValueError(f"cannot tell the language of {path} from its suffix: pass lang='c', 'c++', 'fortran' "
-                     f"or 'rust'")
+    return "c"  # as the seed did: any other file is C text (lang= chooses)
 
 
 def _prepare_build(source, name, params, dtype, cflags, compiler, cache, lang) -> _Build:

@@ -31,7 +31,10 @@ except ImportError:  # enzcc installed before plugins/ was packaged: use the che
     os.symlink(ROOT / "plugins", os.path.join(_shim, "enzcc_plugins"))
     sys.path.insert(0, _shim)
 
-from enzcc_plugins import EnzccBuildError, Kernel, cache_dir, detect_dtype, load, normalize_dtype
+from enzcc_plugins import EnzccBuildError, Kernel, PrototypeError, cache_dir, detect_dtype, load, normalize_dtype
+
+# a library costs two enzcc runs: the source alone to bitcode (its prototype is checked), then the library
+CALLS_PER_BUILD = 2
 
 # --- C sources -------------------------------------------------------------------------------------------
 
@@ -256,14 +259,14 @@ def test_build_cache_is_content_addressed(compiler, tmp_path, monkeypatch):
     mtime = k1.library.stat().st_mtime_ns
     k2 = load(src_b, "sinxf", compiler=str(counting))
     assert k2.library == k1.library and k2.library.stat().st_mtime_ns == mtime
-    assert log.read_text().count("call") == 1
+    assert log.read_text().count("call") == CALLS_PER_BUILD
 
     src_a.write_text(FLOAT_ELEMENTWISE.replace("sinf(in[i]) * in[i]", "sinf(in[i]) * in[i] * 2"))
     k3 = load(src_a, "sinxf", compiler=str(counting))
     assert k3.library != k1.library
     close(k3.forward([1.0]), [2 * math.sin(1.0)], rel=1e-6)
     close(k1.forward([1.0]), [math.sin(1.0)], rel=1e-6)  # the old library is still loaded and valid
-    assert log.read_text().count("call") == 2
+    assert log.read_text().count("call") == 2 * CALLS_PER_BUILD
     leftovers = [p.name for p in cache_dir().iterdir() if p.suffix not in (".so", ".json")]
     assert leftovers == []
 
@@ -295,7 +298,7 @@ def test_build_parallel_processes_share_one_build(compiler, tmp_path):
     for out, err, rc in results:
         assert rc == 0, err
     assert len({out.strip() for out, _, _ in results}) == 1
-    assert log.read_text().count("call") == 1
+    assert log.read_text().count("call") == CALLS_PER_BUILD
     assert sorted(p.suffix for p in (tmp_path / "cache").iterdir()) == [".json", ".so"]
 
 
@@ -323,7 +326,8 @@ def test_build_errors_carry_enzcc_one_line_message(compiler, tmp_path):
     # the wrong type for the function: a clear message
     good = tmp_path / "good.c"
     good.write_text(FLOAT_ELEMENTWISE)
-    with pytest.raises(EnzccBuildError, match=r"incompatible pointer types.*must be void sinxf\(const double"):
+    with pytest.raises(PrototypeError, match=r"'x' is declared In\(float64\) but the function takes float elements"
+                                             r".*must be void sinxf\(const double"):
         load(good, "sinxf", "float64", compiler=compiler, cache=cache)
     with pytest.raises(EnzccBuildError, match="defines no function nope"):
         load(good, "nope", "float32", compiler=compiler, cache=cache)
@@ -352,9 +356,11 @@ def test_dtypes_and_detection():
         normalize_dtype("int32")
 
 
-def test_macro_type_needs_explicit_dtype(build):
-    with pytest.raises(ValueError, match="pass dtype='float32' or dtype='float64'"):
-        build("elementwise.c", "sinx", cflags=["-DREAL=float"])  # source says REAL: cannot tell
+def test_macro_type_read_from_the_prototype(build):
+    """The source says REAL: the element type comes from the compiled prototype's debug information."""
+    k = build("elementwise.c", "sinx", cflags=["-DREAL=float"])
+    assert k.dtype == "float32"
+    close(k.forward([0.5, 1.0]), [math.sin(0.5) * 0.5, math.sin(1.0)], rel=1e-6)
 
 
 # --- PyTorch ------------------------------------------------------------------------------------------------
