@@ -390,13 +390,17 @@ def enzyme(source, name: str, params: Sequence | None = None, dtype=None, *,
     ``torch.autograd.Function`` subclass ``F``: ``F.apply(*args)`` (arguments in the C order of the inputs,
     scalars and free ints) or ``F(*args, **kwargs)``; one output is returned as a tensor, several as a tuple.
 
-    params: the declaration (:func:`enzcc_plugins.In`, ``Out``, ``Scalar``, ``Int``; plugins/ABI.md). Without
-    it, the seed's ``void f(const T *in, size_t n, T *out)``: ``F.apply(x)`` flattens ``x`` (``n = x.numel()``)
+    params: the declaration (:func:`enzcc_plugins.In`, ``Out``, ``Scalar``, ``Int``; plugins/ABI.md); a dtype
+    in its place is the seed's ``enzyme(source, name, dtype)``. Without a declaration, the seed's ``void f(const T *in, size_t n, T *out)``: ``F.apply(x)`` flattens ``x`` (``n = x.numel()``)
     and returns ``x``'s shape, or 1-D of ``out_size(n)`` when out_size (an int or ``n -> int``) is given.
     dtype: the default element type ('float32'/'float64' or a torch dtype; default: the prototype's).
     cflags, compiler, cache, lang: as for :func:`enzcc_plugins.load_kernel`. Raises
     :class:`EnzccBuildError` (with enzcc's one-line error) / :class:`PrototypeError` at load time.
     """
+    if params is not None and not isinstance(params, (list, tuple)):
+        if dtype is not None:
+            raise TypeError("give the dtype once: enzyme(source, name, params, dtype) or enzyme(source, name, dtype)")
+        params, dtype = None, params  # the seed's enzyme(source, name, dtype)
     if params is None:
         params = _seed_params(dtype, out_size)
     elif out_size is not None:
