@@ -390,19 +390,54 @@ def _vjp_jvp(primals, tangents, *, layout: Layout, batch: tuple, batched: tuple)
     return outs, list(res[D:2 * D]) + zeros[D:]
 
 
-def _no_jvp(prim_name: str):
+def _vjp_tangent_transpose(cts, *operands, layout: Layout, batch: tuple, batched: tuple):
+    """enzcc_vjp_tangent is linear in the input tangents t and the seed tangents u: its gradient tangents are
+    H_s t + J^T u (H_s the Hessian of s . f, symmetric). The transpose maps a cotangent c of the gradient
+    tangents to H_s c (for t: enzcc_vjp_tangent again, with c as input tangents and zero seed tangents) and
+    J c (for u: enzcc_tangent). Reverse over reverse (jax.grad of jax.grad) needs it."""
+    I, O, D = len(layout.inputs), len(layout.outputs), len(layout.diff)
+    primals, seeds = operands[:I], operands[I:I + O]
+    t, u = operands[I + O:I + O + D], operands[I + O + D:]
+    if any(ad.is_undefined_primal(p) for p in (*primals, *seeds)):
+        raise NotImplementedError(f"{layout.name}: third derivatives are not available")
+    c = [ad.instantiate_zeros(ct) if not _is_zero(ct) else jnp.zeros(ct.aval.shape, ct.aval.dtype)
+         for ct in cts[D:2 * D]]
+    flags_in = tuple(batched[:I + O])
+    c_flags = tuple(bool(batch) for _ in c)  # cotangents of results carry the batch axes
+
+    def fold(g, flag):  # an operand shared by the batch items: its cotangent is the sum over the items
+        return jnp.sum(g, axis=tuple(range(len(batch)))) if batch and not flag else g
+
+    ct_t, ct_u = [None] * D, [None] * O
+    if any(ad.is_undefined_primal(v) for v in t):
+        zero_u = [jnp.zeros_like(s) for s in seeds]
+        res = vjp_tangent_p.bind(*primals, *seeds, *c, *zero_u, layout=layout, batch=batch,
+                                 batched=flags_in + c_flags + tuple(batched[I:I + O]))
+        ct_t = [fold(res[D + k], batched[I + O + k]) if ad.is_undefined_primal(v) else None
+                for k, v in enumerate(t)]
+    if any(ad.is_undefined_primal(v) for v in u):
+        res = tangent_p.bind(*primals, *c, layout=layout, batch=batch, batched=tuple(batched[:I]) + c_flags)
+        ct_u = [fold(res[k], batched[I + O + D + k]) if ad.is_undefined_primal(v) else None
+                for k, v in enumerate(u)]
+    return [None] * (I + O) + ct_t + ct_u
+
+
+def _no_jvp(what: str):
     def rule(primals, tangents, *, layout: Layout, **_):
-        raise NotImplementedError(f"{layout.name}: {prim_name} has no derivative (forward-over-forward and third "
-                                  f"derivatives are not available); reverse-over-forward is: use jax.grad of "
-                                  f"jax.jvp's result, or jax.hessian")
+        raise NotImplementedError(
+            f"{layout.name}: {what} is not available (plugins/ABI.md has no entry point for it). Second "
+            f"derivatives that are: forward-over-reverse (jax.hessian, jax.jvp of jax.grad) and reverse-over-reverse "
+            f"(jax.jacrev of jax.grad); not: forward-over-forward (jax.jacfwd of jax.jacfwd) and reverse-over-forward "
+            f"(jax.grad through jax.jvp)")
     return rule
 
 
 ad.primitive_jvps[primal_p] = _primal_jvp
-ad.primitive_jvps[tangent_p] = _no_jvp("the forward-mode derivative")
+ad.primitive_jvps[tangent_p] = _no_jvp("a derivative of the forward-mode derivative")
 ad.primitive_transposes[tangent_p] = _tangent_transpose
 ad.primitive_jvps[vjp_p] = _vjp_jvp
-ad.primitive_jvps[vjp_tangent_p] = _no_jvp("the second derivative")
+ad.primitive_jvps[vjp_tangent_p] = _no_jvp("a third derivative")
+ad.primitive_transposes[vjp_tangent_p] = _vjp_tangent_transpose
 
 
 # --- vmap: one FFI call that loops over the batch -----------------------------------------------------------

@@ -1,0 +1,376 @@
+"""enzcc_plugins.jax through XLA's FFI: declarations with several inputs and outputs of different shapes, const
+inputs, scalars and integers; reverse (grad/vjp), forward (jvp/jacfwd) and forward-over-reverse (hessian)
+derivatives checked against JAX's own derivatives of the same function written in jax.numpy and against finite
+differences (float64); jit; vmap; each error of issue 15 item 4; the framework benchmark's quick mode.
+
+Skipped when JAX is not installed (scripts/setup.sh installs it with ENZCC_WITH_FRAMEWORKS=1).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from enzcc_testing import ROOT
+
+jax = pytest.importorskip("jax", reason="JAX not installed (ENZCC_WITH_FRAMEWORKS=1 scripts/setup.sh)")
+jnp = jax.numpy
+np = pytest.importorskip("numpy")
+from jax.test_util import check_grads  # noqa: E402
+
+try:
+    import enzcc_plugins  # noqa: F401
+except ImportError:  # enzcc installed before plugins/ was packaged: use the checkout's
+    import atexit
+    import shutil
+    import tempfile
+    _shim = tempfile.mkdtemp(prefix="enzcc-plugins-path-")
+    atexit.register(shutil.rmtree, _shim, ignore_errors=True)
+    os.symlink(ROOT / "plugins", os.path.join(_shim, "enzcc_plugins"))
+    sys.path.insert(0, _shim)
+
+from enzcc_plugins import EnzccBuildError, PrototypeError, ShapeError  # noqa: E402
+from enzcc_plugins.jax import In, Int, Out, Scalar, enzyme  # noqa: E402
+
+# a dense layer and a sum of squares: inputs of different shapes, a const weight, a scalar, three integers,
+# two outputs of different shapes (the second 0-d)
+LAYER = r"""
+#include <math.h>
+/* y = alpha * tanh(x @ w + b), s = sum(x^2) */
+void layer(const REAL *x, const REAL *w, const REAL *b, REAL alpha, int n, int k, int m, REAL *y, REAL *s) {
+  REAL t = 0;
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < m; j++) {
+      REAL a = b[j];
+      for (int l = 0; l < k; l++) a += x[i * k + l] * w[l * m + j];
+      y[i * m + j] = alpha * tanh(a);
+    }
+  for (int i = 0; i < n * k; i++) t += x[i] * x[i];
+  *s = t;
+}
+"""
+
+# a free integer (a call argument), a scale that takes no gradient, an output whose shape is computed
+POLY = r"""
+#include <stddef.h>
+/* out[i] = sum_{p<deg} c[p] * x[i]^(p+1) * scale */
+void poly(const double *x, size_t n, const double *c, long deg, double scale, double *out) {
+  for (size_t i = 0; i < n; i++) {
+    double acc = 0, xp = x[i];
+    for (long p = 0; p < deg; p++) { acc += c[p] * xp; xp *= x[i]; }
+    out[i] = acc * scale;
+  }
+}
+"""
+
+CXX = r"""
+#include <cmath>
+#include <cstddef>
+template <class T> static T sq(T v) { return v * v; }
+extern "C" void cxx_norm(const double *x, std::size_t n, double *out) {
+  double s = 0;
+  for (std::size_t i = 0; i < n; i++) s += sq(std::sin(x[i]));
+  out[0] = std::sqrt(s);
+}
+"""
+
+
+def layer_decl():
+    return [In("x", shape=("n", "k")), In("w", shape=("k", "m"), const=True), In("b", shape=("m",)),
+            Scalar("alpha"), Int("n"), Int("k"), Int("m"), Out("y", shape=("n", "m")), Out("s", shape=())]
+
+
+def layer_ref(x, w, b, alpha):
+    return alpha * jnp.tanh(x @ w + b), jnp.sum(x * x)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def x64():
+    with jax.enable_x64(True):
+        yield
+
+
+@pytest.fixture(scope="module")
+def compiler(enzcc_bin) -> str:
+    return str(enzcc_bin / "enzcc")
+
+
+@pytest.fixture(scope="module")
+def src(tmp_path_factory):
+    d = tmp_path_factory.mktemp("jax-src")
+    for name, text in {"layer.c": LAYER, "poly.c": POLY, "norm.cc": CXX}.items():
+        (d / name).write_text(text)
+    return d
+
+
+@pytest.fixture(scope="module")
+def layer(src, compiler):
+    return enzyme(src / "layer.c", "layer", layer_decl(), "float64", cflags=["-DREAL=double"], compiler=compiler)
+
+
+@pytest.fixture(scope="module")
+def data():
+    r = np.random.default_rng(7)
+    return (jnp.asarray(r.normal(size=(3, 4))), jnp.asarray(r.normal(size=(4, 2))), jnp.asarray(r.normal(size=2)),
+            jnp.float64(0.7))
+
+
+def loss(fn, w):
+    """A scalar of everything the layer returns (both outputs, every input but the const weight)."""
+    def L(x, b, alpha):
+        y, s = fn(x, w, b, alpha)
+        return jnp.sum(jnp.sin(y) * y) + 0.5 * s
+    return L
+
+
+def maxerr(a, b) -> float:
+    return max(float(jnp.max(jnp.abs(jnp.asarray(u) - jnp.asarray(v)))) for u, v in
+               zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+
+def test_call_several_outputs_and_jit(layer, data):
+    x, w, b, alpha = data
+    y, s = layer(x, w, b, alpha)
+    y_ref, s_ref = layer_ref(x, w, b, alpha)
+    assert y.shape == (3, 2) and s.shape == () and y.dtype == s.dtype == jnp.float64
+    assert maxerr((y, s), (y_ref, s_ref)) < 1e-14
+    assert maxerr(jax.jit(layer)(x, w, b, alpha), (y, s)) == 0
+    assert maxerr(layer(x=x, w=w, b=b, alpha=0.7), (y, s)) < 1e-15  # by name; a Python float scalar
+    assert layer.arg_names == ("x", "w", "b", "alpha")
+    # another shape: another layout (ints bound from the shapes), same library
+    x2 = jnp.ones((5, 4))
+    assert maxerr(layer(x2, w, b, alpha), layer_ref(x2, w, b, alpha)) < 1e-14
+    # the primal is one XLA custom call of the generic handler
+    hlo = jax.jit(layer).lower(x, w, b, alpha).as_text()
+    assert hlo.count('custom_call @enzcc_call') == 1 and "pure_callback" not in hlo
+
+
+def test_reverse_mode_against_jax_and_finite_differences(layer, data):
+    x, w, b, alpha = data
+    L, L_ref = loss(layer, w), loss(layer_ref, w)
+    g = jax.grad(L, argnums=(0, 1, 2))(x, b, alpha)
+    assert maxerr(g, jax.grad(L_ref, argnums=(0, 1, 2))(x, b, alpha)) < 1e-13
+    assert maxerr(jax.jit(jax.grad(L, argnums=(0, 1, 2)))(x, b, alpha), g) < 1e-15
+    assert g[2].shape == () and g[0].shape == x.shape
+    # analytic, by hand: d s / d x = 2 x; d y / d alpha = tanh(x @ w + b)
+    assert maxerr(jax.grad(lambda x: layer(x, w, b, alpha)[1])(x), 2 * x) < 1e-14
+    assert maxerr(jax.grad(lambda a: jnp.sum(layer(x, w, b, a)[0]))(alpha), jnp.sum(jnp.tanh(x @ w + b))) < 1e-13
+    # a cotangent for each output separately, through jax.vjp
+    (y, s), vjp = jax.vjp(lambda x, b, a: layer(x, w, b, a), x, b, alpha)
+    (_, _), vjp_ref = jax.vjp(lambda x, b, a: layer_ref(x, w, b, a), x, b, alpha)
+    ct = (jnp.arange(6.0).reshape(3, 2) - 2, jnp.float64(-1.5))
+    assert maxerr(vjp(ct), vjp_ref(ct)) < 1e-13
+    check_grads(L, (x, b, alpha), order=1, modes=["rev"], eps=1e-6)
+
+
+def test_forward_mode_jvp_jacfwd(layer, data):
+    x, w, b, alpha = data
+    f = lambda x, b, a: layer(x, w, b, a)  # noqa: E731
+    f_ref = lambda x, b, a: layer_ref(x, w, b, a)  # noqa: E731
+    tx, tb, ta = jnp.cos(x), jnp.array([0.5, -1.0]), jnp.float64(0.25)
+    out, tan = jax.jvp(f, (x, b, alpha), (tx, tb, ta))
+    out_ref, tan_ref = jax.jvp(f_ref, (x, b, alpha), (tx, tb, ta))
+    assert maxerr(out, out_ref) < 1e-14 and maxerr(tan, tan_ref) < 1e-13
+    assert maxerr(jax.jit(lambda *a: jax.jvp(f, a[:3], a[3:]))(x, b, alpha, tx, tb, ta), (out, tan)) < 1e-15
+    # only some inputs with tangents (the others symbolically zero)
+    _, tan_x = jax.jvp(lambda x: f(x, b, alpha), (x,), (tx,))
+    assert maxerr(tan_x, jax.jvp(lambda x: f_ref(x, b, alpha), (x,), (tx,))[1]) < 1e-13
+    # forward and reverse Jacobians agree
+    J_fwd = jax.jacfwd(lambda x: f(x, b, alpha)[0])(x)
+    J_rev = jax.jacrev(lambda x: f(x, b, alpha)[0])(x)
+    assert J_fwd.shape == (3, 2, 3, 4) and maxerr(J_fwd, J_rev) < 1e-13
+    check_grads(loss(layer, w), (x, b, alpha), order=1, modes=["fwd"], eps=1e-6)
+
+
+def test_second_order_forward_over_reverse(layer, data):
+    x, w, b, alpha = data
+    L, L_ref = loss(layer, w), loss(layer_ref, w)
+    H = jax.hessian(L, argnums=(0, 1, 2))(x, b, alpha)
+    assert maxerr(H, jax.hessian(L_ref, argnums=(0, 1, 2))(x, b, alpha)) < 1e-12
+    # Hessian-vector product: jvp of grad
+    v = jnp.sin(x)
+    hvp = jax.jvp(jax.grad(L), (x, b, alpha), (v, jnp.zeros(2), jnp.float64(0)))[1]
+    assert maxerr(hvp, jax.jvp(jax.grad(L_ref), (x, b, alpha), (v, jnp.zeros(2), jnp.float64(0)))[1]) < 1e-12
+    # reverse over reverse
+    HH = jax.jacrev(jax.grad(L, argnums=(0, 1, 2)), argnums=(0, 1, 2))(x, b, alpha)
+    assert maxerr(HH, H) < 1e-12
+    check_grads(L, (x, b, alpha), order=2, modes=["rev"], eps=1e-4, atol=1e-5, rtol=1e-5)
+    # forward over forward, reverse over forward and third derivatives are not available: a clear error each
+    with pytest.raises(NotImplementedError, match="derivative of the forward-mode derivative is not available"):
+        jax.jacfwd(jax.jacfwd(lambda x: layer(x, w, b, alpha)[1]))(x)
+    with pytest.raises(NotImplementedError, match="is not available"):
+        jax.jacfwd(jax.hessian(L))(x, b, alpha)
+
+
+def test_vmap(layer, data):
+    x, w, b, alpha = data
+    xs = jnp.stack([x, 2 * x, x - 1])
+    alphas = jnp.array([0.5, 1.0, -2.0])
+    # batched x, shared w, b, alpha
+    got = jax.vmap(layer, in_axes=(0, None, None, None))(xs, w, b, alpha)
+    want = jax.vmap(layer_ref, in_axes=(0, None, None, None))(xs, w, b, alpha)
+    assert got[0].shape == (3, 3, 2) and got[1].shape == (3,) and maxerr(got, want) < 1e-14
+    # batched along another axis, and a batched scalar
+    got = jax.vmap(layer, in_axes=(2, None, None, 0))(jnp.moveaxis(xs, 0, 2), w, b, alphas)
+    assert maxerr(got, jax.vmap(layer_ref, in_axes=(0, None, None, 0))(xs, w, b, alphas)) < 1e-14
+    # one custom call for the whole batch
+    hlo = jax.jit(jax.vmap(layer, in_axes=(0, None, None, None))).lower(xs, w, b, alpha).as_text()
+    assert hlo.count('custom_call @enzcc_call') == 1
+    # nested vmap
+    xss = jnp.stack([xs, xs * 0.5])
+    got = jax.vmap(jax.vmap(layer, in_axes=(0, None, None, None)), in_axes=(0, None, None, 0))(xss, w, b, alphas[:2])
+    want = jax.vmap(jax.vmap(layer_ref, in_axes=(0, None, None, None)), in_axes=(0, None, None, 0))(
+        xss, w, b, alphas[:2])
+    assert got[0].shape == (2, 3, 3, 2) and maxerr(got, want) < 1e-14
+    # per-example gradients, and the gradient of a batched sum with respect to a shared input (summed)
+    L, L_ref = loss(layer, w), loss(layer_ref, w)
+    per = jax.vmap(jax.grad(L, argnums=(0, 1, 2)), in_axes=(0, None, 0))(xs, b, alphas)
+    assert maxerr(per, jax.vmap(jax.grad(L_ref, argnums=(0, 1, 2)), in_axes=(0, None, 0))(xs, b, alphas)) < 1e-13
+    tot = jax.grad(lambda b, a: jnp.sum(jax.vmap(L, in_axes=(0, None, None))(xs, b, a)), argnums=(0, 1))(b, alpha)
+    tot_ref = jax.grad(lambda b, a: jnp.sum(jax.vmap(L_ref, in_axes=(0, None, None))(xs, b, a)),
+                       argnums=(0, 1))(b, alpha)
+    assert maxerr(tot, tot_ref) < 1e-12
+    # batched jvp and batched Hessians
+    ts = jnp.ones_like(xs)
+    jv = jax.vmap(lambda x, t: jax.jvp(lambda x: layer(x, w, b, alpha), (x,), (t,))[1])(xs, ts)
+    jv_ref = jax.vmap(lambda x, t: jax.jvp(lambda x: layer_ref(x, w, b, alpha), (x,), (t,))[1])(xs, ts)
+    assert maxerr(jv, jv_ref) < 1e-13
+    Hs = jax.vmap(jax.hessian(L), in_axes=(0, None, None))(xs, b, alpha)
+    assert maxerr(Hs, jax.vmap(jax.hessian(L_ref), in_axes=(0, None, None))(xs, b, alpha)) < 1e-12
+
+
+def test_const_input_and_free_integer(src, compiler):
+    p = enzyme(src / "poly.c", "poly", [In("x"), Int("n", value=lambda x: x.size), In("c", const=False),
+                                        Int("deg"), Scalar("scale", const=True), Out("out", shape=lambda x: x.shape)],
+               compiler=compiler)
+    assert p.arg_names == ("x", "c", "deg", "scale")
+    x = jnp.linspace(-1, 1, 6).reshape(2, 3)
+    c = jnp.array([1.0, -0.5, 0.25, 2.0])
+
+    def ref(x, c, deg, scale):
+        return scale * sum(c[q] * x ** (q + 1) for q in range(deg))
+
+    for deg in (1, 3):
+        assert maxerr(p(x, c, deg, 2.0), ref(x, c, deg, 2.0)) < 1e-14
+    assert maxerr(jax.jit(p, static_argnums=2)(x, c, 3, 2.0), ref(x, c, 3, 2.0)) < 1e-14
+    g = jax.grad(lambda x, c: jnp.sum(p(x, c, 3, 2.0) ** 2), argnums=(0, 1))(x, c)
+    g_ref = jax.grad(lambda x, c: jnp.sum(ref(x, c, 3, 2.0) ** 2), argnums=(0, 1))(x, c)
+    assert maxerr(g, g_ref) < 1e-13
+    # the const scalar: a derivative flowing into it is refused, naming it; stop_gradient says it is constant
+    with pytest.raises(ValueError, match="'scale' is declared const"):
+        jax.grad(lambda s: jnp.sum(p(x, c, 3, s)))(2.0)
+    assert jax.grad(lambda s: jnp.sum(p(x, c, 3, jax.lax.stop_gradient(s)) * s))(2.0) == pytest.approx(
+        float(jnp.sum(ref(x, c, 3, 2.0))), rel=1e-13)
+    # the free integer must be static under jit
+    with pytest.raises(TypeError, match="'deg' is an integer parameter and must be a static Python int"):
+        jax.jit(p)(x, c, 3, 2.0)
+
+
+def test_float32_cxx_and_the_seed_form(src, compiler):
+    f32 = enzyme(src / "layer.c", "layer", layer_decl(), "float32", cflags=["-DREAL=float"], compiler=compiler)
+    r = np.random.default_rng(3)
+    x, w, b = (jnp.asarray(r.normal(size=s), jnp.float32) for s in ((2, 3), (3, 4), (4,)))
+    y, s = f32(x, w, b, jnp.float32(1.5))
+    assert y.dtype == jnp.float32 and maxerr((y, s), layer_ref(x, w, b, 1.5)) < 1e-5
+    g = jax.grad(lambda x: jnp.sum(f32(x, w, b, jnp.float32(1.5))[0]))(x)
+    assert g.dtype == jnp.float32
+    assert maxerr(g, jax.grad(lambda x: jnp.sum(layer_ref(x, w, b, 1.5)[0]))(x)) < 1e-5
+
+    norm = enzyme(src / "norm.cc", "cxx_norm", [In("x"), Int("n", value=lambda x: x.size), Out("out", shape=(1,))],
+                  compiler=compiler)
+    v = jnp.linspace(0.1, 2, 7)
+    ref = lambda v: jnp.sqrt(jnp.sum(jnp.sin(v) ** 2))  # noqa: E731
+    assert norm(v)[0] == pytest.approx(float(ref(v)), rel=1e-14)
+    assert maxerr(jax.grad(lambda v: norm(v)[0])(v), jax.grad(ref)(v)) < 1e-14
+    assert maxerr(jax.jvp(lambda v: norm(v)[0], (v,), (jnp.ones(7),))[1], jax.jvp(ref, (v,), (jnp.ones(7),))[1]) \
+        < 1e-14
+
+    # the seed's one-array form: enzyme(source, name[, dtype]), any shape flattened, out_size
+    (src / "sq.c").write_text("#include <stddef.h>\nvoid sq(const double *in, size_t n, double *out) {\n"
+                              "  for (size_t i = 0; i < n; i++) out[i] = in[i] * in[i] * in[i]; }\n"
+                              "void total(const double *in, int n, double *out) {\n"
+                              "  out[0] = 0; for (int i = 0; i < n; i++) out[0] += in[i]; }\n")
+    cube = enzyme(src / "sq.c", "sq", "double", compiler=compiler)
+    m = jnp.arange(6.0).reshape(2, 3)
+    assert cube(m).shape == (2, 3) and maxerr(cube(m), m ** 3) == 0
+    assert maxerr(jax.grad(lambda m: jnp.sum(cube(m)))(m), 3 * m ** 2) < 1e-14
+    assert maxerr(jax.jvp(cube, (m,), (jnp.ones_like(m),))[1], 3 * m ** 2) < 1e-14
+    total = enzyme(src / "sq.c", "total", out_size=1, compiler=compiler)
+    assert total(m).shape == (1,) and float(total(m)[0]) == 15.0
+    assert cube(jnp.zeros((0,))).shape == (0,)  # nothing to compute: no call
+
+
+def test_errors(layer, data, src, compiler, tmp_path):
+    x, w, b, alpha = data
+    with pytest.raises(TypeError, match=r"argument 'x' has dtype float32.*takes double"):
+        layer(x.astype(jnp.float32), w, b, alpha)
+    with pytest.raises(TypeError, match="argument 'b' has dtype int"):
+        layer(x, w, jnp.array([1, 2]), alpha)
+    with pytest.raises(ShapeError, match="'w'"):
+        layer(x, jnp.ones((5, 2)), b, alpha)  # k disagrees with x
+    with pytest.raises(ShapeError, match="'x'"):
+        layer(jnp.ones(12), w, b, alpha)  # wrong rank
+    with pytest.raises(ValueError, match="'alpha' is a scalar"):
+        layer(x, w, b, jnp.ones(2))
+    with pytest.raises(TypeError, match="'b'"):
+        layer(x, w, "nope", alpha)
+    with pytest.raises(TypeError, match="missing|'alpha'"):
+        layer(x, w, b)
+    with jax.enable_x64(False):
+        with pytest.raises(TypeError, match="'x' is double.*jax_enable_x64"):
+            layer(np.ones((3, 4), np.float32), w, b, alpha)
+    # the const weight takes no gradient: asking for one is an error naming it, not zeros
+    with pytest.raises(ValueError, match="'w' is declared const"):
+        jax.grad(lambda w: jnp.sum(layer(x, w, b, alpha)[0]))(w)
+    # placed on another platform (lowering for CUDA needs no GPU): one clear error
+    with pytest.raises(ValueError, match="runs on the CPU only"):
+        jax.jit(layer).trace(x, w, b, alpha).lower(lowering_platforms=("cuda",))
+    gpus = [d for d in jax.devices() if d.platform != "cpu"] if jax.default_backend() != "cpu" else []
+    if gpus:
+        with pytest.raises(ValueError, match="argument 'x' is on"):
+            layer(jax.device_put(x, gpus[0]), w, b, alpha)
+    # a source that does not compile; a declaration that does not match the prototype
+    bad = tmp_path / "bad.c"
+    bad.write_text("void broken(const double *x, int n, double *y) { y[0] = x[0] +; }\n")
+    with pytest.raises(EnzccBuildError, match="error"):
+        enzyme(bad, "broken", [In("x"), Int("n", value=lambda x: x.size), Out("y", shape=(1,))], compiler=compiler)
+    with pytest.raises(PrototypeError, match="alpha"):
+        enzyme(src / "layer.c", "layer", [p if p.name != "alpha" else In("alpha") for p in layer_decl()],
+               "float64", cflags=["-DREAL=double"], compiler=compiler)
+    with pytest.raises(TypeError, match="out_size is for the one-array form"):
+        enzyme(src / "layer.c", "layer", layer_decl(), out_size=3, compiler=compiler)
+
+
+def test_handler_is_cached(tmp_path):
+    """The handler library is compiled once per jaxlib and source into the plugin cache, by atomic rename."""
+    env = dict(os.environ, ENZCC_PLUGINS_CACHE=str(tmp_path / "cache"))
+    code = ("import enzcc_plugins.jax as j; p = j.handler_library(); j.register_handler(); "
+            "print(p, p.stat().st_mtime_ns)")
+    runs = [subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=ROOT)
+            for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr
+    assert runs[0].stdout == runs[1].stdout  # the second process reused the first one's build
+    path = runs[0].stdout.split()[0]
+    assert path.startswith(str(tmp_path / "cache" / "jax-ffi")) and f"jaxlib{jax.__version__}" in path
+    assert not [p for p in (tmp_path / "cache" / "jax-ffi").iterdir() if p.name.startswith(".build")]
+
+
+def test_framework_benchmark_quick(tmp_path):
+    """bench.frameworks --quick (JAX only): every row measured, the enzcc and native results checked."""
+    out = tmp_path / "frameworks.json"
+    proc = subprocess.run([sys.executable, "-m", "bench.frameworks", "--quick", "--only", "jax", "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads(out.read_text())
+    assert result["mode"] == "quick" and "jax" not in result["skipped"]
+    rows = result["rows"]
+    assert [(r["op"], r["n"]) for r in rows] == [("call", 16), ("grad", 16), ("call", 1 << 16), ("grad", 1 << 16)]
+    for r in rows:
+        assert r["enzcc"] > 0 and r["native"] > 0
+        assert (r["enzyme_jax"] is None) == ("enzyme_jax" in result["skipped"])
+    assert "enzcc / Enzyme-JAX" in proc.stdout
