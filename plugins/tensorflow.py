@@ -12,8 +12,8 @@
 Every function runs through ONE generic custom op, ``EnzccCall`` (plugins/native/tf_op.cc), compiled once per
 machine against the installed TensorFlow's headers and ``libtensorflow_framework`` into the plugin cache and
 loaded with ``tf.load_op_library``. The op calls the entry points of plugins/ABI.md with the tensors' buffers;
-its attributes say which entry point (its address, checked against its symbol name) and what each pointer
-is. Derivatives:
+its ``spec`` attribute says which entry point (its address, checked against its symbol name), the shapes,
+and what each pointer is. Derivatives:
 
 - ``tf.GradientTape`` (eager and ``tf.function``): the op's registered gradient calls ``NAME_enzcc_vjp``;
 - ``tf.autodiff.ForwardAccumulator``: ``NAME_enzcc_jvp`` (one call; registered as the op's forward rule);
@@ -237,28 +237,34 @@ class _Variant:
             raise ValueError(mode)
         return op_in, op_out, scratch, arrays
 
-    def attrs(self, mode: str) -> dict:
-        """The EnzccCall attributes for one entry point (the address resolves the entry point, building the
-        second-order library on first use of vjp_jvp)."""
+    def attrs(self, mode: str) -> tuple[list, dict]:
+        """The op inputs' (name, dtype, shape) and the EnzccCall attributes for one entry point (the
+        address resolves the entry point, building the second-order library on first use of vjp_jvp)."""
         if mode not in self._attrs:
             op_in, op_out, scratch, arrays = self._layout(mode)
             address = int(self.kernel.address(mode))
-            self._attrs[mode] = dict(
-                Tout=[t for _, t, _ in op_out], in_shapes=[list(s) for _, _, s in op_in],
-                out_shapes=[list(s) for _, _, s in op_out], scratch_types=[t for t, _ in scratch],
-                scratch_shapes=[list(s) for _, s in scratch], in_names=[n for n, _, _ in op_in],
-                fn=address, symbol=f"{self.kernel.name}_enzcc_{mode}", fn_name=self.kernel.name, mode=mode,
-                key=self.key, nptr=len(arrays), nargs=len(self.params),
-                layout=[v for arr in arrays for entry in arr for v in entry], ints=self.int_values)
-            self._attrs[mode]["_in"] = op_in
+            fields = ["enzcc1", address, f"{self.kernel.name}_enzcc_{mode}", self.kernel.name, len(arrays),
+                      len(self.params), len(op_in)]
+            for n, _, shape in op_in:
+                fields += [n, len(shape), *shape]
+            fields.append(len(op_out))
+            for _, _, shape in op_out:
+                fields += [len(shape), *shape]
+            fields.append(len(scratch))
+            for t, shape in scratch:
+                fields += [t.as_datatype_enum, len(shape), *shape]
+            fields += [v for arr in arrays for entry in arr for v in entry]
+            fields += [len(self.int_values), *self.int_values]
+            attrs = dict(Tout=[t for _, t, _ in op_out], spec=" ".join(str(f) for f in fields),
+                         key=f"{self.key}:{mode}")
+            self._attrs[mode] = (op_in, attrs)
         return self._attrs[mode]
 
     def call(self, mode: str, inputs: Sequence) -> list:
         """Run the entry point ``mode`` on op inputs (tensors; None entries become zeros)."""
-        attrs = dict(self.attrs(mode))
-        op_in = attrs.pop("_in")
+        op_in, attrs = self.attrs(mode)
         inputs = [tf.zeros(s, t) if x is None else x for x, (_, t, s) in zip(inputs, op_in)]
-        return list(_ops().enzcc_call(inputs, **attrs))
+        return _ops().enzcc_call(inputs, **attrs)
 
     # helpers for the derivative rules
 
@@ -274,24 +280,23 @@ class _Variant:
         return [per_input[self.in_pos[p.name]] for p in self.diff]
 
 
-def _variant_of(op_or_key) -> _Variant:
-    key = op_or_key if isinstance(op_or_key, str) else op_or_key.get_attr("key")
+def _variant_of(key) -> tuple[_Variant, str]:
+    """The variant and entry point of an EnzccCall op from its ``key`` attribute."""
     if isinstance(key, bytes):
         key = key.decode()
+    vkey, _, mode = key.rpartition(":")
     with _registry_lock:
-        v = _registry.get(key)
+        v = _registry.get(vkey)
     if v is None:
-        raise LookupError(f"EnzccCall op {key!r} was not made in this process: its derivative is unknown")
-    return v
+        raise LookupError(f"EnzccCall op {key!r} was not made in this process: its derivatives are unknown")
+    return v, mode
 
 
 # --- reverse mode: the registered gradient -----------------------------------------------------------------
 
 def _grad(op, *grads):
     """The gradient of an EnzccCall op, for each entry point it can be (see the module docstring)."""
-    v = _variant_of(op)
-    mode = op.get_attr("mode")
-    mode = mode.decode() if isinstance(mode, bytes) else mode
+    v, mode = _variant_of(op.get_attr("key"))
     nin, nout, ndiff = len(v.ins), len(v.outs), len(v.diff)
     x = list(op.inputs[:nin])
     if mode == "primal":
@@ -332,23 +337,38 @@ def _grad(op, *grads):
 def _jvp(attr_tuple, inputs, outputs, tangents):
     """Output tangents of an EnzccCall op from its input tangents (TensorFlow's forward-mode hook)."""
     attrs = dict(zip(attr_tuple[::2], attr_tuple[1::2]))
-    v = _variant_of(attrs["key"])
-    mode = attrs["mode"].decode() if isinstance(attrs["mode"], bytes) else attrs["mode"]
+    v, mode = _variant_of(attrs["key"])
     nin, nout, ndiff = len(v.ins), len(v.outs), len(v.diff)
     x = list(inputs[:nin])
-    if mode == "primal":
-        if not ndiff:
-            return [None] * nout
-        t = v.zeros_if_none(v.diff_only(list(tangents[:nin])), v.diff)
-        return v.call("jvp", x + t)[nout:]
-    if mode == "vjp":
+    if mode not in ("primal", "vjp"):
+        raise NotImplementedError(f"{v.kernel.name}: forward mode over a '{mode}' entry point (forward over "
+                                  f"forward or third order) is not available from enzcc")
+    with tf.control_dependencies(_const_tangents_are_zero(v, tangents[:nin])):
+        if mode == "primal":
+            if not ndiff:  # zeros made under the checks, so that they run
+                return [tf.zeros(v.shape[p.name], v.dtype[p.name]) for p in v.outs]
+            t = v.zeros_if_none(v.diff_only(list(tangents[:nin])), v.diff)
+            return v.call("jvp", x + t)[nout:]
         # G = J(x)^T s:  Gdot = H_s xdot + J^T sdot
         seeds = list(inputs[nin:nin + nout])
         xdot = v.zeros_if_none(v.diff_only(list(tangents[:nin])), v.diff)
         sdot = v.zeros_if_none(list(tangents[nin:nin + nout]), v.outs)
         return v.call("vjp_jvp", x + seeds + xdot + sdot)[ndiff:]
-    raise NotImplementedError(f"{v.kernel.name}: forward mode over a '{mode}' entry point (forward over forward "
-                              f"or third order) is not available from enzcc")
+
+
+def _const_tangents_are_zero(v: _Variant, tangents) -> list:
+    """Checks that const inputs get no tangent: the derivative code ignores them, so forward mode would
+    otherwise drop their contribution silently. TensorFlow passes zeros for inputs without a tangent."""
+    checks = []
+    for p, t in zip(v.ins, tangents):
+        if t is not None and not p.differentiable:
+            c = tf.debugging.assert_equal(
+                tf.math.count_nonzero(t), tf.constant(0, tf.int64),
+                message=f"{v.kernel.name}: argument '{p.name}' is declared const (no derivative), but forward "
+                        f"mode gave it a nonzero tangent")
+            if c is not None:
+                checks.append(c)
+    return checks
 
 
 def _register_rules() -> None:
@@ -402,8 +422,10 @@ class EnzccOp:
                 raise TypeError(f"{name}: argument '{p.name}' cannot be converted to a {p.dtype} tensor: "
                                 f"{e}") from None
         if p.kind == "scalar" and t.shape.rank != 0:
-            raise ValueError(f"{name}: argument '{p.name}' is a scalar ({_C_NAMES[p.dtype]}) but has shape "
-                             f"{tuple(t.shape)}")
+            if t.shape.num_elements() != 1:
+                raise ValueError(f"{name}: argument '{p.name}' is a scalar ({_C_NAMES[p.dtype]}) but has shape "
+                                 f"{tuple(t.shape)}")
+            t = tf.reshape(t, [])
         if not t.shape.is_fully_defined():
             raise ValueError(f"{name}: argument '{p.name}' has shape {t.shape} here (a tf.function with an "
                              f"input_signature?): the enzcc op needs static shapes; leave the extents known "
@@ -486,10 +508,8 @@ def enzyme(*args, filename=None, function=None, params=None, dtype=None, cflags:
         if len(args) != 1 or kwargs:
             raise TypeError(f"enzyme(inp, filename=..., function={function!r}): the seed signature takes one "
                             f"tensor; pass params=[...] for other signatures")
-        if dtype is None:
-            x = args[0]
-            dtype = x.dtype if hasattr(x, "dtype") else "float32"
-        dtype = _build.normalize_dtype(getattr(dtype, "name", dtype))
+        if dtype is None and hasattr(args[0], "dtype"):  # else: the prototype's type
+            dtype = _build.normalize_dtype(getattr(args[0].dtype, "name", args[0].dtype))
     path = Path(filename).expanduser().resolve()
     try:
         st = path.stat()
