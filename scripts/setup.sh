@@ -42,8 +42,8 @@ if ! "$PYTHON" -c 'import enzcc, enzcc_plugins, llvmlite, click, rich, tomli, ya
   "$PYTHON" -m pip install -q --disable-pip-version-check --no-build-isolation -e .
 fi
 
-# Optional (ENZCC_WITH_FRAMEWORKS=1): PyTorch and JAX for the Python integrations' tests
-# (tests/test_plugins.py skips a framework that is missing, so a failure here is only a warning).
+# Optional (ENZCC_WITH_FRAMEWORKS=1): PyTorch, JAX and TensorFlow for the Python integrations' tests
+# (tests/test_plugins.py and tests/test_plugins_tf.py skip a framework that is missing, so a failure here is only a warning).
 # torch is the CPU build that pip's find-links cache holds (torch-2.13.0+cpu); the resolution is checked
 # first so that a machine without that cache never downloads CUDA packages (several GB) instead.
 if [ "${ENZCC_WITH_FRAMEWORKS:-}" = 1 ]; then
@@ -70,5 +70,17 @@ PY
   if ! "$PYTHON" -c 'import jax, jaxlib' 2>/dev/null; then
     echo "setup: installing jax and jaxlib"
     pipq jax jaxlib || echo "setup: warning: installing jax failed; the JAX plugin tests will be skipped" >&2
+  fi
+  # TensorFlow (CPU wheel) for tests/test_plugins_tf.py. It shares numpy and ml_dtypes with torch and jax:
+  # the versions already installed are pinned as constraints, so installing TensorFlow never changes what
+  # torch/jax use (with tensorflow-cpu 2.21, jax 0.10.2 and torch 2.13 it only adds protobuf, keras, h5py...).
+  if ! "$PYTHON" -c 'import tensorflow' 2>/dev/null; then
+    echo "setup: installing tensorflow-cpu==2.21.0"
+    pins=$(mktemp)
+    "$PYTHON" -m pip freeze 2>/dev/null | grep -iE '^(numpy|ml[-_]dtypes|jax|jaxlib|torch)==' >"$pins" || true
+    pipq -c "$pins" 'tensorflow-cpu==2.21.0' \
+      || echo "setup: warning: installing tensorflow-cpu failed (or would change numpy/ml_dtypes for torch/jax);" \
+              "the TensorFlow plugin tests will be skipped" >&2
+    rm -f "$pins"
   fi
 fi
