@@ -9,6 +9,7 @@ is :mod:`enzcc.ad.reverse` (layout), :mod:`enzcc.ad.adjoint` (per-instruction ad
 
 from __future__ import annotations
 
+import gc
 import re
 
 from enzcc.ad.api import mode_of, parse_call, resolve_function
@@ -31,6 +32,22 @@ def differentiate_text(text: str, target_machine=None, inline: str = "auto") -> 
     """Differentiate the ``__enzyme_*`` calls of the module whose function reaches no other ``__enzyme_*``
     call (all of them, unless AD is nested: see :func:`ready_calls`). Returns (new text, number of calls
     replaced); the caller repeats until no call is left.
+
+    Python's cyclic garbage collector is off meanwhile: the IR model is millions of small objects that live
+    until the end, and its repeated full scans of them took a third of the time on large functions (4,000
+    statements: 4.5 s of 12.8 s) for no memory back (the same peak).
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _differentiate_text(text, target_machine, inline)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _differentiate_text(text: str, target_machine, inline: str) -> tuple[str, int]:
+    """:func:`differentiate_text` with the collector off.
 
     Three steps: (1) for each function to differentiate, and each function reached by a call that is not
     inlined (recursion, ``inline`` = ``auto``/``none``: see :func:`enzcc.ad.prepare.should_inline`), a
