@@ -395,67 +395,75 @@ class EnzccOp:
     def __init__(self, kernel):
         self.kernel = kernel
         self.arg_names = tuple(kernel.arg_names)
+        self._args = tuple(kernel.by_name[n] for n in self.arg_names)  # In/Scalar in C order, free Ints
         self._variants: dict[tuple, _Variant] = {}
         self._lock = threading.Lock()
-        self._params = {p.name: p for p in kernel.params}
 
     def __repr__(self) -> str:
         return f"<enzcc TensorFlow op {self.kernel.name}({', '.join(self.arg_names)}) from {self.kernel.source}>"
 
     def _tensor(self, p, value):
+        """``value`` as a CPU tensor of the parameter's dtype, with a static shape (errors name the argument)."""
         name = self.kernel.name
         want = _TF_DTYPES[p.dtype]
-        if isinstance(value, (tf.Tensor, tf.Variable)) or isinstance(value, (np.ndarray, np.generic)):
-            got = tf.as_dtype(value.dtype)
-            if got != want:
-                raise TypeError(f"{name}: argument '{p.name}' has dtype {got.name}, but the C function takes "
+        if isinstance(value, (tf.Tensor, tf.Variable, np.ndarray, np.generic)):
+            if value.dtype != want:  # never a silent cast
+                got = tf.as_dtype(value.dtype).name
+                raise TypeError(f"{name}: argument '{p.name}' has dtype {got}, but the C function takes "
                                 f"{_C_NAMES[p.dtype]} ({p.dtype}); convert it with tf.cast(..., tf.{p.dtype})")
-            device = getattr(value, "device", "") if isinstance(value, (tf.Tensor, tf.Variable)) else ""
-            if device and "CPU" not in device.rsplit("/", 1)[-1].upper():
-                raise RuntimeError(f"{name}: argument '{p.name}' is on {device}, but the enzcc-compiled code runs "
-                                   f"on the CPU only; copy it with tf.identity under tf.device('/CPU:0')")
-            t = tf.convert_to_tensor(value)
+            if isinstance(value, (tf.Tensor, tf.Variable)):
+                device = value.device if tf.executing_eagerly() or isinstance(value, tf.Variable) else ""
+                if device and ":CPU:" not in device.upper() + ":":
+                    raise RuntimeError(f"{name}: argument '{p.name}' is on {device}, but the enzcc-compiled code "
+                                       f"runs on the CPU only; copy it with tf.identity under tf.device('/CPU:0')")
+            t = value if isinstance(value, tf.Tensor) else tf.convert_to_tensor(value)
         else:
             try:
                 t = tf.convert_to_tensor(value, dtype=want)
             except (TypeError, ValueError) as e:
                 raise TypeError(f"{name}: argument '{p.name}' cannot be converted to a {p.dtype} tensor: "
                                 f"{e}") from None
-        if p.kind == "scalar" and t.shape.rank != 0:
-            if t.shape.num_elements() != 1:
+        shape = t.shape
+        if p.kind == "scalar" and shape.rank != 0:
+            if shape.num_elements() != 1:
                 raise ValueError(f"{name}: argument '{p.name}' is a scalar ({_C_NAMES[p.dtype]}) but has shape "
-                                 f"{tuple(t.shape)}")
+                                 f"{tuple(shape)}")
             t = tf.reshape(t, [])
-        if not t.shape.is_fully_defined():
-            raise ValueError(f"{name}: argument '{p.name}' has shape {t.shape} here (a tf.function with an "
+            shape = t.shape
+        if not shape.is_fully_defined():
+            raise ValueError(f"{name}: argument '{p.name}' has shape {shape} here (a tf.function with an "
                              f"input_signature?): the enzcc op needs static shapes; leave the extents known "
                              f"(TensorFlow retraces for each new shape)")
-        return t
+        return t, tuple(shape.as_list())
+
+    def _int(self, p, value) -> int:
+        if isinstance(value, (tf.Tensor, tf.Variable, bool)) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{self.kernel.name}: argument '{p.name}' is an integer parameter: pass a Python int, "
+                            f"got {type(value).__name__}")
+        return int(value)
 
     def __call__(self, *args, **kwargs):
-        bound = self.kernel.bind(*args, **kwargs)
-        tensors, shapes, ints = [], {}, {}
-        for name, value in bound.items():
-            p = self._params[name]
+        if kwargs or len(args) != len(self._args):
+            bound = self.kernel.bind(*args, **kwargs)  # TypeError naming a missing or unknown argument
+            args = [bound[n] for n in self.arg_names]
+        tensors, shapes, ints = [], [], []
+        for p, value in zip(self._args, args):
             if p.kind == "int":
-                if isinstance(value, (tf.Tensor, tf.Variable)) or isinstance(value, bool) or \
-                        not isinstance(value, (int, np.integer)):
-                    raise TypeError(f"{self.kernel.name}: argument '{name}' is an integer parameter: pass a "
-                                    f"Python int, got {type(value).__name__}")
-                ints[name] = int(value)
-        ins = sorted((p for p in self.kernel.params if p.kind in ("in", "scalar")), key=lambda p: p.index)
-        for p in ins:
-            t = self._tensor(p, bound[p.name])
-            tensors.append(t)
-            shapes[p.name] = tuple(t.shape.as_list())
-        sig = (tuple(shapes[p.name] for p in ins), tuple(sorted(ints.items())))
-        with self._lock:
-            variant = self._variants.get(sig)
+                ints.append(self._int(p, value))
+            else:
+                t, shape = self._tensor(p, value)
+                tensors.append(t)
+                shapes.append(shape)
+        sig = (tuple(shapes), tuple(ints))
+        variant = self._variants.get(sig)
         if variant is None:
-            variant = _Variant(self.kernel, self.kernel.resolve(shapes, ints))
+            names = [p.name for p in self._args]
+            plan = self.kernel.resolve(dict(zip((n for n, p in zip(names, self._args) if p.kind != "int"), shapes)),
+                                       dict(zip((n for n, p in zip(names, self._args) if p.kind == "int"), ints)))
             with self._lock:
-                variant = self._variants.setdefault(sig, variant)
-        outs = variant.call("primal", tensors)
+                variant = self._variants.setdefault(sig, _Variant(self.kernel, plan))
+        _, attrs = variant.attrs("primal")
+        outs = (_op_module or _ops()).enzcc_call(tensors, **attrs)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
 
