@@ -7,6 +7,8 @@ recursive call cannot be inlined: it stays a call, and the derivative calls the 
 
 from __future__ import annotations
 
+import re
+
 from enzcc.ir.block import BasicBlock
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.clone import clone_blocks
@@ -88,6 +90,8 @@ def devirtualize_call(call) -> list:
     when the targets are not known: the call stays)."""
     module = call.module
     targets = possible_targets(call.operands[0], module, function_type=call.function_type)
+    if targets is None:
+        targets = _address_taken_of_type(module, call.function_type)
     if not targets or any(module.functions[t].function_type != call.function_type for t in targets):
         return []
     block = call.parent
@@ -165,6 +169,47 @@ def possible_targets(v, module, depth: int = 0, function_type=None) -> list[str]
         if names and all(n in module.functions and not module.functions[n].is_declaration for n in names):
             return Inexact(names) if inexact else names
     return None
+
+
+#: the most functions an indirect call whose targets are unknown is compared against (each one is inlined and
+#: differentiated)
+MAX_UNKNOWN_TARGETS = 8
+
+_SYMBOL_USE = re.compile(r'@(?:"([^"]+)"|([-\w.$]+))(?!\s*\()')
+
+
+def _address_taken_of_type(module, function_type) -> "Inexact | None":
+    """For a call through a pointer that nothing here pins down (an object or ``std::function`` passed in by
+    the caller): every function defined in the module whose address is taken somewhere (a global's
+    initializer such as a vtable, or a value operand in any function, not only the callee of a direct call)
+    and whose type is the call's. A program calls only such functions through a pointer of that type, unless
+    the pointer comes from outside the module: then none matches and the program traps, instead of taking
+    a derivative of the wrong function. None when there are none or more than :data:`MAX_UNKNOWN_TARGETS`."""
+    taken = module.__dict__.get("_enzcc_address_taken")
+    if taken is None:
+        taken = set()
+        for gv in module.globals.values():
+            taken.update(gv.initializer_symbols())
+        for fn in module.functions.values():
+            if fn.is_declaration:
+                continue
+            if not fn.is_parsed:
+                taken.update(m.group(1) or m.group(2) for m in _SYMBOL_USE.finditer(fn._body_text))
+                continue
+            for inst in fn.instructions():
+                ops = inst.operands[1:] if isinstance(inst, Call) and inst.callee_name is not None else inst.operands
+                stack = list(ops)
+                while stack:
+                    v = stack.pop()
+                    if isinstance(v, GlobalRef):
+                        taken.add(v.symbol)
+                    elif isinstance(v, ConstantExpr):
+                        stack += v.operands
+        taken = {n for n in taken if n in module.functions and not module.functions[n].is_declaration and
+                 not n.startswith(("__enzcc_", "llvm."))}
+        module.__dict__["_enzcc_address_taken"] = taken
+    names = sorted(n for n in taken if module.functions[n].function_type == function_type)
+    return Inexact(names) if 0 < len(names) <= MAX_UNKNOWN_TARGETS else None
 
 
 class Inexact(list):

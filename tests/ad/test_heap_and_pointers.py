@@ -3,7 +3,7 @@ analytic derivatives (the cases the fuzzer found refused)."""
 
 import pytest
 
-from adharness import build_and_run
+from adharness import PRELUDE, build_and_run
 from enzcc_testing import need
 
 pytestmark = need("clang-22", "llvm-objcopy-22")
@@ -88,6 +88,40 @@ def test_realloc_moves_derivatives(enzcc, opt):
 @pytest.mark.parametrize("opt", ["-O0", "-O1", "-O2", "-O3"])
 def test_function_pointer_table_and_select(enzcc, opt):
     _check(build_and_run(enzcc, TABLE, opt), range(3))
+
+
+# a function pointer passed in by the caller: compared at run time against every function of its type whose
+# address the program takes
+PASSED = r"""
+double sq(double x) { return x * x; }
+double cube(double x) { return x * x * x; }
+double twice(double x) { return 2 * x; }
+__attribute__((noinline)) double apply(double (*fp)(double), double x) { return fp(x) * fp(x + 1); }
+int main(int argc, char **argv) {
+  double (*a)(double) = argc > 5 ? twice : sq, (*b)(double) = argc > 5 ? sq : cube;
+  double x = 0.8;
+  /* apply(sq) = x^2 (x+1)^2, apply(cube) = x^3 (x+1)^3 */
+  report("rev.0", __enzyme_autodiff((void *)apply, enzyme_const, a, x));
+  report("exact.0", 2 * x * (x + 1) * (x + 1) + 2 * x * x * (x + 1));
+  report("fwd.1", __enzyme_fwddiff((void *)apply, enzyme_const, b, x, 1.0));
+  report("exact.1", 3 * x * x * pow(x + 1, 3) + 3 * pow(x, 3) * (x + 1) * (x + 1));
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O1", "-O2", "-O3"])
+def test_function_pointer_passed_in(enzcc, opt):
+    _check(build_and_run(enzcc, PASSED, opt), range(2))
+
+
+def test_function_pointer_to_a_function_enzcc_did_not_see_traps(enzcc):
+    """A pointer to a function outside the module (here libm's cos) matches none of the candidates: the
+    program stops instead of differentiating the wrong function."""
+    enzcc.write("t.c", PRELUDE + PASSED.replace("argc > 5 ? twice : sq", "argc > 5 ? twice : cos"))
+    enzcc("-O2", "t.c", "-lm", "-o", "t")
+    r = enzcc.run("./t", check=False)
+    assert r.returncode != 0 and "rev.0" not in r.stdout, (r.returncode, r.stdout)
 
 
 COPIES = r"""
