@@ -13,7 +13,9 @@ calls it). Contestants:
 - **Enzyme-JAX**: ``cpp_call`` (PyPI ``enzyme-ad``, in a virtual environment of its own, see bench/enzyme.py)
   on a C++ file that includes the same C source, for the same CPU target as enzcc's builds; it runs in a
   worker process that answers one timing request at a time, so its samples interleave with the others';
-- **native**: the framework's own ``sin(x) * x`` and its autodiff.
+- **native**: the framework's own ``sin(x) * x`` and its autodiff;
+- **kernel alone**: the library's entry points (``sinx_enzcc_primal`` / ``sinx_enzcc_vjp``, plugins/ABI.md)
+  called through ctypes on buffers allocated once: what the compiled code itself costs, without a framework.
 
 Samples are interleaved: every round takes one sample of each contestant for each measurement, in an order
 that rotates from round to round, so load from elsewhere on the machine falls on all alike. A sample is the
@@ -51,10 +53,9 @@ ENZYME_WRAPPER = r"""
 template <typename O, typename I> void f(O &out, const I &in) {{ sinx(&in[0], N, &out[0]); }}
 """
 
-SETTINGS = {"full": {"rounds": 7, "min_time": 0.05, "large": 1 << 20},
+SETTINGS = {"full": {"rounds": 11, "min_time": 0.05, "large": 1 << 20},
             "quick": {"rounds": 2, "min_time": 0.002, "large": 1 << 16}}
 
-CONTESTANTS = ("enzcc", "enzyme_jax", "native")
 
 
 def measurements(large: int) -> list[tuple[str, int]]:
@@ -255,6 +256,42 @@ def setup_tensorflow(source: Path, sizes: list[int]) -> dict:
 FRAMEWORKS = {"jax": setup_jax, "torch": setup_torch, "tensorflow": setup_tensorflow}
 
 
+def setup_kernel(source: Path, sizes: list[int]) -> dict:
+    """{(op, n): fn}: the entry points through ctypes on preallocated buffers (the gradient resets the seed,
+    which the vjp entry consumes, and zeroes the gradient it accumulates into, as every caller must)."""
+    import ctypes
+
+    import numpy as np
+    from enzcc_plugins import In, Int, Out, load_kernel
+
+    k = load_kernel(source, "sinx", [In("x"), Int("n", value=lambda x: x.size), Out("y", shape=lambda x: x.shape)])
+    lib = ctypes.CDLL(str(k.library))
+    primal, vjp = lib.sinx_enzcc_primal, lib.sinx_enzcc_vjp
+    P = ctypes.c_void_p * 3
+    out = {}
+    for n in sizes:
+        x, y, dx, dy = inputs(n), np.empty(n), np.zeros(n), np.ones(n)
+        count = np.array([n], np.int64)
+        keep = (x, y, dx, dy, count)  # the address arrays below do not keep the buffers alive: the closures do
+        a = P(x.ctypes.data, count.ctypes.data, y.ctypes.data)
+        d = P(dx.ctypes.data, None, dy.ctypes.data)
+
+        def call(a=a, keep=keep):
+            primal(a)
+
+        def grad(a=a, d=d, keep=keep):
+            keep[3].fill(1.0)
+            keep[2].fill(0.0)
+            vjp(a, d)
+            return keep[2]
+
+        call()
+        check("kernel alone", y, grad(), n)
+        out["call", n] = call
+        out["grad", n] = grad
+    return out
+
+
 def _reason(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return f"{type(e).__name__}: {text[0] if text else ''}"[:200]
@@ -348,6 +385,13 @@ def main(argv: list[str] | None = None) -> int:
             skipped["enzyme_jax"] = why
             console.print(f"[yellow]Enzyme-JAX skipped: {why}")
 
+    kernel = None
+    if frameworks:
+        try:
+            kernel = setup_kernel(source, sizes)
+        except Exception as e:
+            skipped["kernel"] = _reason(e)
+
     samples: dict = {}
     sampler = Sampler(settings["min_time"])
     tasks = [(fw, op, n, impl) for op, n in measurements(large) for fw in frameworks for impl in ("enzcc", "native")]
@@ -358,10 +402,14 @@ def main(argv: list[str] | None = None) -> int:
                     here = [t for t in tasks if t[1:3] == (op, n)]
                     if enzyme is not None:
                         here.append(("enzyme_jax", op, n, "enzyme_jax"))
+                    if kernel is not None:
+                        here.append(("kernel", op, n, "kernel"))
                     k = r % len(here)
                     for fw, _, _, impl in here[k:] + here[:k]:
                         if fw == "enzyme_jax":
                             t = enzyme.sample(op, n)
+                        elif fw == "kernel":
+                            t = sampler.sample(("kernel", op, n), kernel[op, n])
                         else:
                             t = sampler.sample((fw, op, n, impl), frameworks[fw][op, n][impl])
                         samples.setdefault((fw, op, n, impl), []).append(t)
@@ -375,23 +423,26 @@ def main(argv: list[str] | None = None) -> int:
             row = {"framework": fw, "op": op, "n": n}
             for impl in ("enzcc", "native"):
                 row[impl] = median(samples.get((fw, op, n, impl), []))
-            row["enzyme_jax"] = median(samples.get(("enzyme_jax", op, n, "enzyme_jax"), []))
+                row[impl + "_min"] = min(samples.get((fw, op, n, impl), []), default=None)
+            for ref in ("enzyme_jax", "kernel"):
+                row[ref] = median(samples.get((ref, op, n, ref), []))
+                row[ref + "_min"] = min(samples.get((ref, op, n, ref), []), default=None)
             row["enzcc_over_enzyme_jax"] = (row["enzcc"] / row["enzyme_jax"]) if row["enzyme_jax"] else None
             row["enzcc_over_native"] = row["enzcc"] / row["native"] if row["native"] else None
             rows.append(row)
 
     table = Table(title=f"framework calls of y = sin(x) * x (double), medians of {settings['rounds']} interleaved "
                         f"rounds")
-    for col in ("framework", "measure", "enzcc plugin", "Enzyme-JAX cpp_call", "framework's own",
+    for col in ("framework", "measure", "enzcc plugin", "kernel alone", "Enzyme-JAX cpp_call", "framework's own",
                 "enzcc / Enzyme-JAX", "enzcc / own"):
         table.add_column(col, justify="left" if col in ("framework", "measure") else "right")
     for row in rows:
         what = f"{row['op']}, {row['n']:,} elements"
-        table.add_row(row["framework"], what, fmt_time(row["enzcc"]), fmt_time(row["enzyme_jax"]),
-                      fmt_time(row["native"]), fmt_ratio(row["enzcc"], row["enzyme_jax"]),
-                      fmt_ratio(row["enzcc"], row["native"]))
+        table.add_row(row["framework"], what, fmt_time(row["enzcc"]), fmt_time(row["kernel"]),
+                      fmt_time(row["enzyme_jax"]), fmt_time(row["native"]),
+                      fmt_ratio(row["enzcc"], row["enzyme_jax"]), fmt_ratio(row["enzcc"], row["native"]))
     for name, why in skipped.items():
-        table.add_row(name, f"[yellow]skipped: {why}", "", "", "", "", "")
+        table.add_row(name, f"[yellow]skipped: {why}", "", "", "", "", "", "")
     console.print(table)
 
     goal = {}

@@ -185,12 +185,29 @@ class Layout:
         return {"primal": self.primal, "tangent": self.jvp, "vjp": self.vjp}[mode]
 
 
+class _DlInfo(ctypes.Structure):
+    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p), ("dli_sname", ctypes.c_char_p),
+                ("dli_saddr", ctypes.c_void_p)]
+
+
+@functools.lru_cache(maxsize=None)
+def _entry_info(address: int) -> tuple[str, str]:
+    """(symbol, library file) of an entry point's address, which the handler checks again before calling."""
+    dladdr = ctypes.CDLL(None).dladdr
+    dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo)]
+    info = _DlInfo()
+    if not dladdr(address, ctypes.byref(info)) or not info.dli_sname or info.dli_saddr != address:
+        raise EnzccBuildError(f"no exported function at the entry point address {address:#x}")
+    return info.dli_sname.decode(), os.path.basename(info.dli_fname.decode())
+
+
 def _attrs(layout: Layout, entry: int, arrays: list[list[tuple[int, int]]], zero=(), batch=(),
            batched=()) -> dict:
     """The FFI attributes of one call (see plugins/native/xla_ffi.cc)."""
     kinds = [k for arr in arrays for k, _ in arr]
     index = [i for arr in arrays for _, i in arr]
-    return dict(fn=np.int64(entry), arrays=np.int64(len(arrays)), slot_kind=np.array(kinds, np.int64),
+    symbol, library = _entry_info(entry)
+    return dict(fn=np.int64(entry), symbol=symbol, library=library, arrays=np.int64(len(arrays)), slot_kind=np.array(kinds, np.int64),
                 slot_index=np.array(index, np.int64), ints=np.array(layout.ints, np.int64),
                 zero=np.array(list(zero), np.int64), batch=np.int64(math.prod(batch)),
                 batched=np.array([1 if b else 0 for b in batched], np.int64))

@@ -333,6 +333,19 @@ def test_errors(layer, data, src, compiler, tmp_path):
     if gpus:
         with pytest.raises(ValueError, match="argument 'x' is on"):
             layer(jax.device_put(x, gpus[0]), w, b, alpha)
+    # the handler calls an address only when it is the named entry point of the named library (an executable
+    # compiled in another process, e.g. from JAX's persistent compilation cache, would carry a stale one)
+    from enzcc_plugins.jax import _entry_info
+    primal = layer.kernel.address("primal")
+    _, library = _entry_info(primal)
+    call = jax.ffi.ffi_call("enzcc_call", jax.ShapeDtypeStruct((1,), jnp.float64))
+    attrs = dict(arrays=np.int64(1), slot_kind=np.zeros(9, np.int64), slot_index=np.zeros(9, np.int64),
+                 ints=np.zeros(9, np.int64), zero=np.zeros(0, np.int64), batch=np.int64(1),
+                 batched=np.zeros(1, np.int64))
+    for fn, symbol, lib in [(primal, "layer_enzcc_vjp", library), (primal, "layer_enzcc_primal", "other.so"),
+                            (primal + 1, "layer_enzcc_primal", library)]:
+        with pytest.raises(Exception, match="is not that function of"):
+            call(jnp.ones(1), fn=np.int64(fn), symbol=symbol, library=lib, **attrs).block_until_ready()
     # a source that does not compile; a declaration that does not match the prototype
     bad = tmp_path / "bad.c"
     bad.write_text("void broken(const double *x, int n, double *y) { y[0] = x[0] +; }\n")

@@ -4,6 +4,10 @@
 //
 // The handler knows nothing about a kernel but what its attributes say:
 //   fn          address of the entry point (an int64: the library is loaded by Python and stays loaded)
+//   symbol      its name, and library the file name of the library that defines it: the handler checks with
+//   library     dladdr (once per address) that fn is that symbol of that library, so an executable compiled
+//               in another process (JAX's persistent compilation cache) is an error, not a call through a
+//               stale address. The library's name holds a hash of its source and declaration.
 //   arrays      how many pointer arrays the entry point takes: 1 (a), 2 (a, d) or 4 (a, d, ta, td)
 //   slot_kind   arrays * P entries (P = the C function's parameter count), array by array, each saying where
 //   slot_index  that pointer comes from: 0 NULL, 1 operand slot_index, 2 result slot_index,
@@ -19,9 +23,14 @@
 //
 // Built by enzcc_plugins.jax with clang++ -std=c++17 against jax.ffi.include_dir(); see _handler_library().
 
+#include <dlfcn.h>
+
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "xla/ffi/api/ffi.h"
@@ -36,16 +45,43 @@ using Entry4 = void (*)(void *const *, void *const *, void *const *, void *const
 
 enum SlotKind : int64_t { kNull = 0, kOperand = 1, kResult = 2, kInt = 3 };
 
+// fn -> "library\0symbol" that dladdr confirmed; libraries are never unloaded, so a confirmation stays valid
+std::mutex verified_mutex;
+std::unordered_map<int64_t, std::string> verified;
+
+std::string_view base_name(std::string_view path) {
+  size_t slash = path.rfind('/');
+  return slash == std::string_view::npos ? path : path.substr(slash + 1);
+}
+
+ffi::Error CheckEntry(int64_t fn, std::string_view symbol, std::string_view library) {
+  std::string want = std::string(base_name(library)) + '\0' + std::string(symbol);
+  std::lock_guard<std::mutex> lock(verified_mutex);
+  auto it = verified.find(fn);
+  if (it != verified.end() && it->second == want) return ffi::Error::Success();
+  Dl_info info;
+  void *addr = reinterpret_cast<void *>(static_cast<uintptr_t>(fn));
+  if (dladdr(addr, &info) == 0 || info.dli_sname == nullptr || info.dli_saddr != addr ||
+      symbol != info.dli_sname || info.dli_fname == nullptr || base_name(info.dli_fname) != base_name(library))
+    return ffi::Error::InvalidArgument(
+        "enzcc_call: the address given for " + std::string(symbol) + " is not that function of " +
+        std::string(base_name(library)) + " in this process (an executable compiled in another process?); "
+        "call the enzcc_plugins.jax function again in this process");
+  verified[fn] = want;
+  return ffi::Error::Success();
+}
+
 struct Region {
   char *base;
   size_t stride;  // bytes between batch items; 0: shared by all items
 };
 
-ffi::Error EnzccCallImpl(ffi::RemainingArgs args, ffi::RemainingRets rets, int64_t fn, int64_t arrays,
+ffi::Error EnzccCallImpl(ffi::RemainingArgs args, ffi::RemainingRets rets, int64_t fn, std::string_view symbol,
+                         std::string_view library, int64_t arrays,
                          ffi::Span<const int64_t> slot_kind, ffi::Span<const int64_t> slot_index,
                          ffi::Span<const int64_t> ints, ffi::Span<const int64_t> zero, int64_t batch,
                          ffi::Span<const int64_t> batched) {
-  if (fn == 0) return ffi::Error::InvalidArgument("enzcc_call: null entry point");
+  if (ffi::Error e = CheckEntry(fn, symbol, library); e.failure()) return e;
   if (arrays != 1 && arrays != 2 && arrays != 4)
     return ffi::Error::InvalidArgument("enzcc_call: arrays must be 1, 2 or 4");
   if (slot_kind.size() != slot_index.size() || slot_kind.size() % arrays != 0)
@@ -121,6 +157,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(EnzccCall, EnzccCallImpl,
                                   .RemainingArgs()
                                   .RemainingRets()
                                   .Attr<int64_t>("fn")
+                                  .Attr<std::string_view>("symbol")
+                                  .Attr<std::string_view>("library")
                                   .Attr<int64_t>("arrays")
                                   .Attr<ffi::Span<const int64_t>>("slot_kind")
                                   .Attr<ffi::Span<const int64_t>>("slot_index")
