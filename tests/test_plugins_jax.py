@@ -217,6 +217,9 @@ def test_vmap(layer, data):
     # batched along another axis, and a batched scalar
     got = jax.vmap(layer, in_axes=(2, None, None, 0))(jnp.moveaxis(xs, 0, 2), w, b, alphas)
     assert maxerr(got, jax.vmap(layer_ref, in_axes=(0, None, None, 0))(xs, w, b, alphas)) < 1e-14
+    # an empty batch
+    got = jax.vmap(layer, in_axes=(0, None, None, None))(xs[:0], w, b, alpha)
+    assert got[0].shape == (0, 3, 2) and got[1].shape == (0,)
     # one custom call for the whole batch
     hlo = jax.jit(jax.vmap(layer, in_axes=(0, None, None, None))).lower(xs, w, b, alpha).as_text()
     assert hlo.count('custom_call @enzcc_call') == 1

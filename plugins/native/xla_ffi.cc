@@ -25,6 +25,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <mutex>
@@ -45,9 +46,12 @@ using Entry4 = void (*)(void *const *, void *const *, void *const *, void *const
 
 enum SlotKind : int64_t { kNull = 0, kOperand = 1, kResult = 2, kInt = 3 };
 
-// fn -> "library\0symbol" that dladdr confirmed; libraries are never unloaded, so a confirmation stays valid
+// fn -> (library, symbol) that dladdr confirmed; libraries are never unloaded, so a confirmation stays valid
+struct Confirmed {
+  std::string library, symbol;
+};
 std::mutex verified_mutex;
-std::unordered_map<int64_t, std::string> verified;
+std::unordered_map<int64_t, Confirmed> verified;
 
 std::string_view base_name(std::string_view path) {
   size_t slash = path.rfind('/');
@@ -55,21 +59,36 @@ std::string_view base_name(std::string_view path) {
 }
 
 ffi::Error CheckEntry(int64_t fn, std::string_view symbol, std::string_view library) {
-  std::string want = std::string(base_name(library)) + '\0' + std::string(symbol);
+  library = base_name(library);
   std::lock_guard<std::mutex> lock(verified_mutex);
   auto it = verified.find(fn);
-  if (it != verified.end() && it->second == want) return ffi::Error::Success();
+  if (it != verified.end() && it->second.library == library && it->second.symbol == symbol)
+    return ffi::Error::Success();
   Dl_info info;
   void *addr = reinterpret_cast<void *>(static_cast<uintptr_t>(fn));
   if (dladdr(addr, &info) == 0 || info.dli_sname == nullptr || info.dli_saddr != addr ||
       symbol != info.dli_sname || info.dli_fname == nullptr || base_name(info.dli_fname) != base_name(library))
     return ffi::Error::InvalidArgument(
         "enzcc_call: the address given for " + std::string(symbol) + " is not that function of " +
-        std::string(base_name(library)) + " in this process (an executable compiled in another process?); "
+        std::string(library) + " in this process (an executable compiled in another process?); "
         "call the enzcc_plugins.jax function again in this process");
-  verified[fn] = want;
+  verified[fn] = Confirmed{std::string(library), std::string(symbol)};
   return ffi::Error::Success();
 }
+
+// n elements, on the stack when few (the common case: no allocation per call), else on the heap
+template <class T, size_t N = 32>
+class Scratch {
+ public:
+  explicit Scratch(size_t n) : heap_(n > N ? n : 0), data_(n > N ? heap_.data() : stack_) {}
+  T &operator[](size_t i) { return data_[i]; }
+  T *data() { return data_; }
+
+ private:
+  T stack_[N];
+  std::vector<T> heap_;
+  T *data_;
+};
 
 struct Region {
   char *base;
@@ -86,12 +105,13 @@ ffi::Error EnzccCallImpl(ffi::RemainingArgs args, ffi::RemainingRets rets, int64
     return ffi::Error::InvalidArgument("enzcc_call: arrays must be 1, 2 or 4");
   if (slot_kind.size() != slot_index.size() || slot_kind.size() % arrays != 0)
     return ffi::Error::InvalidArgument("enzcc_call: slot_kind and slot_index disagree");
-  if (batch < 1) return ffi::Error::InvalidArgument("enzcc_call: batch must be at least 1");
+  if (batch < 0) return ffi::Error::InvalidArgument("enzcc_call: negative batch");
+  if (batch == 0) return ffi::Error::Success();  // jax.vmap over an empty axis: every result is empty
   if (batched.size() != args.size())
     return ffi::Error::InvalidArgument("enzcc_call: one batched flag per operand expected");
   const size_t B = static_cast<size_t>(batch);
 
-  std::vector<Region> in(args.size()), out(rets.size());
+  Scratch<Region> in(args.size()), out(rets.size());
   for (size_t j = 0; j < args.size(); ++j) {
     auto buf = args.get<ffi::AnyBuffer>(j);
     if (buf.has_error()) return buf.error();
@@ -107,11 +127,12 @@ ffi::Error EnzccCallImpl(ffi::RemainingArgs args, ffi::RemainingRets rets, int64
     out[k] = {static_cast<char *>((*buf)->untyped_data()), bytes / B};
   }
   for (int64_t k : zero) {
-    if (k < 0 || static_cast<size_t>(k) >= out.size())
+    if (k < 0 || static_cast<size_t>(k) >= rets.size())
       return ffi::Error::InvalidArgument("enzcc_call: zero names no result");
     std::memset(out[k].base, 0, out[k].stride * B);
   }
-  std::vector<int64_t> cells(ints.begin(), ints.end());  // writable, 8-byte aligned copies
+  Scratch<int64_t> cells(ints.size());  // writable, 8-byte aligned copies
+  std::copy(ints.begin(), ints.end(), cells.data());
 
   const size_t n = slot_kind.size();
   for (size_t i = 0; i < n; ++i) {
@@ -119,15 +140,15 @@ ffi::Error EnzccCallImpl(ffi::RemainingArgs args, ffi::RemainingRets rets, int64
     bool ok = true;
     switch (slot_kind[i]) {
       case kNull: break;
-      case kOperand: ok = idx >= 0 && static_cast<size_t>(idx) < in.size(); break;
-      case kResult: ok = idx >= 0 && static_cast<size_t>(idx) < out.size(); break;
-      case kInt: ok = idx >= 0 && static_cast<size_t>(idx) < cells.size(); break;
+      case kOperand: ok = idx >= 0 && static_cast<size_t>(idx) < args.size(); break;
+      case kResult: ok = idx >= 0 && static_cast<size_t>(idx) < rets.size(); break;
+      case kInt: ok = idx >= 0 && static_cast<size_t>(idx) < ints.size(); break;
       default: ok = false;
     }
     if (!ok) return ffi::Error::InvalidArgument("enzcc_call: bad slot " + std::to_string(i));
   }
 
-  std::vector<void *> ptrs(n);
+  Scratch<void *, 128> ptrs(n);
   for (size_t b = 0; b < B; ++b) {
     for (size_t i = 0; i < n; ++i) {
       int64_t idx = slot_index[i];
