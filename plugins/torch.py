@@ -1,4 +1,4 @@
-"""PyTorch integration: a function compiled by enzcc as ``torch.library`` custom ops with an autograd rule.
+"""PyTorch integration: a function compiled by enzcc as ``torch.library`` custom ops with autograd kernels.
 
     from enzcc_plugins.torch import enzyme
     from enzcc_plugins import In, Out, Scalar, Int
@@ -9,16 +9,17 @@
 
     F = enzyme("f.c", "f")            # the seed's void f(const T *in, size_t n, T *out): F.apply(x)
 
-``F`` is a ``torch.autograd.Function`` subclass whose forward, backward and forward-mode rule call four
-custom ops (``enzcc::<name>_<key>_{primal,vjp,jvp,vjp_jvp}``) with fake (meta) kernels computed from the
-declared shapes, so ``torch.compile`` traces through them. Forward mode (``torch.func.jvp``,
-``torch.autograd.forward_ad``) uses ``NAME_enzcc_jvp``; the backward is itself differentiable: its derivative
-uses ``NAME_enzcc_vjp_jvp`` (forward over reverse, a second library built on first use) and
-``NAME_enzcc_jvp``, so double backward, ``gradgradcheck`` and Hessian-vector products work.
+Each kernel becomes four custom ops, ``torch.ops.enzcc.<name>_<key>_{primal,vjp,jvp,vjp_jvp}``, with CPU
+kernels calling the library through ctypes and fake kernels computed from the declared shapes, so
+``torch.compile`` captures them in its graph (``fullgraph=True`` works). Their Autograd kernels are
+``autograd.Function``s: the primal's backward is the vjp op and its forward-mode rule the jvp op
+(``torch.func.jvp``, ``torch.autograd.forward_ad``); the vjp op's backward uses ``NAME_enzcc_vjp_jvp``
+(forward over reverse, a second library built on first use) and the jvp op, so double backward,
+``gradgradcheck``, Hessian-vector products and ``torch.func.hessian`` work.
 
 Arguments are CPU tensors of the declared dtype (non-contiguous ones are copied); scalars may be Python
 numbers or 0-d tensors; free ``Int`` parameters are Python ints. A GPU tensor, a wrong dtype, a wrong rank or
-shape is one exception naming the argument.
+shape is one exception naming the argument; so is a gradient asked of an input declared ``const=True``.
 """
 
 from __future__ import annotations
@@ -29,12 +30,11 @@ import threading
 from typing import Callable, Sequence
 
 import torch
-from torch.autograd.function import FunctionMeta
 
 from .build import (CompiledKernel, EnzccBuildError, In, Int, Out, PrototypeError, SecondOrderError, ShapeError,
                     load_kernel)
 
-__all__ = ["enzyme", "EnzccBuildError", "PrototypeError", "SecondOrderError", "ShapeError"]
+__all__ = ["enzyme", "EnzymeFunction", "EnzccBuildError", "PrototypeError", "SecondOrderError", "ShapeError"]
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 _C = {"float32": "float", "float64": "double"}
@@ -42,21 +42,10 @@ _counter = itertools.count()
 _counter_lock = threading.Lock()
 
 
-class _KernelMeta(FunctionMeta):
-    """Lets the Function class be called like a function: ``F(x, w, alpha=0.5)`` binds the arguments by
-    name and calls ``F.apply``."""
-
-    def __call__(cls, *args, **kwargs):
-        runner = cls.__dict__.get("_runner")
-        if runner is None:  # pragma: no cover - the base class itself
-            return super().__call__(*args, **kwargs)
-        return runner.call(*args, **kwargs)
-
-
 class _Runner:
     """The per-kernel state shared by the ops and the autograd rules: address arrays, plans, checks."""
 
-    def __init__(self, kernel: CompiledKernel, out_reshape: Callable | None = None):
+    def __init__(self, kernel: CompiledKernel):
         self.k = kernel
         self.name = kernel.name
         self.inputs = kernel.inputs                      # In + Scalar, C order: the tensors of the ops
@@ -149,12 +138,9 @@ class _Runner:
                 if v.numel() != 1:
                     raise ShapeError(f"{self.name}: argument {name!r} is a scalar, got shape {tuple(v.shape)}")
             ins.append(v)
-        self.plan(ins, ints)  # shape errors now, naming the argument
+        if not torch.compiler.is_compiling():  # (while compiling, the fake kernels check the shapes)
+            self.plan(ins, ints)  # shape errors now, naming the argument
         return ins, ints
-
-    def call(self, *args, **kwargs):
-        bound = self.k.bind(*args, **kwargs)
-        return self.fn.apply(*(bound[n] for n in self.k.arg_names))
 
 
 def _register_ops(r: _Runner, opname: str):
@@ -236,30 +222,47 @@ def _register_ops(r: _Runner, opname: str):
     def vjp_jvp_fake(ins, cots, tins, tcots, ints):
         return vjp_fake(ins, cots, ints) * 2
 
+    impls = {"primal": (primal, primal_fake, "(Tensor[] ins, SymInt[] ints) -> Tensor[]"),
+             "vjp": (vjp, vjp_fake, "(Tensor[] ins, Tensor[] cots, SymInt[] ints) -> Tensor[]"),
+             "jvp": (jvp, jvp_fake, "(Tensor[] ins, Tensor[] tans, SymInt[] ints) -> Tensor[]"),
+             "vjp_jvp": (vjp_jvp, vjp_jvp_fake,
+                         "(Tensor[] ins, Tensor[] cots, Tensor[] tins, Tensor[] tcots, SymInt[] ints) -> Tensor[]")}
+    lib = torch.library.Library("enzcc", "FRAGMENT")
     ops = {}
-    for entry, impl, fake, schema in [
-            ("primal", primal, primal_fake, "(Tensor[] ins, SymInt[] ints) -> Tensor[]"),
-            ("vjp", vjp, vjp_fake, "(Tensor[] ins, Tensor[] cots, SymInt[] ints) -> Tensor[]"),
-            ("jvp", jvp, jvp_fake, "(Tensor[] ins, Tensor[] tans, SymInt[] ints) -> Tensor[]"),
-            ("vjp_jvp", vjp_jvp, vjp_jvp_fake,
-             "(Tensor[] ins, Tensor[] cots, Tensor[] tins, Tensor[] tcots, SymInt[] ints) -> Tensor[]")]:
-        op = torch.library.custom_op(f"enzcc::{opname}_{entry}", impl, mutates_args=(), schema=schema)
-        op.register_fake(fake)
-        ops[entry] = op
-    return ops
+    for entry, (impl, fake, schema) in impls.items():
+        lib.define(f"{opname}_{entry}{schema}")
+        lib.impl(f"{opname}_{entry}", impl, "CPU")
+        torch.library.register_fake(f"enzcc::{opname}_{entry}", fake, lib=lib)
+        ops[entry] = getattr(torch.ops.enzcc, f"{opname}_{entry}").default
+    return lib, ops, {entry: impl for entry, (impl, _, _) in impls.items()}
 
 
-def _zeros_for(tensors, values):
-    return [v if v is not None else torch.zeros_like(t) for t, v in zip(tensors, values)]
+def _functorch_active() -> bool:
+    """True inside torch.func transforms (jvp, grad, vmap, hessian...): they take autograd.Functions directly,
+    not ops whose Autograd kernel is one."""
+    return not torch.compiler.is_compiling() and torch._C._functorch.peek_interpreter_stack() is not None
 
 
-def _make_functions(r: _Runner, ops, doc: str):
-    """The autograd.Function of the kernel and the one of its VJP (so that backward is differentiable)."""
+def _apply(fn, *args):
+    """``fn.apply(*args)`` without the per-call ``inspect.signature`` binding of ``Function.apply`` (our forwards
+    take ``*args`` and have no defaults) when no torch.func transform is active."""
+    if torch._C._are_functorch_transforms_active():
+        return fn.apply(*args)
+    return super(torch.autograd.Function, fn).apply(*args)
+
+
+def _below_autograd(op, *args):
+    with torch._C._AutoDispatchBelowAutograd():
+        return op(*args)
+
+
+def _register_autograd(r: _Runner, lib, opname: str, ops, impls) -> None:
+    """Autograd kernels of the ops: the primal's derivatives are the vjp op (reverse) and the jvp op
+    (forward); the vjp op's are vjp_jvp (H v) and jvp (J v), so backward is differentiable; the jvp and
+    vjp_jvp ops are not differentiated further (a third derivative is a clear error)."""
     n_in, n_out = r.n_in, len(r.outputs)
     name = r.name
-
-    def split(args):
-        return list(args[:n_in]), list(args[n_in:])
+    diff_idx = [i for i, d in enumerate(r.diff) if d]
 
     def no_const_grad(needs, what: str):
         for p, need in zip(r.inputs, needs):
@@ -277,122 +280,195 @@ def _make_functions(r: _Runner, ops, doc: str):
                 raise RuntimeError(f"{name}: argument {p.name!r} is declared const=True (no derivative), but a "
                                    f"nonzero tangent was given for it")
 
-    class VJP(torch.autograd.Function):
-        """grads = J(ins)^T cots: differentiable by forward over reverse (H v) and forward mode (J v)."""
+    def tangent_list(tangents, ins):
+        """One tangent per input: zeros for a missing one, an empty tensor for a non-differentiable input."""
+        return [(t.reshape(x.shape) if t is not None else torch.zeros_like(x)) if d
+                else torch.empty(0, dtype=x.dtype) for t, x, d in zip(tangents, ins, r.diff)]
 
+    def last(op, *args):
+        """A call of the jvp / vjp_jvp op (not differentiated further: under torch.func directly below
+        autograd, elsewhere through an Autograd kernel that refuses a third derivative)."""
+        return op(*args)
+
+    def run(entry, *args):
+        """An op below autograd: through the dispatcher while torch.compile or torch.func trace or transform,
+        else its CPU kernel directly (a dispatcher round trip less)."""
+        if torch.compiler.is_compiling() or _functorch_active():
+            return _below_autograd(ops[entry], *args)
+        return impls[entry](*args)
+
+    class Primal(torch.autograd.Function):
         @staticmethod
         def forward(*args):
-            ins, rest = split(args)
-            cots, ints = rest[:n_out], rest[n_out:]
-            grads = ops["vjp"](ins, cots, ints)
-            return tuple(g for g, d in zip(grads, r.diff) if d)
+            return tuple(run("primal", list(args[:n_in]), list(args[n_in:])))
 
         @staticmethod
         def setup_context(ctx, inputs, output):
-            ins, rest = split(inputs)
-            ctx.ints = rest[n_out:]
-            ctx.save_for_backward(*ins, *rest[:n_out])
-            ctx.save_for_forward(*ins, *rest[:n_out])
+            ctx.ints = list(inputs[n_in:])
+            ctx.save_for_backward(*inputs[:n_in])
+            ctx.save_for_forward(*inputs[:n_in])
+
+        @staticmethod
+        def backward(ctx, *gouts):
+            ins = list(ctx.saved_tensors)
+            needs = ctx.needs_input_grad[:n_in]
+            no_const_grad(needs, "a gradient")
+            grads = [None] * n_in
+            if any(needs):
+                plan = r.plan(ins, ctx.ints)[0]
+                cots = [g if g is not None else torch.zeros(s, dtype=dt)
+                        for g, s, dt in zip(gouts, r.out_shapes(plan), r.out_dtypes)]
+                got = vjp_call(ins, cots, ctx.ints)  # differentiable: VJP below
+                grads = [g if (d and need) else None for g, d, need in zip(got, r.diff, needs)]
+            return (*grads, *([None] * len(ctx.ints)))
+
+        @staticmethod
+        def jvp(ctx, *tangents):
+            ins = list(ctx.saved_tensors)
+            no_const_tangent(tangents[:n_in])
+            res = last(ops["jvp"], ins, tangent_list(tangents[:n_in], ins), ctx.ints)
+            return tuple(res[n_out:])
+
+    class VJP(torch.autograd.Function):
+        """grads = J(ins)^T cots (the entries of the differentiable inputs)."""
+
+        @staticmethod
+        def forward(*args):
+            ins, cots, ints = list(args[:n_in]), list(args[n_in:n_in + n_out]), list(args[n_in + n_out:])
+            got = run("vjp", ins, cots, ints)
+            return tuple(got[i] for i in diff_idx)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.ints = list(inputs[n_in + n_out:])
+            ctx.save_for_backward(*inputs[:n_in + n_out])
+            ctx.save_for_forward(*inputs[:n_in + n_out])
 
         @staticmethod
         def backward(ctx, *ggrads):
+            # d/dx <v, J^T s> = H_s v (forward over reverse); d/ds <v, J^T s> = J v (forward mode)
             saved = ctx.saved_tensors
             ins, cots = list(saved[:n_in]), list(saved[n_in:])
             no_const_grad(ctx.needs_input_grad[:n_in], "a second derivative")
-            it = iter(ggrads)
-            v = [next(it) if d else None for d in r.diff]
-            v = [g if (g is not None or not d) else torch.zeros_like(t) for g, t, d in zip(v, ins, r.diff)]
-            vv = [g if g is not None else torch.empty(0, dtype=t.dtype) for g, t in zip(v, ins)]
+            v = [None] * n_in
+            for i, g in zip(diff_idx, ggrads):
+                v[i] = g
+            v = tangent_list(v, ins)
             d_ins = [None] * n_in
             if any(ctx.needs_input_grad[:n_in]):
-                zero_cots = [torch.zeros_like(c) for c in cots]
-                res = ops["vjp_jvp"](ins, cots, vv, zero_cots, ctx.ints)
+                res = last(ops["vjp_jvp"], ins, cots, v, [torch.zeros_like(c) for c in cots], ctx.ints)
                 d_ins = [t if (d and need) else None
                          for t, d, need in zip(res[n_in:], r.diff, ctx.needs_input_grad[:n_in])]
             d_cots = [None] * n_out
             if any(ctx.needs_input_grad[n_in:n_in + n_out]):
-                d_cots = list(ops["jvp"](ins, vv, ctx.ints)[n_out:])
+                d_cots = list(last(ops["jvp"], ins, v, ctx.ints)[n_out:])
             return (*d_ins, *d_cots, *([None] * len(ctx.ints)))
 
         @staticmethod
         def jvp(ctx, *tangents):
             saved = ctx.saved_tensors
             ins, cots = list(saved[:n_in]), list(saved[n_in:])
-            t_ins, t_cots = list(tangents[:n_in]), list(tangents[n_in:n_in + n_out])
-            no_const_tangent(t_ins)
-            t_ins = [t if t is not None else (torch.zeros_like(x) if d else torch.empty(0, dtype=x.dtype))
-                     for t, x, d in zip(t_ins, ins, r.diff)]
-            t_cots = _zeros_for(cots, t_cots)
-            res = ops["vjp_jvp"](ins, cots, t_ins, t_cots, ctx.ints)
-            return tuple(t for t, d in zip(res[n_in:], r.diff) if d)
+            no_const_tangent(tangents[:n_in])
+            t_cots = [t if t is not None else torch.zeros_like(c) for c, t in zip(cots, tangents[n_in:n_in + n_out])]
+            res = last(ops["vjp_jvp"], ins, cots, tangent_list(tangents[:n_in], ins), t_cots, ctx.ints)
+            return tuple(res[n_in + i] for i in diff_idx)
 
-    class Fn(torch.autograd.Function, metaclass=_KernelMeta):
-        @staticmethod
-        def forward(*args):
-            ins, ints = r.check_inputs(args)
-            outs = ops["primal"](ins, ints)
-            return outs[0] if n_out == 1 else tuple(outs)
+    def not_differentiated(entry):
+        class NoFurther(torch.autograd.Function):
+            @staticmethod
+            def forward(*args):
+                return tuple(run(entry, *args))
 
-        @staticmethod
-        def setup_context(ctx, inputs, output):
-            ins, ints = r.check_inputs(inputs)
-            ctx.ints = ints
-            ctx.save_for_backward(*ins)
-            ctx.save_for_forward(*ins)
-            ctx.arg_index = [r.arg_pos[p.name] for p in r.inputs]
+            @staticmethod
+            def setup_context(ctx, inputs, output):
+                pass
 
-        @staticmethod
-        def backward(ctx, *gouts):
-            ins = list(ctx.saved_tensors)
-            needs = [ctx.needs_input_grad[i] for i in ctx.arg_index]
-            no_const_grad(needs, "a gradient")
-            grads_by_input = [None] * n_in
-            if any(needs):
-                plan = r.plan(ins, ctx.ints)[0]
-                cots = [g if g is not None else torch.zeros(s, dtype=dt)
-                        for g, s, dt in zip(gouts, r.out_shapes(plan), r.out_dtypes)]
-                got = VJP.apply(*ins, *cots, *ctx.ints)
-                if not isinstance(got, tuple):
-                    got = (got,)
-                it = iter(got)
-                grads_by_input = [next(it) if d else None for d in r.diff]
-            out = [None] * len(ctx.needs_input_grad)
-            for i, g, need in zip(ctx.arg_index, grads_by_input, needs):
-                out[i] = g if need else None
-            return tuple(out)
+            @staticmethod
+            def backward(ctx, *grads):
+                raise RuntimeError(f"{name}: enzcc_plugins gives first and second derivatives (reverse, forward, "
+                                   f"and the derivatives of the reverse); a third derivative is not available")
 
-        @staticmethod
-        def jvp(ctx, *tangents):
-            ins = list(ctx.saved_tensors)
-            t_ins = [tangents[i] for i in ctx.arg_index]
-            no_const_tangent(t_ins)
-            t_ins = [(t.reshape(x.shape) if t is not None else torch.zeros_like(x)) if d
-                     else torch.empty(0, dtype=x.dtype) for t, x, d in zip(t_ins, ins, r.diff)]
-            res = ops["jvp"](ins, t_ins, ctx.ints)
-            touts = res[n_out:]
-            return touts[0] if n_out == 1 else tuple(touts)
+        def kernel(keyset, *args):
+            if _functorch_active():  # torch.func calls it from a jvp rule: no autograd.Function here
+                return ops[entry].redispatch(keyset & torch._C._after_autograd_keyset, *args)
+            return list(_apply(NoFurther, *args))
+        return kernel
 
-    cname = f"Enzyme_{name}"
-    Fn.__name__ = Fn.__qualname__ = cname
-    Fn.__doc__ = doc
-    Fn.__module__ = __name__
-    VJP.__name__ = VJP.__qualname__ = f"{cname}_vjp"
-    Fn._runner = r
-    Fn.kernel = r.k
-    Fn.ops = ops
-    return Fn
+    def primal_autograd(ins, ints):
+        return list(_apply(Primal, *ins, *ints))
+
+    def vjp_autograd(ins, cots, ints):
+        got = _apply(VJP, *ins, *cots, *ints)
+        full = [torch.empty(0, dtype=t.dtype) for t in ins]
+        for i, g in zip(diff_idx, got):
+            full[i] = g
+        return full
+
+    def vjp_call(ins, cots, ints):
+        if torch.compiler.is_compiling():
+            return ops["vjp"](ins, cots, ints)
+        if _functorch_active() or torch.is_grad_enabled():  # create_graph: the VJP is differentiated
+            return vjp_autograd(ins, cots, ints)
+        return impls["vjp"](ins, cots, ints)
+
+    def primal_call(ins, ints):
+        if torch.compiler.is_compiling():
+            return ops["primal"](ins, ints)  # one op in the graph
+        if _functorch_active() or torch.autograd.forward_ad._current_level >= 0 or (
+                torch.is_grad_enabled() and any(t.requires_grad for t in ins)):
+            return primal_autograd(ins, ints)
+        return impls["primal"](ins, ints)  # nothing to differentiate: straight to the library
+
+    r.primal_call = primal_call
+
+    lib.impl(f"{opname}_primal", primal_autograd, "Autograd")
+    lib.impl(f"{opname}_vjp", vjp_autograd, "Autograd")
+    lib.impl(f"{opname}_jvp", not_differentiated("jvp"), "Autograd", with_keyset=True)
+    lib.impl(f"{opname}_vjp_jvp", not_differentiated("vjp_jvp"), "Autograd", with_keyset=True)
+
+
+class EnzymeFunction:
+    """A compiled function as a PyTorch operation: ``F(*args, **kwargs)`` or ``F.apply(*args)``.
+
+    Attributes: ``kernel`` (the :class:`enzcc_plugins.CompiledKernel`), ``ops`` (the ``torch.ops.enzcc``
+    overloads: primal, vjp, jvp, vjp_jvp)."""
+
+    def __init__(self, runner: _Runner, ops, lib, doc: str):
+        self._runner = runner
+        self.kernel = runner.k
+        self.ops = ops
+        self._lib = lib  # keeps the registrations alive
+        self.__doc__ = doc
+        self.__name__ = runner.name
+
+    def __repr__(self) -> str:
+        return f"<enzcc torch op {self.kernel!r}>"
+
+    def apply(self, *args):
+        """Arguments positionally, in the order of ``kernel.arg_names``; one output as a tensor, several as a
+        tuple."""
+        r = self._runner
+        ins, ints = r.check_inputs(args)
+        outs = r.primal_call(ins, ints)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def __call__(self, *args, **kwargs):
+        """Arguments positionally or by name."""
+        bound = self.kernel.bind(*args, **kwargs)
+        return self.apply(*(bound[n] for n in self.kernel.arg_names))
 
 
 def enzyme(source, name: str, params: Sequence | None = None, dtype=None, *,
            out_size: int | Callable[[int], int] | None = None, cflags: Sequence[str] = (),
-           compiler: str | None = None, cache=None, lang: str | None = None) -> type[torch.autograd.Function]:
-    """Compile ``name`` from ``source`` (C, C++, Fortran, Rust) with its derivatives and return a
-    ``torch.autograd.Function`` subclass ``F``: ``F.apply(*args)`` (arguments in the C order of the inputs,
-    scalars and free ints) or ``F(*args, **kwargs)``; one output is returned as a tensor, several as a tuple.
+           compiler: str | None = None, cache=None, lang: str | None = None) -> EnzymeFunction:
+    """Compile ``name`` from ``source`` (C, C++, Fortran, Rust) with its derivatives and return ``F``, a PyTorch
+    operation: ``F(*args, **kwargs)`` or ``F.apply(*args)`` (arguments in the C order of the inputs, scalars
+    and free ints); one output is returned as a tensor, several as a tuple.
 
     params: the declaration (:func:`enzcc_plugins.In`, ``Out``, ``Scalar``, ``Int``; plugins/ABI.md); a dtype
-    in its place is the seed's ``enzyme(source, name, dtype)``. Without a declaration, the seed's ``void f(const T *in, size_t n, T *out)``: ``F.apply(x)`` flattens ``x`` (``n = x.numel()``)
-    and returns ``x``'s shape, or 1-D of ``out_size(n)`` when out_size (an int or ``n -> int``) is given.
+    in its place is the seed's ``enzyme(source, name, dtype)``. Without a declaration, the seed's
+    ``void f(const T *in, size_t n, T *out)``: ``F.apply(x)`` flattens ``x`` (``n = x.numel()``) and returns
+    ``x``'s shape, or 1-D of ``out_size(n)`` when out_size (an int or ``n -> int``) is given.
     dtype: the default element type ('float32'/'float64' or a torch dtype; default: the prototype's).
     cflags, compiler, cache, lang: as for :func:`enzcc_plugins.load_kernel`. Raises
     :class:`EnzccBuildError` (with enzcc's one-line error) / :class:`PrototypeError` at load time.
@@ -409,11 +485,12 @@ def enzyme(source, name: str, params: Sequence | None = None, dtype=None, *,
     r = _Runner(kernel)
     with _counter_lock:
         serial = next(_counter)
-    ops = _register_ops(r, f"{name}_{kernel.library.stem.rsplit('-', 1)[-1][:10]}_{serial}")
+    opname = f"{name}_{kernel.library.stem.rsplit('-', 1)[-1][:10]}_{serial}"
+    lib, ops, impls = _register_ops(r, opname)
+    _register_autograd(r, lib, opname, ops, impls)
     doc = f"{name} from {kernel.source}, compiled by enzcc; derivatives by enzcc. Arguments: " + \
           ", ".join(f"{p.name}: {p.describe()}" for p in kernel.params if p.name in kernel.arg_names)
-    r.fn = _make_functions(r, ops, doc)
-    return r.fn
+    return EnzymeFunction(r, ops, lib, doc)
 
 
 def _seed_params(dtype, out_size):
