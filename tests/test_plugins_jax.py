@@ -67,6 +67,26 @@ void poly(const double *x, size_t n, const double *c, long deg, double scale, do
 }
 """
 
+FORTRAN = """
+subroutine scale_sq(x, n, a, y) bind(c, name="scale_sq")
+  use iso_c_binding
+  integer(c_int), value :: n
+  real(c_double), intent(in) :: x(n)
+  real(c_double), value :: a
+  real(c_double), intent(out) :: y(n)
+  y = a * x * x
+end subroutine
+"""
+
+RUST = """
+#[no_mangle]
+pub extern "C" fn rcube(x: *const f64, n: usize, y: *mut f64) {
+    for i in 0..n {
+        unsafe { let v = *x.add(i); *y.add(i) = v * v * v; }
+    }
+}
+"""
+
 CXX = r"""
 #include <cmath>
 #include <cstddef>
@@ -102,7 +122,8 @@ def compiler(enzcc_bin) -> str:
 @pytest.fixture(scope="module")
 def src(tmp_path_factory):
     d = tmp_path_factory.mktemp("jax-src")
-    for name, text in {"layer.c": LAYER, "poly.c": POLY, "norm.cc": CXX}.items():
+    for name, text in {"layer.c": LAYER, "poly.c": POLY, "norm.cc": CXX, "sc.f90": FORTRAN,
+                       "cube.rs": RUST}.items():
         (d / name).write_text(text)
     return d
 
@@ -271,6 +292,25 @@ def test_const_input_and_free_integer(src, compiler):
     # the free integer must be static under jit
     with pytest.raises(TypeError, match="'deg' is an integer parameter and must be a static Python int"):
         jax.jit(p)(x, c, 3, 2.0)
+
+
+def test_fortran_and_rust(src, compiler):
+    """Fortran bind(c) (a value scalar, an explicit-shape array) and Rust extern "C", through the same handler."""
+    import shutil
+    x = jnp.linspace(-1, 2, 5)
+    if shutil.which("flang-22") or shutil.which("flang"):
+        f = enzyme(src / "sc.f90", "scale_sq", [In("x", shape=("n",)), Int("n"), Scalar("a"), Out("y", shape=("n",))],
+                   compiler=compiler)
+        assert maxerr(f(x, 3.0), 3 * x * x) < 1e-15
+        assert maxerr(jax.grad(lambda x, a: jnp.sum(f(x, a)), argnums=(0, 1))(x, 3.0), (6 * x, jnp.sum(x * x))) \
+            < 1e-14
+        assert maxerr(jax.jvp(lambda a: f(x, a), (3.0,), (1.0,))[1], x * x) < 1e-15
+    if shutil.which("rustc"):
+        r = enzyme(src / "cube.rs", "rcube", [In("x"), Int("n", value=lambda x: x.size),
+                                              Out("y", shape=lambda x: x.shape)], compiler=compiler)
+        m = x.reshape(5, 1)
+        assert r(m).shape == (5, 1) and maxerr(r(m), m ** 3) < 1e-15
+        assert maxerr(jax.grad(lambda m: jnp.sum(r(m)))(m), 3 * m * m) < 1e-14
 
 
 def test_float32_cxx_and_the_seed_form(src, compiler):
