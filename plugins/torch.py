@@ -237,6 +237,17 @@ def _register_ops(r: _Runner, opname: str):
     return lib, ops, {entry: impl for entry, (impl, _, _) in impls.items()}
 
 
+def _plain_eager(args) -> bool:
+    """True when the ops' CPU kernels can be called directly: ordinary CPU tensors, no torch.compile tracing,
+    no torch.func transform, no dispatch mode (fake tensors, functionalization)."""
+    if torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
+        return False
+    if torch.utils._python_dispatch._get_current_dispatch_mode() is not None:
+        return False
+    return all(type(t) in (torch.Tensor, torch.nn.Parameter) for a in args if isinstance(a, list)
+               for t in a if isinstance(t, torch.Tensor))
+
+
 def _functorch_active() -> bool:
     """True inside torch.func transforms (jvp, grad, vmap, hessian...): they take autograd.Functions directly,
     not ops whose Autograd kernel is one."""
@@ -293,9 +304,9 @@ def _register_autograd(r: _Runner, lib, opname: str, ops, impls) -> None:
     def run(entry, *args):
         """An op below autograd: through the dispatcher while torch.compile or torch.func trace or transform,
         else its CPU kernel directly (a dispatcher round trip less)."""
-        if torch.compiler.is_compiling() or _functorch_active():
-            return _below_autograd(ops[entry], *args)
-        return impls[entry](*args)
+        if _plain_eager(args):
+            return impls[entry](*args)
+        return _below_autograd(ops[entry], *args)
 
     class Primal(torch.autograd.Function):
         @staticmethod
@@ -376,8 +387,12 @@ def _register_autograd(r: _Runner, lib, opname: str, ops, impls) -> None:
     def not_differentiated(entry):
         class NoFurther(torch.autograd.Function):
             @staticmethod
-            def forward(*args):
-                return tuple(run(entry, *args))
+            def forward(lens, *flat):
+                lists, at = [], 0
+                for n in lens:  # the op's tensor lists, flattened so that autograd sees the tensors
+                    lists.append(list(flat[at:at + n]))
+                    at += n
+                return tuple(run(entry, *lists, list(flat[at:])))
 
             @staticmethod
             def setup_context(ctx, inputs, output):
@@ -391,7 +406,8 @@ def _register_autograd(r: _Runner, lib, opname: str, ops, impls) -> None:
         def kernel(keyset, *args):
             if _functorch_active():  # torch.func calls it from a jvp rule: no autograd.Function here
                 return ops[entry].redispatch(keyset & torch._C._after_autograd_keyset, *args)
-            return list(_apply(NoFurther, *args))
+            lists, ints = args[:-1], args[-1]
+            return list(_apply(NoFurther, tuple(len(x) for x in lists), *(t for x in lists for t in x), *ints))
         return kernel
 
     def primal_autograd(ins, ints):
@@ -409,7 +425,9 @@ def _register_autograd(r: _Runner, lib, opname: str, ops, impls) -> None:
             return ops["vjp"](ins, cots, ints)
         if _functorch_active() or torch.is_grad_enabled():  # create_graph: the VJP is differentiated
             return vjp_autograd(ins, cots, ints)
-        return impls["vjp"](ins, cots, ints)
+        if _plain_eager([ins, cots]):
+            return impls["vjp"](ins, cots, ints)
+        return ops["vjp"](ins, cots, ints)
 
     def primal_call(ins, ints):
         if torch.compiler.is_compiling():
@@ -417,7 +435,9 @@ def _register_autograd(r: _Runner, lib, opname: str, ops, impls) -> None:
         if _functorch_active() or torch.autograd.forward_ad._current_level >= 0 or (
                 torch.is_grad_enabled() and any(t.requires_grad for t in ins)):
             return primal_autograd(ins, ints)
-        return impls["primal"](ins, ints)  # nothing to differentiate: straight to the library
+        if _plain_eager([ins]):
+            return impls["primal"](ins, ints)  # nothing to differentiate: straight to the library
+        return ops["primal"](ins, ints)
 
     r.primal_call = primal_call
 
