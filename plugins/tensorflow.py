@@ -3,7 +3,7 @@
     from enzcc_plugins.tensorflow import enzyme
     y = enzyme(x, filename="f.c", function="f")     # void f(const T *in, size_t n, T *out): y has x's shape
 
-    from enzcc_plugins import In, Out, Scalar, Int
+    from enzcc_plugins.tensorflow import In, Out, Scalar, Int     # (re-exported from enzcc_plugins)
     f = enzyme("g.c", "g", [In("x", shape=("n",)), In("c", shape=("n",), const=True), Scalar("s"), Int("n"),
                             Out("y", shape=("n",)), Out("t", shape=(2,))])
     with tf.GradientTape() as tape:
@@ -43,14 +43,15 @@ import numpy as np
 import tensorflow as tf
 
 from . import build as _build
-from .build import EnzccBuildError, cache_dir
+from .build import EnzccBuildError, In, Int, Out, PrototypeError, Scalar, SecondOrderError, ShapeError, cache_dir
 
 try:
     import fcntl
 except ImportError:  # pragma: no cover - not POSIX: concurrent builds are still safe (atomic rename)
     fcntl = None
 
-__all__ = ["enzyme", "EnzccOp", "EnzccBuildError", "op_library"]
+__all__ = ["enzyme", "EnzccOp", "op_library", "In", "Out", "Scalar", "Int", "EnzccBuildError", "PrototypeError",
+           "SecondOrderError", "ShapeError"]
 
 _OP_SOURCE = Path(__file__).resolve().parent / "native" / "tf_op.cc"
 _TF_DTYPES = {"float32": tf.float32, "float64": tf.float64}
@@ -480,7 +481,7 @@ def _load(source, name, params, dtype, cflags, compiler, cache, lang) -> EnzccOp
 
 def _seed_params():
     """The seed's signature ``void f(const T *in, size_t n, T *out)``: out has in's shape."""
-    return [_build.In("x"), _build.Int("n", lambda x: x.size), _build.Out("out", shape=lambda x: x.shape)]
+    return [In("x"), Int("n", lambda x: x.size), Out("out", shape=lambda x: x.shape)]
 
 
 def enzyme(*args, filename=None, function=None, params=None, dtype=None, cflags: Sequence[str] = (),

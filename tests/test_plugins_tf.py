@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import functools
 import os
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -474,7 +476,21 @@ def test_the_native_op_checks_its_inputs(mv):
         call(ins, **dict(attrs, spec=" ".join(bad)))
 
 
-def test_op_library_is_cached():
-    path = etf.op_library()
-    assert path.exists() and path.name.startswith(f"tf_op-{tf.__version__}-")
-    assert etf.op_library() == path
+def test_op_library_is_built_once_into_the_cache(tmp_path):
+    """Two processes that need the op library at the same time: one builds it (under a lock, renamed into
+    place), the other waits and loads the same file; a third finds it and builds nothing."""
+    env = dict(os.environ, ENZCC_PLUGINS_CACHE=str(tmp_path / "cache"), TF_CPP_MIN_LOG_LEVEL="3",
+               PYTHONPATH=os.pathsep.join([str(p) for p in sys.path if p]))
+    code = ("import time, enzcc_plugins.tensorflow as e; t = time.time(); p = e.op_library(); e._ops(); "
+            "print(p, round(time.time() - t, 3))")
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    paths = {o.split()[0] for o, _ in outs}
+    assert len(paths) == 1
+    files = sorted(f.name for f in (tmp_path / "cache").iterdir())
+    assert files == [Path(paths.pop()).name], files  # no temporary directory or lock left behind
+    again = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert float(again.stdout.split()[1]) < 5  # loaded, not compiled
