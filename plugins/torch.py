@@ -58,6 +58,7 @@ class _Runner:
         self.arg_pos = {n: i for i, n in enumerate(kernel.arg_names)}
         self._plans: dict = {}
         self._plan_lock = threading.Lock()
+        self._scratch = threading.local()
         self._slot = []  # per C parameter: ("in", j) / ("out", j) / ("int", j)
         counts = {"in": 0, "out": 0, "int": 0}
         for p in kernel.params:
@@ -81,6 +82,20 @@ class _Runner:
                     self._plans.clear()
                 self._plans[key] = got
         return got
+
+    def scratch(self, plan, role: str) -> list:
+        """Output-shaped buffers whose contents do not matter (the VJP writes the primal outputs), kept per
+        thread and shape: large ones would otherwise cost fresh pages on every backward."""
+        cache = getattr(self._scratch, "buffers", None)
+        if cache is None:
+            cache = self._scratch.buffers = {}
+        key = (role, tuple(plan.shapes[p.name] for p in self.outputs))
+        bufs = cache.get(key)
+        if bufs is None:
+            if len(cache) >= 8:
+                cache.clear()
+            bufs = cache[key] = [torch.empty(s, dtype=dt) for s, dt in zip(self.out_shapes(plan), self.out_dtypes)]
+        return bufs
 
     def addresses(self, ins, outs, int_addr) -> list:
         a = []
@@ -178,7 +193,7 @@ def _register_ops(r: _Runner, opname: str):
         plan, _, ia = r.plan(ins, ints)
         xs = contiguous(ins)
         shapes = r.out_shapes(plan)
-        outs = [empty(s, dt) for s, dt in zip(shapes, r.out_dtypes)]
+        outs = r.scratch(plan, "out")  # the primal outputs are scratch here
         grads = grads_like(ins, r.diff)
         sd = seeds(cots, shapes)  # kept alive until the call returns
         k.call("vjp", r.addresses(xs, outs, ia), r.per_param([g if d else None for g, d in zip(grads, r.diff)], sd))
@@ -207,8 +222,7 @@ def _register_ops(r: _Runner, opname: str):
         plan, _, ia = r.plan(ins, ints)
         xs = contiguous(ins)
         shapes = r.out_shapes(plan)
-        outs = [empty(s, dt) for s, dt in zip(shapes, r.out_dtypes)]
-        scratch = [empty(s, dt) for s, dt in zip(shapes, r.out_dtypes)]
+        outs, scratch = r.scratch(plan, "out"), r.scratch(plan, "tangent")
         grads = grads_like(ins, r.diff)
         tgrads = grads_like(ins, r.diff)
         ts = [t.contiguous().reshape(x.shape) if d else None for t, x, d in zip(tins, ins, r.diff)]
