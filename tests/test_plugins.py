@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from enzcc_testing import ROOT
+from enzcc_testing import ROOT, have
 
 try:
     import enzcc_plugins  # noqa: F401
@@ -31,7 +31,8 @@ except ImportError:  # enzcc installed before plugins/ was packaged: use the che
     os.symlink(ROOT / "plugins", os.path.join(_shim, "enzcc_plugins"))
     sys.path.insert(0, _shim)
 
-from enzcc_plugins import EnzccBuildError, Kernel, PrototypeError, cache_dir, detect_dtype, load, normalize_dtype
+from enzcc_plugins import (EnzccBuildError, In, Int, Kernel, Out, PrototypeError, Scalar, SecondOrderError, ShapeError,
+                           cache_dir, detect_dtype, load, load_kernel, normalize_dtype)
 
 # a library costs two enzcc runs: the source alone to bitcode (its prototype is checked), then the library
 CALLS_PER_BUILD = 2
@@ -600,11 +601,6 @@ def test_jax_errors(jax, jenzyme):
 
 
 # --- the ABI 3 build layer: declarations, prototype checks, languages, entry points ---------------------------
-
-np_ = pytest.importorskip  # (numpy is needed by the NumPy-level kernel API; it comes with torch and jax)
-
-from enzcc_plugins import In, Int, Out, PrototypeError, Scalar, SecondOrderError, ShapeError, load_kernel  # noqa: E402
-from enzcc_testing import have  # noqa: E402
 
 # y[i][j] = alpha * tanh(sum_q x[i][q] w[q][j]) + b[j]; s = alpha * sum x^2 (a 0-d output); int and long sizes
 LAYER = r"""
