@@ -329,8 +329,9 @@ def _grad(op, *grads):
             return v.per_input(v.call("vjp", x + v.zeros_if_none(u, v.outs))) + [None] * ndiff
         res = v.call("vjp_jvp", x + v.zeros_if_none(vv, v.outs) + t + v.zeros_if_none(u, v.outs))
         return v.per_input(res[ndiff:]) + res[:ndiff]
-    raise NotImplementedError(f"{v.kernel.name}: third-order derivatives (a gradient of the forward-over-reverse "
-                              f"entry point) are not available from enzcc")
+    raise NotImplementedError(f"{v.kernel.name}: a derivative of the forward-over-reverse entry point (a third "
+                              f"derivative, or forward over forward) is not available from enzcc; first and "
+                              f"second derivatives are")
 
 
 # --- forward mode: the op's JVP rule for tf.autodiff.ForwardAccumulator -------------------------------------

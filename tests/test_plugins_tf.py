@@ -384,6 +384,31 @@ def test_second_order_inside_tf_function_and_for_a_scalar(mv):
     assert_close(d2_alpha(tf.constant(alpha, tf.float64)), 2 * np.sum(cy * np.tanh(A @ x)))
 
 
+@second_order
+def test_third_order_and_forward_over_forward_are_clear_errors(compiler, src):
+    sq = enzyme(src / "seed.c", "sq", compiler=compiler)
+    x = tf.constant([0.3, 0.5], tf.float64)
+    with tf.GradientTape() as t3:
+        t3.watch(x)
+        with tf.GradientTape() as t2:
+            t2.watch(x)
+            with tf.GradientTape() as t1:
+                t1.watch(x)
+                y = sq(x)
+            g = t1.gradient(y, x)
+        h = t2.gradient(g, x)  # the second derivative works
+    xn = x.numpy()
+    assert_close(h, 2 * np.sin(xn) + 4 * xn * np.cos(xn) - xn ** 2 * np.sin(xn))
+    with pytest.raises(NotImplementedError, match="third derivative, or forward over forward"):
+        t3.gradient(h, x)
+    with pytest.raises(NotImplementedError, match="third derivative, or forward over forward"):
+        with tf.autodiff.ForwardAccumulator(x, tf.ones_like(x)) as a2:
+            with tf.autodiff.ForwardAccumulator(x, tf.ones_like(x)) as a1:
+                y = sq(x)
+            j = a1.jvp(y)
+        a2.jvp(j)
+
+
 # --- errors ----------------------------------------------------------------------------------------------------
 
 
