@@ -435,4 +435,4 @@ def test_framework_benchmark_quick(tmp_path):
     for r in rows:
         assert r["enzcc"] > 0 and r["native"] > 0
         assert (r["enzyme_jax"] is None) == ("enzyme_jax" in result["skipped"])
-    assert "enzcc / Enzyme-JAX" in proc.stdout
+    assert "enzcc/EJ" in proc.stdout
