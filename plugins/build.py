@@ -886,7 +886,7 @@ class CompiledKernel:
         """Every Int's value and every parameter's shape for inputs of the given shapes (ShapeError naming
         the argument when they do not fit the declaration)."""
         ints = dict(ints or {})
-        shapes = {k: tuple(int(s) for s in v) for k, v in shapes.items()}
+        shapes = {k: tuple(s if _symbolic(s) else int(s) for s in v) for k, v in shapes.items()}
         sym: dict[str, tuple[int, str]] = {}  # symbol -> (value, where it was bound)
         specs = {}
         for p in self.params:
@@ -1130,7 +1130,14 @@ def _fmt_shape(shape) -> str:
     return "(" + ", ".join("*" if s is None else str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
+def _symbolic(v) -> bool:
+    """A symbolic integer (torch.SymInt while torch.compile traces with dynamic shapes): kept as it is."""
+    return type(v).__name__ == "SymInt"
+
+
 def _as_int(v, what: str) -> int:
+    if _symbolic(v):
+        return v
     if isinstance(v, bool):
         raise TypeError(f"{what} must be an int, got {v!r}")
     try:

@@ -70,8 +70,12 @@ class _Runner:
 
     def plan(self, ins, ints):
         """(Plan, int64 buffer, its address) for inputs of these shapes, memoized."""
-        key = (tuple(tuple(t.shape) for t in ins), tuple(int(i) for i in ints))
-        got = self._plans.get(key)
+        key = (tuple(tuple(t.shape) for t in ins), tuple(ints))
+        try:
+            got = self._plans.get(key)
+        except TypeError:  # symbolic sizes (torch.compile, dynamic shapes): only the fake kernels get here
+            shapes = {p.name: tuple(t.shape) for p, t in zip(self.inputs, ins)}
+            return self.k.resolve(shapes, dict(zip(self.free, ints))), None, 0
         if got is None:
             shapes = {p.name: tuple(t.shape) for p, t in zip(self.inputs, ins)}
             plan = self.k.resolve(shapes, dict(zip(self.free, key[1])))

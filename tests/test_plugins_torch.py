@@ -185,8 +185,14 @@ def test_torch_compile_full_graph(layer):
     assert torch.allclose(v, v_ref, rtol=1e-13)
     for u, r in zip(grads, grads_ref):
         assert torch.allclose(u, r, rtol=1e-12, atol=1e-14)
-    # the seed's one-array form compiles too
     assert torch.allclose(compiled(x * 2, w, a), loss(x * 2, w, a), rtol=1e-13)
+    # dynamic shapes: the fake kernels compute the output shapes symbolically
+    dyn = torch.compile(loss, fullgraph=True, dynamic=True)
+    for n in (2, 5):
+        xn = torch.randn(n, 4, dtype=F64, requires_grad=True)
+        (g,) = torch.autograd.grad(dyn(xn, w, a), xn)
+        (g_ref,) = torch.autograd.grad(loss(xn, w, a), xn)
+        assert torch.allclose(g, g_ref, rtol=1e-12, atol=1e-14)
 
 
 def test_torch_second_order(layer):
