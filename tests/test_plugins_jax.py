@@ -431,8 +431,12 @@ def test_framework_benchmark_quick(tmp_path):
     result = json.loads(out.read_text())
     assert result["mode"] == "quick" and "jax" not in result["skipped"]
     rows = result["rows"]
-    assert [(r["op"], r["n"]) for r in rows] == [("call", 16), ("grad", 16), ("call", 1 << 16), ("grad", 1 << 16)]
+    assert [(r["op"], r["n"]) for r in rows] == [("floor", 16), ("call", 16), ("grad", 16), ("call", 1 << 16),
+                                                ("grad", 1 << 16)]
     for r in rows:
-        assert r["enzcc"] > 0 and r["native"] > 0
+        assert r["enzcc"] > 0 and r["enzcc_cpu"] > 0
+        assert (r["native"] is None) == (r["op"] == "floor") and (r["kernel"] is None) == (r["op"] == "floor")
         assert (r["enzyme_jax"] is None) == ("enzyme_jax" in result["skipped"])
+    if "enzyme_jax" not in result["skipped"]:
+        assert "jax_large_gradient_within_1.2x" in result["goals"]
     assert "enzcc/EJ" in proc.stdout
