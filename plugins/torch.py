@@ -15,7 +15,8 @@ kernels calling the library through ctypes and fake kernels computed from the de
 ``autograd.Function``s: the primal's backward is the vjp op and its forward-mode rule the jvp op
 (``torch.func.jvp``, ``torch.autograd.forward_ad``); the vjp op's backward uses ``NAME_enzcc_vjp_jvp``
 (forward over reverse, a second library built on first use) and the jvp op, so double backward,
-``gradgradcheck``, Hessian-vector products and ``torch.func.hessian`` work.
+``gradgradcheck``, Hessian-vector products and ``torch.func.hessian`` work. ``torch.func.vmap`` calls the
+function once per example (each op has a sequential vmap rule).
 
 Arguments are CPU tensors of the declared dtype (non-contiguous ones are copied); scalars may be Python
 numbers or 0-d tensors; free ``Int`` parameters are Python ints. A GPU tensor, a wrong dtype, a wrong rank or
@@ -252,7 +253,30 @@ def _register_ops(r: _Runner, opname: str):
         lib.impl(f"{opname}_{entry}", impl, "CPU")
         torch.library.register_fake(f"enzcc::{opname}_{entry}", fake, lib=lib)
         ops[entry] = getattr(torch.ops.enzcc, f"{opname}_{entry}").default
+    for entry in impls:
+        torch.library.register_vmap(f"enzcc::{opname}_{entry}", _sequential_vmap(ops[entry]), lib=lib)
     return lib, ops, {entry: impl for entry, (impl, _, _) in impls.items()}
+
+
+def _sequential_vmap(op):
+    """torch.func.vmap of an op: one call per batch element, results stacked on dimension 0 (the compiled
+    function knows nothing of batches)."""
+    def rule(info, in_dims, *args):
+        per_example = []
+        for b in range(info.batch_size):
+            call = []
+            for a, d in zip(args, in_dims):
+                if isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.Tensor):
+                    ds = d if isinstance(d, (list, tuple)) else [d] * len(a)
+                    call.append([t if dd is None else t.select(dd, b) for t, dd in zip(a, ds)])
+                else:
+                    call.append(a)
+            per_example.append(op(*call))
+        if not per_example:
+            raise ValueError("enzcc_plugins: vmap over an empty batch")
+        outs = [torch.stack([r[i] for r in per_example]) for i in range(len(per_example[0]))]
+        return outs, [0] * len(outs)
+    return rule
 
 
 def _plain_eager(args) -> bool:
@@ -327,6 +351,8 @@ def _register_autograd(r: _Runner, lib, opname: str, ops, impls) -> None:
         return _below_autograd(ops[entry], *args)
 
     class Primal(torch.autograd.Function):
+        generate_vmap_rule = True  # torch.func.vmap: the ops' own (sequential) vmap rules
+
         @staticmethod
         def forward(*args):
             return tuple(run("primal", list(args[:n_in]), list(args[n_in:])))
@@ -360,6 +386,8 @@ def _register_autograd(r: _Runner, lib, opname: str, ops, impls) -> None:
 
     class VJP(torch.autograd.Function):
         """grads = J(ins)^T cots (the entries of the differentiable inputs)."""
+
+        generate_vmap_rule = True
 
         @staticmethod
         def forward(*args):
@@ -404,6 +432,8 @@ def _register_autograd(r: _Runner, lib, opname: str, ops, impls) -> None:
 
     def not_differentiated(entry):
         class NoFurther(torch.autograd.Function):
+            generate_vmap_rule = True
+
             @staticmethod
             def forward(lens, *flat):
                 lists, at = [], 0

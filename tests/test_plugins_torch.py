@@ -221,6 +221,26 @@ def test_torch_second_order(layer):
     assert torch.allclose(torch.func.jvp(f, (xd,), (v,))[1], torch.func.jvp(fr, (xd,), (v,))[1], rtol=1e-11)
 
 
+def test_torch_func_transforms(layer):
+    """torch.func.vmap (one call per example), jacrev, jacfwd and hessian against the same of the reference."""
+    x, w, b, a = (t.detach() for t in data(seed=10))
+    xs = torch.randn(4, 3, 4, dtype=F64, generator=torch.Generator().manual_seed(11))
+    got = torch.func.vmap(lambda x: layer(x, w, b, a))(xs)
+    want = torch.func.vmap(lambda x: ref(x, w, b, a))(xs)
+    assert got[0].shape == (4, 3, 2) and got[1].shape == (4,)
+    assert all(torch.allclose(u, v, rtol=1e-13) for u, v in zip(got, want))
+    for jac in (torch.func.jacrev, torch.func.jacfwd):
+        assert torch.allclose(jac(lambda x, w: layer(x, w, b, a)[0], argnums=(0, 1))(x, w)[1],
+                              torch.func.jacrev(lambda x, w: ref(x, w, b, a)[0], argnums=(0, 1))(x, w)[1], rtol=1e-12)
+
+    def loss(f):
+        return lambda x, a: f(x, w, b, a)[0].pow(2).sum() + f(x, w, b, a)[1]
+    h, h_ref = (torch.func.hessian(loss(f), argnums=(0, 1))(x, a) for f in (layer, ref))
+    for i in range(2):
+        for j in range(2):
+            assert torch.allclose(h[i][j], h_ref[i][j], rtol=1e-11, atol=1e-13)
+
+
 def test_torch_seed_example(compiler, tmp_path, monkeypatch):
     """The seed's README example, enzyme("test.c", "f").apply(inp), with a gradient."""
     (tmp_path / "test.c").write_text("#include <math.h>\n#include <stddef.h>\n"
