@@ -444,6 +444,7 @@ class EnzccOp:
                             f"got {type(value).__name__}")
         return int(value)
 
+    @tf.autograph.experimental.do_not_convert  # plain Python: nothing for autograph to rewrite in tf.function
     def __call__(self, *args, **kwargs):
         if kwargs or len(args) != len(self._args):
             bound = self.kernel.bind(*args, **kwargs)  # TypeError naming a missing or unknown argument
@@ -485,6 +486,7 @@ def _seed_params():
     return [In("x"), Int("n", lambda x: x.size), Out("out", shape=lambda x: x.shape)]
 
 
+@tf.autograph.experimental.do_not_convert
 def enzyme(*args, filename=None, function=None, params=None, dtype=None, cflags: Sequence[str] = (),
            compiler: str | None = None, cache=None, lang: str | None = None, **kwargs):
     """A C/C++/Fortran/Rust function compiled by enzcc, as a TensorFlow op with gradients.
