@@ -124,7 +124,7 @@ class _Runner:
     def out_shapes(self, plan):
         return [plan.shapes[p.name] for p in self.outputs]
 
-    # --- checks (run in the Function's forward, also under torch.compile on fake tensors) ---
+    # --- checks (run by apply; while torch.compile traces, the fake kernels check the shapes) ---
 
     def check_inputs(self, args):
         """Tensors of the inputs in C order (scalars converted) and the free ints."""
