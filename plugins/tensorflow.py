@@ -59,7 +59,6 @@ _C_NAMES = {"float32": "float", "float64": "double"}
 
 # pointer kinds of tf_op.cc's layout (enum Slot)
 _NULL, _INPUT, _OUTPUT, _OUTPUT_ZERO, _SCRATCH, _SCRATCH_ZERO, _SCRATCH_COPY, _INT = range(8)
-_INT_BYTES = 8  # ABI 3: integers are passed as int64_t
 
 
 # --- the op library: built once per machine and TensorFlow version ----------------------------------------
@@ -162,7 +161,7 @@ class _Variant:
         with _registry_lock:
             self.key = f"{kernel.name}#{next(_keys)}"
             _registry[self.key] = self
-        self._attrs: dict[str, dict] = {}
+        self._attrs: dict[str, tuple] = {}
 
     # the four entry points: op inputs, op outputs and the pointer layout
 
@@ -182,7 +181,7 @@ class _Variant:
             if p.kind in ("in", "scalar"):
                 return (_INPUT, self.in_pos[p.name], 0)
             if p.kind == "int":
-                return (_INT, self.int_pos[p.name], _INT_BYTES)
+                return (_INT, self.int_pos[p.name], 0)
             return out_kind(p)
 
         a, d, ta, td = [], [], [], []

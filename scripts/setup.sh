@@ -43,7 +43,7 @@ if ! "$PYTHON" -c 'import enzcc, enzcc_plugins, llvmlite, click, rich, tomli, ya
 fi
 
 # Optional (ENZCC_WITH_FRAMEWORKS=1): PyTorch, JAX and TensorFlow for the Python integrations' tests
-# (tests/test_plugins.py and tests/test_plugins_tf.py skip a framework that is missing, so a failure here is only a warning).
+# (the plugin tests skip a framework that is missing, so a failure here is only a warning).
 # torch is the CPU build that pip's find-links cache holds (torch-2.13.0+cpu); the resolution is checked
 # first so that a machine without that cache never downloads CUDA packages (several GB) instead.
 if [ "${ENZCC_WITH_FRAMEWORKS:-}" = 1 ]; then

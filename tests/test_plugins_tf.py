@@ -33,7 +33,8 @@ except ImportError:  # enzcc installed before plugins/ was packaged: use the che
     os.symlink(ROOT / "plugins", os.path.join(_shim, "enzcc_plugins"))
     sys.path.insert(0, _shim)
 
-from enzcc_plugins import EnzccBuildError, In, Int, Out, PrototypeError, Scalar, SecondOrderError, ShapeError  # noqa: E402
+from enzcc_plugins import (EnzccBuildError, In, Int, Out, PrototypeError, Scalar, SecondOrderError,  # noqa: E402
+                           ShapeError)
 import enzcc_plugins.tensorflow as etf  # noqa: E402
 from enzcc_plugins.tensorflow import EnzccOp, enzyme  # noqa: E402
 
