@@ -380,6 +380,7 @@ def _c_string(s: str) -> str:
 
 @dataclass
 class _Prototype:
+    ret: str              # LLVM return type ("void", "i32", "double", ...)
     llvm: list            # LLVM type names of the parameters ("ptr", "double", "i32", ...)
     elem: list            # element / value dtype from debug info ("float32"/"float64"/None) per parameter
     text: str             # e.g. "void (ptr, i64, ptr)"
@@ -404,7 +405,7 @@ def _read_prototype(obj: Path, name: str, source: str, lang: str) -> _Prototype:
             continue
         ftype = fn.global_value_type
         llvm_types = [str(a.type) for a in fn.arguments]
-        return _Prototype(llvm_types, _debug_elements(str(mod), str(fn), len(llvm_types)), str(ftype))
+        return _Prototype(str(ftype).split(" (")[0], llvm_types, _debug_elements(str(mod), str(fn), len(llvm_types)), str(ftype))
     hint = {"c++": ' (a C++ function must be declared extern "C")',
             "rust": " (declare it #[no_mangle] pub extern \"C\" fn)",
             "fortran": " (give the subroutine bind(c, name=\"...\") with that name)"}.get(lang, "")
@@ -464,6 +465,9 @@ _INT_CTYPES = {"i8": "int8_t", "i16": "int16_t", "i32": "int32_t", "i64": "int64
 def _check_prototype(params: list[Param], proto: _Prototype, name: str, lang: str) -> list[Param]:
     """The declaration with dtypes and integer C types filled in from the prototype; PrototypeError naming
     the first parameter that does not fit."""
+    if proto.ret in _LLVM_FLOATS:  # a result the declaration cannot receive (an integer status is ignored)
+        raise PrototypeError(f"{name} returns {proto.ret}: a kernel gives its results through Out(...) pointers; "
+                             f"wrap it in a void function that stores the result")
     if len(params) != len(proto.llvm):
         raise PrototypeError(f"{name}: the declaration has {len(params)} parameters "
                              f"({', '.join(p.name for p in params)}) but the function takes {len(proto.llvm)} "

@@ -805,6 +805,11 @@ def test_kernel_prototype_mismatches_are_named(compiler, tmp_path):
     bad(LAYER_DECL[:6] + [Scalar("alpha", dtype="float32")] + LAYER_DECL[7:],
         r"parameter 7 'alpha' is declared Scalar\(float32\) but the function takes double")
     bad(LAYER_DECL, "layer.c defines no function nosuch", name="nosuch")
+    src.write_text(LAYER + "double total(const double *x, int n) { double s = 0; for (int i = 0; i < n; i++) "
+                   "s += x[i]; return s; }\nint status(const double *x, double *y) { y[0] = 2 * x[0]; return 0; }\n")
+    bad([In("x"), Int("n")], "total returns double: a kernel gives its results through Out", name="total")
+    st = load_kernel(src, "status", [In("x", shape=(1,)), Out("y", shape=(1,))], compiler=compiler, cache=cache)
+    assert list(st(__import__("numpy").array([1.5]))) == [3.0]  # an integer status is ignored
     # malformed declarations
     bad([In("x"), In("x")], "parameter name 'x' is used twice", exc=ValueError)
     bad([In("x"), Out("y", shape=lambda z: (1,))], "the callable's parameter 'z' is not a parameter", exc=ValueError)
@@ -815,7 +820,7 @@ def test_kernel_prototype_mismatches_are_named(compiler, tmp_path):
         In("x", shape=(-1,))
     with pytest.raises(ValueError, match="unsupported dtype"):
         In("x", dtype="int32")
-    assert not list(cache.glob("*.so"))
+    assert [p.name.split("-")[0] for p in cache.glob("*.so")] == ["status"]  # nothing else was built
 
 
 def test_kernel_source_that_does_not_compile(compiler, tmp_path):
