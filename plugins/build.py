@@ -961,10 +961,11 @@ class CompiledKernel:
             if callable(p.shape):
                 out_shapes[p.name] = self._shape_from_fn(p, specs, values)
             else:
-                dims = []
-                for e in p.shape:
-                    dims.append(e if isinstance(e, int) else values[e] if e in values else sym[e][0])
-                out_shapes[p.name] = tuple(dims)
+                dims = tuple(e if isinstance(e, int) else values[e] if e in values else sym[e][0] for e in p.shape)
+                if any(not _symbolic(d) and d < 0 for d in dims):
+                    raise ShapeError(f"{self.name}: the shape of {p.name!r} is {dims}, with a negative extent "
+                                     f"(from {_fmt_shape(p.shape)})")
+                out_shapes[p.name] = dims
         all_shapes = {p.name: (specs[p.name].shape if p.kind == "in" else out_shapes[p.name] if p.kind == "out"
                                else ()) for p in self.params if p.kind != "int"}
         return Plan(values, all_shapes, tuple(values[p.name] for p in self.params if p.kind == "int"))

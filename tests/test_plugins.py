@@ -754,6 +754,8 @@ def test_kernel_free_int_float32_and_shape_errors(compiler, tmp_path, np):
     (g,) = mom.vjp((x, 3), np.array([1.0, 1.0, 1.0]))
     assert np.allclose(g, (1 + 2 * x + 3 * x ** 2) / 3, rtol=1e-6)
     assert mom(x, deg=0).shape == (0,)
+    with pytest.raises(ShapeError, match=r"the shape of 'm' is \(-2,\), with a negative extent"):
+        mom(x, -2)
 
     k = load_kernel(tmp_path / "layer.c", "layer", LAYER_DECL, compiler=compiler)
     x, w, b = np.ones((3, 4)), np.ones((4, 2)), np.ones(2)

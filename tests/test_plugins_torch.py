@@ -128,6 +128,10 @@ def test_torch_gradcheck_float64(layer, compiler, src):
     m = mom(v, deg=3)
     assert m.shape == (3,) and torch.allclose(m, torch.stack([(v ** p).mean() for p in (1, 2, 3)]))
     assert torch.autograd.gradcheck(lambda v: mom(v, 3), (v,), eps=1e-6, atol=1e-7)
+    with pytest.raises(ShapeError, match=r"the shape of 'm' is \(-1,\), with a negative extent"):
+        mom(v, -1)
+    with pytest.raises(TypeError, match="argument 'deg' is an Int, got float"):
+        mom(v, 2.0)
 
 
 def test_torch_float32(compiler, src):
