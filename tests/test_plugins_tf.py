@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -26,7 +27,6 @@ try:
     import enzcc_plugins  # noqa: F401
 except ImportError:  # enzcc installed before plugins/ was packaged: use the checkout's
     import atexit
-    import shutil
     import tempfile
     _shim = tempfile.mkdtemp(prefix="enzcc-plugins-path-")
     atexit.register(shutil.rmtree, _shim, ignore_errors=True)
@@ -87,6 +87,28 @@ extern "C" void expc(const double *x, double c, std::size_t n, double *y) {
 }
 """
 
+# Fortran bind(c): an explicit-shape array and a value scalar, y = a * x^2
+FORTRAN = """
+subroutine scale_sq(x, n, a, y) bind(c, name="scale_sq")
+  use iso_c_binding
+  integer(c_int), value :: n
+  real(c_double), intent(in) :: x(n)
+  real(c_double), value :: a
+  real(c_double), intent(out) :: y(n)
+  y = a * x * x
+end subroutine
+"""
+
+# Rust extern "C": y = x^3
+RUST = """
+#[no_mangle]
+pub extern "C" fn rcube(x: *const f64, n: usize, y: *mut f64) {
+    for i in 0..n {
+        unsafe { let v = *x.add(i); *y.add(i) = v * v * v; }
+    }
+}
+"""
+
 
 def mv_params():
     return [In("A", shape=("m", "n")), In("x", shape=("n",)), In("w", shape=("n",), const=True), Scalar("alpha"),
@@ -102,7 +124,8 @@ def compiler(enzcc_bin) -> str:
 @pytest.fixture(scope="session")
 def src(tmp_path_factory):
     d = tmp_path_factory.mktemp("tf-src")
-    for name, text in {"mv.c": MV, "seed.c": SEED, "scale.c": SCALE, "expc.cc": CXX}.items():
+    for name, text in {"mv.c": MV, "seed.c": SEED, "scale.c": SCALE, "expc.cc": CXX, "sc.f90": FORTRAN,
+                       "cube.rs": RUST}.items():
         (d / name).write_text(text)
     return d
 
@@ -275,6 +298,38 @@ def test_cpp_source(compiler, src):
     assert_close(y, np.exp(x.numpy()) * 0.75)
     assert_close(gx, np.exp(x.numpy()) * 0.75)
     assert_close(gc, np.exp(x.numpy()).sum())
+
+
+def test_fortran_source(compiler, src):
+    if not (shutil.which("flang-22") or shutil.which("flang")):
+        pytest.skip("no flang-22/flang: Fortran sources cannot be compiled here")
+    op = enzyme(src / "sc.f90", "scale_sq", [In("x", shape=("n",)), Int("n"), Scalar("a"), Out("y", shape=("n",))],
+                compiler=compiler)
+    x, a = tf.constant(np.linspace(-1, 2, 5)), tf.constant(3.0, tf.float64)
+    with tf.GradientTape() as tape:
+        tape.watch([x, a])
+        y = op(x, a)
+    gx, ga = tape.gradient(y, [x, a])
+    assert_close(y, 3 * x.numpy() ** 2)
+    assert_close(gx, 6 * x.numpy())
+    assert_close(ga, np.sum(x.numpy() ** 2))
+    with tf.autodiff.ForwardAccumulator(a, tf.constant(1.0, tf.float64)) as acc:
+        y = op(x, a)
+    assert_close(acc.jvp(y), x.numpy() ** 2)
+
+
+def test_rust_source(compiler, src):
+    if not shutil.which("rustc"):
+        pytest.skip("no rustc: Rust sources cannot be compiled here")
+    op = enzyme(src / "cube.rs", "rcube", [In("x"), Int("n", lambda x: x.size), Out("y", shape=lambda x: x.shape)],
+                compiler=compiler)
+    m = tf.constant(np.linspace(-1, 2, 6).reshape(3, 2))
+    with tf.GradientTape() as tape:
+        tape.watch(m)
+        y = op(m)
+    assert y.shape == (3, 2)
+    assert_close(y, m.numpy() ** 3)
+    assert_close(tape.gradient(y, m), 3 * m.numpy() ** 2)
 
 
 # --- forward mode and second order -----------------------------------------------------------------------------
