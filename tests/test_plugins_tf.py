@@ -256,6 +256,20 @@ def test_tf_function_gradient_and_retrace(mv):
             assert_close(got, want)
 
 
+def test_jacobian_and_vectorized_map(mv):
+    """tape.jacobian (pfor falls back to a loop over the op) and tf.vectorized_map."""
+    A, x, w, alpha, _, _ = data()
+    tx = tf.constant(x)
+    with tf.GradientTape() as tape:
+        tape.watch(tx)
+        y, _ = mv(A, tx, w, alpha)
+    J = tape.jacobian(y, tx)
+    assert_close(J, (alpha * (1 - np.tanh(A @ x) ** 2))[:, None] * A)
+    xs = np.stack([x, 2 * x, -x])
+    ys = tf.vectorized_map(lambda r: mv(A, r, w, alpha)[0], tf.constant(xs))
+    assert_close(ys, np.stack([mv_ref(A, r, w, alpha)[0] for r in xs]))
+
+
 def test_variables_train(mv):
     """tf.Variable inputs: gradients reach the variables; a few steps of gradient descent reduce the loss."""
     A, x, w, _, _, _ = data()
