@@ -131,7 +131,7 @@ def register_handler() -> None:
 # --- the static description of one call ---------------------------------------------------------------------
 
 IN, OUT, SCALAR, INT = "in", "out", "scalar", "int"
-_NULL, _OPERAND, _RESULT, _INTCELL = 0, 1, 2, 3
+_NULL, _OPERAND, _RESULT, _INTCELL, _SCRATCH = 0, 1, 2, 3, 4
 
 
 @dataclass(frozen=True)
@@ -202,7 +202,7 @@ def _entry_info(address: int) -> tuple[str, str]:
 
 
 def _attrs(layout: Layout, entry: int, arrays: list[list[tuple[int, int]]], zero=(), batch=(),
-           batched=()) -> dict:
+           batched=(), scratch=()) -> dict:
     """The FFI attributes of one call (see plugins/native/xla_ffi.cc)."""
     kinds = [k for arr in arrays for k, _ in arr]
     index = [i for arr in arrays for _, i in arr]
@@ -210,7 +210,8 @@ def _attrs(layout: Layout, entry: int, arrays: list[list[tuple[int, int]]], zero
     return dict(fn=np.int64(entry), symbol=symbol, library=library, arrays=np.int64(len(arrays)), slot_kind=np.array(kinds, np.int64),
                 slot_index=np.array(index, np.int64), ints=np.array(layout.ints, np.int64),
                 zero=np.array(list(zero), np.int64), batch=np.int64(math.prod(batch)),
-                batched=np.array([1 if b else 0 for b in batched], np.int64))
+                batched=np.array([1 if b else 0 for b in batched], np.int64),
+                scratch=np.array(list(scratch), np.int64))
 
 
 # --- the primitives -----------------------------------------------------------------------------------------
@@ -223,9 +224,9 @@ def _attrs(layout: Layout, entry: int, arrays: list[list[tuple[int, int]]], zero
 # inputs are the input arrays and float scalars in C order; tangents those of the differentiable (non-const)
 # ones. Every primitive takes the parameters layout (Layout), batch (the shape of the jax.vmap axes, outermost
 # first; () outside vmap) and batched (one flag per operand: whether it carries the batch axes in front;
-# operands without them are shared by all batch items). Results always carry the batch axes. Each primitive
-# also returns the scratch its entry point writes (the primal outputs that the jvp and vjp entries compute
-# again, the consumed seeds): callers drop them.
+# operands without them are shared by all batch items). Results always carry the batch axes. enzcc_vjp and
+# enzcc_vjp_tangent also return the seeds they consume (results aliased to the seed operands): callers drop
+# them. The primal outputs that the derivative entry points write again live in the handler's own scratch.
 
 primal_p = Primitive("enzcc_primal")
 tangent_p = Primitive("enzcc_tangent")
@@ -241,20 +242,23 @@ def _impl(prim, *args, **params):
 
 
 def _plan(layout: Layout, mode: str) -> dict:
-    """For one primitive: the pointer arrays (one list of (kind, index) per C parameter for each array the
-    entry point takes), the results (role, C index), the results to zero and the seed aliases
-    {operand: result}."""
+    """For one primitive: the pointer arrays (one list of (kind, index) per C parameter for each array the entry
+    point takes), the results (role, C index), the results to zero, the seed aliases {operand: result} and the
+    scratch (bytes per batch item of each buffer that the entry point writes and nobody reads: the primal
+    outputs of the derivative entry points; the handler keeps them in memory of its own, reused from call to
+    call, instead of XLA results that would be fresh memory every time)."""
     P = len(layout.kinds)
     I, O, D = len(layout.inputs), len(layout.outputs), len(layout.diff)
     in_pos = {c: j for j, c in enumerate(layout.inputs)}
     out_pos = {c: k for k, c in enumerate(layout.outputs)}
     diff_pos = {c: k for k, c in enumerate(layout.diff)}
+    out_bytes = [math.prod(layout.shapes[c]) * np.dtype(layout.dtypes[c]).itemsize for c in layout.outputs]
 
-    def primal_array(out_base: int) -> list:
+    def primal_array(out_kind: int) -> list:
         a = []
         for i, kind in enumerate(layout.kinds):
             if kind == OUT:
-                a.append((_RESULT, out_base + out_pos[i]))
+                a.append((out_kind, out_pos[i]))
             elif kind == INT:
                 a.append((_INTCELL, i))
             else:
@@ -262,42 +266,40 @@ def _plan(layout: Layout, mode: str) -> dict:
         return a
 
     null = [(_NULL, 0)] * P
+    outs = [("out", c) for c in layout.outputs]
     if mode == "primal":  # results: outputs
-        return dict(arrays=[primal_array(0)], results=[("out", c) for c in layout.outputs], zero=(), aliases={})
-    if mode == "tangent":  # operands: inputs, tangents; results: output tangents, outputs (scratch)
+        return dict(arrays=[primal_array(_RESULT)], results=outs, zero=(), aliases={}, scratch=())
+    if mode == "tangent":  # operands: inputs, tangents; results: output tangents
         d = list(null)
         for c in layout.diff:
             d[c] = (_OPERAND, I + diff_pos[c])
         for c in layout.outputs:
             d[c] = (_RESULT, out_pos[c])
-        return dict(arrays=[primal_array(O), d], results=[("out", c) for c in layout.outputs] * 2, zero=(),
-                    aliases={})
-    if mode == "vjp":  # operands: inputs, seeds; results: gradients, outputs (scratch), seeds (consumed)
+        return dict(arrays=[primal_array(_SCRATCH), d], results=outs, zero=(), aliases={}, scratch=out_bytes)
+    if mode == "vjp":  # operands: inputs, seeds; results: gradients, seeds (consumed)
         d = list(null)
         for c in layout.diff:
             d[c] = (_RESULT, diff_pos[c])
         for c in layout.outputs:
-            d[c] = (_RESULT, D + O + out_pos[c])
-        return dict(arrays=[primal_array(D), d],
-                    results=[("in", c) for c in layout.diff] + [("out", c) for c in layout.outputs] * 2,
-                    zero=tuple(range(D)), aliases={I + k: D + O + k for k in range(O)})
+            d[c] = (_RESULT, D + out_pos[c])
+        return dict(arrays=[primal_array(_SCRATCH), d], results=[("in", c) for c in layout.diff] + outs,
+                    zero=tuple(range(D)), aliases={I + k: D + k for k in range(O)}, scratch=out_bytes)
     if mode == "vjp_tangent":
         # operands: inputs, seeds, input tangents (diff), seed tangents; results: gradients, gradient tangents,
-        # outputs (scratch), seeds (consumed), seed tangents (consumed), output tangents (scratch)
+        # seeds (consumed), seed tangents (consumed); scratch: outputs, output tangents
         d, ta, td = list(null), list(null), list(null)
         for c in layout.diff:
             d[c] = (_RESULT, diff_pos[c])
             ta[c] = (_OPERAND, I + O + diff_pos[c])
             td[c] = (_RESULT, D + diff_pos[c])
         for c in layout.outputs:
-            d[c] = (_RESULT, 2 * D + O + out_pos[c])
-            td[c] = (_RESULT, 2 * D + 2 * O + out_pos[c])
-            ta[c] = (_RESULT, 2 * D + 3 * O + out_pos[c])
-        return dict(arrays=[primal_array(2 * D), d, ta, td],
-                    results=[("in", c) for c in layout.diff] * 2 + [("out", c) for c in layout.outputs] * 4,
-                    zero=tuple(range(2 * D)),
-                    aliases={**{I + k: 2 * D + O + k for k in range(O)},
-                             **{I + O + D + k: 2 * D + 2 * O + k for k in range(O)}})
+            d[c] = (_RESULT, 2 * D + out_pos[c])
+            td[c] = (_RESULT, 2 * D + O + out_pos[c])
+            ta[c] = (_SCRATCH, O + out_pos[c])
+        return dict(arrays=[primal_array(_SCRATCH), d, ta, td],
+                    results=[("in", c) for c in layout.diff] * 2 + outs * 2, zero=tuple(range(2 * D)),
+                    aliases={**{I + k: 2 * D + k for k in range(O)}, **{I + O + D + k: 2 * D + O + k for k in range(O)}},
+                    scratch=out_bytes * 2)
     raise AssertionError(mode)
 
 
@@ -326,7 +328,8 @@ def _lowering(prim):
 
     def lower(ctx, *args, layout: Layout, batch: tuple, batched: tuple):
         plan = _plan(layout, mode)
-        attrs = _attrs(layout, layout.entry(mode), plan["arrays"], plan["zero"], batch, batched)
+        attrs = _attrs(layout, layout.entry(mode), plan["arrays"], plan["zero"], batch, batched,
+                       plan["scratch"])
         rule = jax.ffi.ffi_lowering(TARGET, operand_output_aliases=plan["aliases"] or None)
         return rule(ctx, *args, **attrs)
     return lower

@@ -390,7 +390,7 @@ def test_errors(layer, data, src, compiler, tmp_path):
     call = jax.ffi.ffi_call("enzcc_call", jax.ShapeDtypeStruct((1,), jnp.float64))
     attrs = dict(arrays=np.int64(1), slot_kind=np.zeros(9, np.int64), slot_index=np.zeros(9, np.int64),
                  ints=np.zeros(9, np.int64), zero=np.zeros(0, np.int64), batch=np.int64(1),
-                 batched=np.zeros(1, np.int64))
+                 batched=np.zeros(1, np.int64), scratch=np.zeros(0, np.int64))
     for fn, symbol, lib in [(primal, "layer_enzcc_vjp", library), (primal, "layer_enzcc_primal", "other.so"),
                             (primal + 1, "layer_enzcc_primal", library)]:
         with pytest.raises(Exception, match="is not that function of"):

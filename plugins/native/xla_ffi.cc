@@ -11,7 +11,11 @@
 //   arrays      how many pointer arrays the entry point takes: 1 (a), 2 (a, d) or 4 (a, d, ta, td)
 //   slot_kind   arrays * P entries (P = the C function's parameter count), array by array, each saying where
 //   slot_index  that pointer comes from: 0 NULL, 1 operand slot_index, 2 result slot_index,
-//               3 the address of ints[slot_index]
+//               3 the address of ints[slot_index], 4 scratch buffer slot_index
+//   scratch     the byte size of each scratch buffer: memory the entry point writes and nobody reads (the primal
+//               outputs of the derivative entry points). It is the handler's own, per thread, reused from call
+//               to call and from batch item to batch item, where XLA results would be fresh memory (page
+//               faults) on every call
 //   ints        integer parameters, each an 8-byte cell holding the C type's bytes (Python packs them)
 //   zero        results set to zero before the call (gradients are accumulated with +=)
 //   batch       B: the call runs B times (jax.vmap); every result has a leading axis of B, an operand has one
@@ -27,7 +31,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -44,7 +50,34 @@ using Entry1 = void (*)(void *const *);
 using Entry2 = void (*)(void *const *, void *const *);
 using Entry4 = void (*)(void *const *, void *const *, void *const *, void *const *);
 
-enum SlotKind : int64_t { kNull = 0, kOperand = 1, kResult = 2, kInt = 3 };
+enum SlotKind : int64_t { kNull = 0, kOperand = 1, kResult = 2, kInt = 3, kScratch = 4 };
+
+// Scratch memory: the calling thread's, grown as needed and kept for the next calls, up to kKeep bytes; a
+// larger request gets memory of its own, freed when the call returns.
+constexpr size_t kKeep = size_t{256} << 20;
+constexpr size_t kAlign = 64;
+
+struct FreeDeleter {
+  void operator()(char *p) const { std::free(p); }
+};
+using Memory = std::unique_ptr<char, FreeDeleter>;
+
+char *AllocateScratch(size_t bytes, Memory &own) {
+  bytes = (bytes + kAlign - 1) / kAlign * kAlign;
+  if (bytes == 0) bytes = kAlign;
+  thread_local Memory kept;
+  thread_local size_t kept_bytes = 0;
+  if (bytes <= kept_bytes) return kept.get();
+  Memory fresh(static_cast<char *>(std::aligned_alloc(kAlign, bytes)));
+  if (!fresh) return nullptr;
+  if (bytes > kKeep) {
+    own = std::move(fresh);
+    return own.get();
+  }
+  kept = std::move(fresh);
+  kept_bytes = bytes;
+  return kept.get();
+}
 
 // fn -> (library, symbol) that dladdr confirmed; libraries are never unloaded, so a confirmation stays valid
 struct Confirmed {
@@ -99,7 +132,7 @@ ffi::Error EnzccCallImpl(ffi::RemainingArgs args, ffi::RemainingRets rets, int64
                          std::string_view library, int64_t arrays,
                          ffi::Span<const int64_t> slot_kind, ffi::Span<const int64_t> slot_index,
                          ffi::Span<const int64_t> ints, ffi::Span<const int64_t> zero, int64_t batch,
-                         ffi::Span<const int64_t> batched) {
+                         ffi::Span<const int64_t> batched, ffi::Span<const int64_t> scratch) {
   if (ffi::Error e = CheckEntry(fn, symbol, library); e.failure()) return e;
   if (arrays != 1 && arrays != 2 && arrays != 4)
     return ffi::Error::InvalidArgument("enzcc_call: arrays must be 1, 2 or 4");
@@ -134,6 +167,19 @@ ffi::Error EnzccCallImpl(ffi::RemainingArgs args, ffi::RemainingRets rets, int64
   Scratch<int64_t> cells(ints.size());  // writable, 8-byte aligned copies
   std::copy(ints.begin(), ints.end(), cells.data());
 
+  // the scratch buffers, one after the other in this thread's scratch memory; every batch item reuses them
+  Scratch<size_t> scratch_at(scratch.size());
+  size_t scratch_bytes = 0;
+  for (size_t k = 0; k < scratch.size(); ++k) {
+    if (scratch[k] < 0) return ffi::Error::InvalidArgument("enzcc_call: negative scratch size");
+    scratch_at[k] = scratch_bytes;
+    scratch_bytes += (static_cast<size_t>(scratch[k]) + kAlign - 1) / kAlign * kAlign;
+  }
+  Memory own_scratch;
+  char *scratch_base = scratch.size() ? AllocateScratch(scratch_bytes, own_scratch) : nullptr;
+  if (scratch.size() && scratch_base == nullptr)
+    return ffi::Error(ffi::ErrorCode::kResourceExhausted, "enzcc_call: cannot allocate scratch memory");
+
   const size_t n = slot_kind.size();
   for (size_t i = 0; i < n; ++i) {
     int64_t idx = slot_index[i];
@@ -143,6 +189,7 @@ ffi::Error EnzccCallImpl(ffi::RemainingArgs args, ffi::RemainingRets rets, int64
       case kOperand: ok = idx >= 0 && static_cast<size_t>(idx) < args.size(); break;
       case kResult: ok = idx >= 0 && static_cast<size_t>(idx) < rets.size(); break;
       case kInt: ok = idx >= 0 && static_cast<size_t>(idx) < ints.size(); break;
+      case kScratch: ok = idx >= 0 && static_cast<size_t>(idx) < scratch.size(); break;
       default: ok = false;
     }
     if (!ok) return ffi::Error::InvalidArgument("enzcc_call: bad slot " + std::to_string(i));
@@ -156,6 +203,7 @@ ffi::Error EnzccCallImpl(ffi::RemainingArgs args, ffi::RemainingRets rets, int64
         case kOperand: ptrs[i] = in[idx].base + b * in[idx].stride; break;
         case kResult: ptrs[i] = out[idx].base + b * out[idx].stride; break;
         case kInt: ptrs[i] = &cells[idx]; break;
+        case kScratch: ptrs[i] = scratch_base + scratch_at[idx]; break;
         default: ptrs[i] = nullptr;
       }
     }
@@ -186,4 +234,5 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(EnzccCall, EnzccCallImpl,
                                   .Attr<ffi::Span<const int64_t>>("ints")
                                   .Attr<ffi::Span<const int64_t>>("zero")
                                   .Attr<int64_t>("batch")
-                                  .Attr<ffi::Span<const int64_t>>("batched"));
+                                  .Attr<ffi::Span<const int64_t>>("batched")
+                                  .Attr<ffi::Span<const int64_t>>("scratch"));
