@@ -30,7 +30,6 @@ with the virtual environment's Python, which has neither rich nor this project.
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 import time
@@ -67,9 +66,9 @@ def measurements(large: int) -> list[tuple[str, int]]:
 
 class Sampler:
     """One timing sample of a callable: (wall, CPU) seconds per call, the means over as many back-to-back calls
-    as take ``min_time`` of wall time, after one untimed call. CPU time is the whole process's (every thread): on a shared machine it
-    counts the work done, not the waiting for a core. The number of calls per key is calibrated once (after a
-    warm-up call), then kept."""
+    as take ``min_time`` of wall time, after one untimed call. CPU time is the whole process's (every thread):
+    on a shared machine it counts the work done, not the waiting for a core. The number of calls per key is
+    calibrated once (after a warm-up call), then kept."""
 
     def __init__(self, min_time: float):
         self.min_time = min_time

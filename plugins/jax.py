@@ -207,8 +207,9 @@ def _attrs(layout: Layout, entry: int, arrays: list[list[tuple[int, int]]], zero
     kinds = [k for arr in arrays for k, _ in arr]
     index = [i for arr in arrays for _, i in arr]
     symbol, library = _entry_info(entry)
-    return dict(fn=np.int64(entry), symbol=symbol, library=library, arrays=np.int64(len(arrays)), slot_kind=np.array(kinds, np.int64),
-                slot_index=np.array(index, np.int64), ints=np.array(layout.ints, np.int64),
+    return dict(fn=np.int64(entry), symbol=symbol, library=library, arrays=np.int64(len(arrays)),
+                slot_kind=np.array(kinds, np.int64), slot_index=np.array(index, np.int64),
+                ints=np.array(layout.ints, np.int64),
                 zero=np.array(list(zero), np.int64), batch=np.int64(math.prod(batch)),
                 batched=np.array([1 if b else 0 for b in batched], np.int64),
                 scratch=np.array(list(scratch), np.int64))
@@ -237,7 +238,9 @@ for _p in (primal_p, tangent_p, vjp_p, vjp_tangent_p):
 
 
 def _impl(prim, *args, **params):
-    from jax._src import dispatch  # compiles the primitive alone once per parameters and shapes, then caches
+    """Eager evaluation: the primitive compiled alone (once per parameters and shapes, then cached), as JAX
+    evaluates its own primitives; jax._src.dispatch is the only place JAX 0.10 offers this."""
+    from jax._src import dispatch
     return dispatch.apply_primitive(prim, *args, **params)
 
 
@@ -298,7 +301,8 @@ def _plan(layout: Layout, mode: str) -> dict:
             ta[c] = (_SCRATCH, O + out_pos[c])
         return dict(arrays=[primal_array(_SCRATCH), d, ta, td],
                     results=[("in", c) for c in layout.diff] * 2 + outs * 2, zero=tuple(range(2 * D)),
-                    aliases={**{I + k: 2 * D + k for k in range(O)}, **{I + O + D + k: 2 * D + O + k for k in range(O)}},
+                    aliases={**{I + k: 2 * D + k for k in range(O)},
+                             **{I + O + D + k: 2 * D + O + k for k in range(O)}},
                     scratch=out_bytes * 2)
     raise AssertionError(mode)
 
