@@ -17,9 +17,10 @@ the custom call's attributes. Four primitives use it: ``enzcc_primal``; ``enzcc_
 entry), emitted by the primal's JVP rule and linear in the tangents; ``enzcc_vjp`` (the ``_vjp`` entry), the
 transpose of ``enzcc_tangent``, so ``jax.grad`` runs the primal once and enzcc's reverse pass once; and
 ``enzcc_vjp_tangent`` (the ``_vjp_jvp`` entry, a second library built on first use), the JVP of
-``enzcc_vjp``, for forward-over-reverse second derivatives (``jax.hessian``, ``jax.jvp`` of ``jax.grad``).
-Forward-over-forward and third derivatives raise NotImplementedError. ``jax.vmap`` becomes one custom call
-whose handler loops over the batch (arguments without a batch axis are shared, not copied).
+``enzcc_vjp``, for forward-over-reverse second derivatives (``jax.hessian``, ``jax.jvp`` of ``jax.grad``),
+and its transpose for reverse over reverse (``jax.jacrev`` of ``jax.grad``). Forward over forward, reverse
+over forward and third derivatives raise NotImplementedError. ``jax.vmap`` becomes one custom call whose
+handler loops over the batch (arguments without a batch axis are shared, not copied).
 
 Arrays are C-contiguous of the declared dtype (float32 for ``float``; float64 for ``double``, which needs
 ``jax_enable_x64``); another dtype, a wrong shape, an array on a GPU or an integer that is not a static int
