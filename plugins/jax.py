@@ -531,6 +531,7 @@ class EnzymeFunction:
         self.arg_names = tuple(kernel.arg_names)
         self._seed_shape = seed_shape  # the seed's one-array form: the output's shape from the input's
         self._layouts: dict = {}
+        self._eager: dict = {}  # layout -> jax.jit of _run
         self.__name__ = self.__qualname__ = kernel.name
         self.__doc__ = f"{kernel.name} from {kernel.source}, compiled by enzcc; derivatives by enzcc."
         register_handler()
@@ -556,7 +557,7 @@ class EnzymeFunction:
                     raise ValueError(f"{self.name}: argument {p.name!r} is on {', '.join(sorted(platforms))}, but "
                                      f"the enzcc-compiled code runs on the CPU only; move it with "
                                      f"jax.device_put(x, jax.devices('cpu')[0])")
-            return jnp.asarray(value)
+            return value if isinstance(value, jax.Array) else jnp.asarray(value)
         try:
             return jnp.asarray(value, dtype=want)  # Python numbers and (nested) lists
         except (TypeError, ValueError) as e:
@@ -599,6 +600,15 @@ class EnzymeFunction:
                                     f"static Python int, got {type(v).__name__}")
                 free[p.name] = int(v)
         layout = self._layout(shapes, free)
+        if any(isinstance(a, jax.core.Tracer) for a in operands):
+            return self._run(layout, *operands)
+        # eager: one jitted function per layout, so that a call takes JAX's C++ dispatch path
+        run = self._eager.get(layout)
+        if run is None:
+            run = self._eager[layout] = jax.jit(functools.partial(self._run, layout))
+        return run(*operands)
+
+    def _run(self, layout: Layout, *operands):
         if all(math.prod(layout.shapes[c]) == 0 for c, k in enumerate(layout.kinds) if k in (IN, OUT)):
             outs = [jnp.zeros(layout.shapes[c], layout.dtypes[c]) for c in layout.outputs]  # nothing to compute
         else:
