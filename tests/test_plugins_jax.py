@@ -188,6 +188,26 @@ def test_reverse_mode_against_jax_and_finite_differences(layer, data):
     check_grads(L, (x, b, alpha), order=1, modes=["rev"], eps=1e-6)
 
 
+def test_cotangents_are_not_consumed(src, compiler):
+    """The vjp entry zeroes the seeds it is given: the caller's cotangents must survive, also when one array is
+    the cotangent of two outputs and is used again afterwards (XLA copies what the aliasing would clobber)."""
+    (src / "two.c").write_text("#include <math.h>\nvoid two(const double *x, int n, double *a, double *b) {\n"
+                               "  for (int i = 0; i < n; i++) { a[i] = sin(x[i]); b[i] = x[i] * x[i]; } }\n")
+    f = enzyme(src / "two.c", "two", [In("x", shape=("n",)), Int("n"), Out("a", shape=("n",)),
+                                      Out("b", shape=("n",))], compiler=compiler)
+    x, c = jnp.linspace(-1, 1, 4), jnp.arange(4.0)
+    want = jnp.cos(x) * c + 2 * x * c
+
+    @jax.jit
+    def g(x, c):
+        return jax.vjp(f, x)[1]((c, c))[0], c * 1.0
+
+    got, c_after = g(x, c)
+    assert maxerr(got, want) < 1e-15 and maxerr(c_after, jnp.arange(4.0)) == 0
+    assert maxerr(jax.vjp(f, x)[1]((c, c))[0], want) < 1e-15  # eager
+    assert maxerr(c, jnp.arange(4.0)) == 0
+
+
 def test_forward_mode_jvp_jacfwd(layer, data):
     x, w, b, alpha = data
     f = lambda x, b, a: layer(x, w, b, a)  # noqa: E731
