@@ -16,7 +16,7 @@
 //               outputs of the derivative entry points). It is the handler's own, per thread, reused from call
 //               to call and from batch item to batch item, where XLA results would be fresh memory (page
 //               faults) on every call
-//   ints        integer parameters, each an 8-byte cell holding the C type's bytes (Python packs them)
+//   ints        the integer parameters' values (ABI 3 passes every integer as an int64_t)
 //   zero        results set to zero before the call (gradients are accumulated with +=)
 //   batch       B: the call runs B times (jax.vmap); every result has a leading axis of B, an operand has one
 //               when batched[operand] is 1 (item b then starts at byte b * size / B), else all items share it
@@ -25,7 +25,7 @@
 // Seeds (the cotangents of outputs, which the vjp entry consumes) arrive as results aliased to operands
 // (XLA's input/output aliasing copies them when the caller still needs them), so no operand is ever written.
 //
-// Built by enzcc_plugins.jax with clang++ -std=c++17 against jax.ffi.include_dir(); see _handler_library().
+// Built by enzcc_plugins.jax with clang++ -std=c++17 against jax.ffi.include_dir(); see handler_library().
 
 #include <dlfcn.h>
 
