@@ -418,6 +418,8 @@ def main(argv: list[str] | None = None) -> int:
                         here.append(("enzyme_jax", op, n, "enzyme_jax"))
                     if kernel is not None and (op, n) in kernel:
                         here.append(("kernel", op, n, "kernel"))
+                    if not here:  # the jit floor without JAX
+                        continue
                     k = r % len(here)
                     for fw, _, _, impl in here[k:] + here[:k]:
                         if fw == "enzyme_jax":
