@@ -136,38 +136,72 @@ class CacheUtility:
 
     def _load_recomputable(self, load: Load) -> bool:
         """A load can be repeated in the reverse sweep when nothing in the function writes primal memory it
-        could read: the function writes no memory reachable from its arguments."""
+        could read: it reads an argument's or a global's memory, and every write of the function goes to
+        memory the function allocated itself, or to other memory that cannot be the same (another global;
+        anything, when either pointer is a ``noalias`` (``restrict``) argument). Not in split mode: the caller
+        may write the memory between the two halves."""
         from enzcc.ad.memory import base_object
 
-        return not load.volatile and load.ordering is None and self.memory_is_read_only and \
-            isinstance(base_object(load.pointer), (Argument, GlobalRefType))
+        if load.volatile or load.ordering is not None or self.written_bases is None:
+            return False
+        base = base_object(load.pointer)
+        if not isinstance(base, (Argument, GlobalRefType)):
+            return False
+        for w in self.written_bases:
+            if w is base:
+                return False
+            distinct_globals = isinstance(base, GlobalRefType) and isinstance(w, GlobalRefType) and \
+                base.symbol != w.symbol
+            if not (distinct_globals or self._noalias(base) or self._noalias(w)):
+                return False
+        return True
 
-    def _arguments_never_written(self) -> bool:
-        """True when the function's writes all go to memory it allocated itself (so argument and global memory
-        is the same in the reverse sweep as in the forward one)."""
+    def _noalias(self, v: Value) -> bool:
+        """``v`` is a parameter of the function being differentiated that the user's function declares
+        ``noalias``."""
+        params = self.dc.fn.args
+        return isinstance(v, Argument) and v.parent is self.G and v.index < len(params) and \
+            "noalias" in params[v.index].attrs
+
+    def _written_bases(self) -> list | None:
+        """The objects other than the function's own allocations (arguments, globals) that the function
+        writes, or None when some write's object is not known (a pointer loaded from memory, a call that may
+        write anything)."""
         from enzcc.ad.memory import base_object
 
         local = set()
         for inst in self.G.instructions():
             if isinstance(inst, Alloca) or (isinstance(inst, Call) and is_allocation(inst)):
                 local.add(id(inst))
+        out: list = []
+
+        def written(p: Value) -> bool:
+            base = base_object(p)
+            if id(base) in local:
+                return True
+            if not isinstance(base, (Argument, GlobalRefType)):
+                return False
+            if not any(base is w for w in out):
+                out.append(base)
+            return True
+
         for inst in self.G.instructions():
             if isinstance(inst, Store):
-                if id(base_object(inst.pointer)) not in local:
-                    return False
+                if not written(inst.pointer):
+                    return None
             elif isinstance(inst, Call):
                 name = inst.callee_name or ""
                 if name.startswith(("llvm.memcpy", "llvm.memmove", "llvm.memset")):
-                    if id(base_object(inst.args[0])) not in local:
-                        return False
+                    if not written(inst.args[0]):
+                        return None
                 elif name in ALLOCATORS or name == "free" or name.startswith(_IGNORED_INTRINSICS) or \
                         self.rules.for_call(rule_name(self.module, name)) is not None:
                     continue
                 else:
-                    return False
+                    return None
             elif inst.opcode in ("atomicrmw", "cmpxchg", "va_arg"):
-                return False
-        return True
+                return None
+        return out
 
     # -- caches and tape pushes --------------------------------------------------------------------
 

@@ -120,7 +120,8 @@ class ReverseMode(AdjointGenerator, CacheUtility):
             self.lane_shadows.append(shadows)
         self._use_lane(0)
         self.tape = Tape(self.module, G)
-        self.memory_is_read_only = not self.split and self._arguments_never_written()
+        self.written_bases = None if self.split else self._written_bases()
+        """Argument and global memory the function writes (:meth:`_written_bases`); None: unknown."""
         self._prepare_user_calls()
         self._prepare_blas_calls()
         self._add_loop_counters()

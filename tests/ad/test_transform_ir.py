@@ -193,3 +193,57 @@ define void @copies(ptr %d, ptr %s, ptr %pd, ptr %ps, ptr %u, ptr %v) {
     assert str(mt.copy_kind(copies[0])) == "double"
     assert str(mt.copy_kind(copies[1])) == "ptr"
     assert str(mt.copy_kind(copies[2])) == "double"  # from TBAA alone
+
+
+# y[i] = sin(x[i]) * x[i]: the reverse sweep needs sin(x[i]) and x[i]. The function writes y, so x[i] can be
+# read again in the reverse sweep only when y cannot be x's memory: a noalias (restrict) parameter on either.
+ELEMENTWISE = """
+declare double @sin(double)
+define void @sinx(ptr ATTR %x, i64 %n, ptr ATTR %y) {
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [ 0, %entry ], [ %i1, %loop ]
+  %px = getelementptr double, ptr %x, i64 %i
+  %v = load double, ptr %px
+  %s = call double @sin(double %v)
+  %p = fmul double %s, %v
+  %py = getelementptr double, ptr %y, i64 %i
+  store double %p, ptr %py
+  %i1 = add i64 %i, 1
+  %done = icmp eq i64 %i1, %n
+  br i1 %done, label %exit, label %loop
+exit:
+  ret void
+}
+define void @grad(ptr %x, ptr %dx, i64 %n, ptr %y, ptr %dy) {
+  %d = load i32, ptr @enzyme_dup
+  %c = load i32, ptr @enzyme_const
+  call void (ptr, ...) @__enzyme_autodiff(ptr @sinx, i32 %d, ptr %x, ptr %dx, i32 %c, i64 %n, i32 %d, ptr %y, ptr %dy)
+  ret void
+}
+"""
+
+
+def test_loads_of_memory_nothing_may_write_are_read_again_not_cached():
+    import math
+    import re
+
+    outs, records = {}, {}
+    for attr in ("", "noalias"):
+        outs[attr], _ = differentiate_text(HEADER.replace("declare double @exp(double)\n", "") +
+                                           ELEMENTWISE.replace("ATTR", attr))
+        records[attr] = [int(m) for m in re.findall(r"call ptr @__enzcc_tape_reserve\(ptr %\S+, i64 (\d+)\)",
+                                                    outs[attr])]
+    # the loop's record per iteration loses x[i] (8 bytes) when y is noalias
+    assert records[""] and max(records["noalias"]) == max(records[""]) - 8, records
+    for attr, out in outs.items():
+        engine = _jit(out)
+        n = 5
+        x = (ctypes.c_double * n)(0.3, -1.2, 2.0, 0.7, 1.5)
+        dx, y, dy = (ctypes.c_double * n)(), (ctypes.c_double * n)(), (ctypes.c_double * n)(1, 2, 3, 4, 5)
+        grad = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
+                                ctypes.c_void_p)(engine.get_function_address("grad"))
+        grad(ctypes.addressof(x), ctypes.addressof(dx), n, ctypes.addressof(y), ctypes.addressof(dy))
+        for i in range(n):
+            assert dx[i] == pytest.approx((i + 1) * (math.cos(x[i]) * x[i] + math.sin(x[i])), rel=1e-14), attr
