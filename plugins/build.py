@@ -55,6 +55,8 @@ __all__ = ["EnzccBuildError", "PrototypeError", "SecondOrderError", "ShapeError"
 
 #: bumped whenever the generated wrapper or the build command changes meaning (part of the cache key)
 WRAPPER_ABI = 3
+#: bumped whenever the generated code changes without changing the ABI (part of the cache key)
+WRAPPER_REVISION = 2
 
 _CTYPES = {"float32": ctypes.c_float, "float64": ctypes.c_double}
 _C_NAMES = {"float32": "float", "float64": "double"}
@@ -516,18 +518,20 @@ def wrapper_source(name: str, params: Sequence[Param], *, prototype: bool, secon
                         else T[p.name] if p.kind == "scalar" else p.ctype)
         lines.append(f"void {name}({', '.join(decl)});")
 
-    # the function as Enzyme sees it: arrays and scalars by address, integers as int64_t
+    # the function as Enzyme sees it: arrays and scalars by address, integers as int64_t. The frameworks give
+    # every output its own buffer, never one of the inputs, so the addresses are restrict (noalias): enzcc's
+    # reverse sweep then reads inputs again instead of saving them on its tape
     shim_params, shim_args = [], []
     for p in params:
         v = f"p{p.index}"
         if p.kind == "in":
-            shim_params.append(f"const {T[p.name]} *{v}")
+            shim_params.append(f"const {T[p.name]} *__restrict {v}")
             shim_args.append(f"({T[p.name]} *){v}")
         elif p.kind == "out":
-            shim_params.append(f"{T[p.name]} *{v}")
+            shim_params.append(f"{T[p.name]} *__restrict {v}")
             shim_args.append(v)
         elif p.kind == "scalar":
-            shim_params.append(f"const {T[p.name]} *{v}")
+            shim_params.append(f"const {T[p.name]} *__restrict {v}")
             shim_args.append(f"*{v}")
         else:
             shim_params.append(f"int64_t {v}")
@@ -1190,7 +1194,7 @@ def _prepare_build(source, name, params, dtype, cflags, compiler, cache, lang) -
     version = _enzcc_version(compiler)
     h = hashlib.sha256()
     decl = ";".join(f"{p.kind}:{p.dtype}:{int(p.const)}" for p in params)
-    for part in (f"abi={WRAPPER_ABI}", text, name, lang, decl, "\0".join(cflags), version):
+    for part in (f"abi={WRAPPER_ABI}.{WRAPPER_REVISION}", text, name, lang, decl, "\0".join(cflags), version):
         h.update(part.encode() + b"\0\1")
     root = (Path(cache).expanduser() if cache is not None else cache_dir()).absolute()
     root.mkdir(parents=True, exist_ok=True)
