@@ -8,7 +8,7 @@ SEED ?= 1
 O ?= 0,1,2,3
 FUZZ_ARGS ?=
 
-.PHONY: setup demo test bench bench-builds fuzz fuzz-bad clean
+.PHONY: setup demo test bench bench-builds bench-frameworks fuzz fuzz-bad clean
 
 setup:
 	@PYTHON=$(PYTHON) ./scripts/setup.sh
@@ -26,6 +26,11 @@ bench: setup
 # compile-time benchmarks against clang-22 (README "Compile time"): results in bench/results/builds.json
 bench-builds: setup
 	$(PYTHON) -m bench.builds $(BENCH_ARGS)
+
+# the framework plugins against Enzyme-JAX and each framework's own ops (README "Python integrations"):
+# results in bench/results/frameworks.json
+bench-frameworks: setup
+	$(PYTHON) -m bench.frameworks $(BENCH_ARGS)
 
 # random self-checking programs through enzcc at each -O level: counts per class, reduced failures in build/fuzz
 fuzz: setup

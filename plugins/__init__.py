@@ -6,6 +6,7 @@
 - :func:`enzcc_plugins.load`: the seed's one-array ``void f(const T *in, size_t n, T *out)`` through ctypes.
 - ``enzcc_plugins.torch.enzyme(source, name, ...)``: a PyTorch custom op (needs PyTorch).
 - ``enzcc_plugins.jax.enzyme(source, name, ...)``: a JAX function (needs JAX).
+- ``enzcc_plugins.tensorflow.enzyme(...)``: a TensorFlow custom op (needs TensorFlow).
 """
 
 from .build import (ArraySpec, CompiledKernel, EnzccBuildError, In, Int, Kernel, Out, Plan, PrototypeError, Scalar,
