@@ -64,16 +64,17 @@ _NULL, _INPUT, _OUTPUT, _OUTPUT_ZERO, _SCRATCH, _SCRATCH_ZERO, _SCRATCH_COPY, _I
 # --- the op library: built once per machine and TensorFlow version ----------------------------------------
 
 def _cxx() -> str:
-    env = os.environ.get("ENZCC_TF_CXX")
+    var = "ENZCC_TF_CXX" if os.environ.get("ENZCC_TF_CXX") else "ENZCC_PLUGINS_CXX"
+    env = os.environ.get(var)
     if env:
         if shutil.which(env) is None:
-            raise EnzccBuildError(f"ENZCC_TF_CXX={env!r} is not an executable on PATH")
+            raise EnzccBuildError(f"{var}={env!r} is not an executable on PATH")
         return env
     for c in ("clang++-22", "clang++", "g++", "c++"):
         if shutil.which(c):
             return c
     raise EnzccBuildError("no C++ compiler found to build the enzcc TensorFlow op (install clang++ or g++, "
-                          "or set ENZCC_TF_CXX)")
+                          "or set ENZCC_PLUGINS_CXX)")
 
 
 _op_lock = threading.Lock()
@@ -115,7 +116,7 @@ def op_library() -> Path:
         finally:
             if fcntl is not None:
                 fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
-    try:
+    try:  # (safe: whoever waits on the old lock file finds the library built when it gets the lock)
         lock_path.unlink()
     except OSError:
         pass
@@ -264,6 +265,9 @@ class _Variant:
         """Run the entry point ``mode`` on op inputs (tensors; None entries become zeros)."""
         op_in, attrs = self.attrs(mode)
         inputs = [tf.zeros(s, t) if x is None else x for x, (_, t, s) in zip(inputs, op_in)]
+        for x, (what, t, _) in zip(inputs, op_in):  # the op reads each buffer as the kernel's type
+            if x.dtype != t:
+                raise TypeError(f"{self.kernel.name}: {what} has dtype {x.dtype.name}, the kernel takes {t.name}")
         return _ops().enzcc_call(inputs, **attrs)
 
     # helpers for the derivative rules
@@ -294,11 +298,27 @@ def _variant_of(key) -> tuple[_Variant, str]:
 
 # --- reverse mode: the registered gradient -----------------------------------------------------------------
 
+def _refuse_const_gradients(v: "_Variant", op) -> None:
+    """A gradient asked of a ``const=True`` input (watched, or computed from a watched tensor) would be
+    missing the path through it: an error instead. TensorFlow says which inputs need no gradient
+    (``skip_input_indices``) under a GradientTape, eagerly and inside ``tf.function``; ``tf.gradients`` in a
+    graph does not, and there a const input is a constant, as with ``tf.stop_gradient``."""
+    skip = getattr(op, "skip_input_indices", None)
+    if skip is None:
+        return
+    for p in v.ins:
+        if p.const and v.in_pos[p.name] not in skip:
+            raise ValueError(f"{v.kernel.name}: a gradient flows into '{p.name}', which is declared const=True "
+                             f"(enzcc computes no derivative for it); declare it without const, or pass "
+                             f"tf.stop_gradient({p.name})")
+
+
 def _grad(op, *grads):
     """The gradient of an EnzccCall op, for each entry point it can be (see the module docstring)."""
     v, mode = _variant_of(op.get_attr("key"))
     nin, nout, ndiff = len(v.ins), len(v.outs), len(v.diff)
     x = list(op.inputs[:nin])
+    _refuse_const_gradients(v, op)
     if mode == "primal":
         if all(g is None for g in grads) or not ndiff:
             return [None] * nin
@@ -462,8 +482,10 @@ class EnzccOp:
             names = [p.name for p in self._args]
             plan = self.kernel.resolve(dict(zip((n for n, p in zip(names, self._args) if p.kind != "int"), shapes)),
                                        dict(zip((n for n, p in zip(names, self._args) if p.kind == "int"), ints)))
-            with self._lock:
-                variant = self._variants.setdefault(sig, _Variant(self.kernel, plan))
+            with self._lock:  # (a _Variant registers itself: made once per signature)
+                variant = self._variants.get(sig)
+                if variant is None:
+                    variant = self._variants[sig] = _Variant(self.kernel, plan)
         _, attrs = variant.attrs("primal")
         outs = (_op_module or _ops()).enzcc_call(tensors, **attrs)
         return outs[0] if len(outs) == 1 else tuple(outs)
