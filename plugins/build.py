@@ -414,6 +414,10 @@ def _read_prototype(obj: Path, name: str, source: str, lang: str) -> _Prototype:
     raise PrototypeError(f"{source} defines no function {name}{hint}")
 
 
+class _NotFloat(str):
+    """A parameter's element type read from debug information that is neither float nor double (its name)."""
+
+
 _META = re.compile(r"^!(\d+) = (?:distinct )?(.*)$", re.M)
 
 
@@ -443,13 +447,16 @@ def _debug_elements(module_text: str, fn_text: str, nargs: int) -> list:
             return None
         text = meta.get(int(ref[1:]), "")
         if text.startswith("!DIBasicType"):
-            if "DW_ATE_float" not in text:
-                return None
             size = re.search(r"size: (\d+)", text)
-            return {"32": "float32", "64": "float64"}.get(size.group(1) if size else "")
+            bits = size.group(1) if size else "?"
+            if "DW_ATE_float" not in text:  # known, and not a float: an integer, a bool, a char
+                name = re.search(r'name: "([^"]*)"', text)
+                return _NotFloat(name.group(1) if name else f"a {bits}-bit non-float")
+            return {"32": "float32", "64": "float64"}.get(bits) or _NotFloat(f"a {bits}-bit float")
         if text.startswith(("!DIDerivedType", "!DICompositeType")):
             if text.startswith("!DICompositeType") and "DW_TAG_array_type" not in text:
-                return None
+                name = re.search(r'name: "([^"]*)"', text)
+                return _NotFloat(name.group(1) if name else "a structure")
             if text.startswith("!DIDerivedType") and not re.search(
                     r"tag: DW_TAG_(pointer_type|const_type|volatile_type|restrict_type|typedef|reference_type)",
                     text):
@@ -462,6 +469,7 @@ def _debug_elements(module_text: str, fn_text: str, nargs: int) -> list:
 
 
 _INT_CTYPES = {"i8": "int8_t", "i16": "int16_t", "i32": "int32_t", "i64": "int64_t"}
+_INT_BITS = {"int8_t": 8, "int16_t": 16, "int32_t": 32, "int64_t": 64}
 
 
 def _check_prototype(params: list[Param], proto: _Prototype, name: str, lang: str) -> list[Param]:
@@ -481,6 +489,8 @@ def _check_prototype(params: list[Param], proto: _Prototype, name: str, lang: st
             if ty != "ptr":
                 raise PrototypeError(f"{where} (a pointer) but the function takes {ty}")
             dtype = p.dtype
+            if isinstance(elem, _NotFloat):
+                raise PrototypeError(f"{where} but the function takes {elem} elements, not float or double")
             if dtype is not None and elem is not None and dtype != elem:
                 raise PrototypeError(f"{where} but the function takes {_C_NAMES[elem]} elements "
                                      f"({_C_NAMES[elem]} *)")
@@ -703,7 +713,7 @@ def _build(b: _Build, second_order: bool) -> tuple[Path, list[Param]]:
         finally:
             if fcntl is not None:
                 fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
-    try:
+    try:  # (safe: whoever waits on the old lock file finds the library built when it gets the lock)
         lock_path.unlink()
     except OSError:
         pass
@@ -954,6 +964,13 @@ class CompiledKernel:
             if not progress:
                 raise ValueError(f"{self.name}: the values of {', '.join(p.name for p in pending)} depend on "
                                  f"each other")
+        for p in self.params:  # the C integer must hold the value (else it wraps: a short loop, unwritten output)
+            bits = _INT_BITS.get(p.ctype or "")
+            v = values.get(p.name)
+            if p.kind == "int" and bits and v is not None and not _symbolic(v) and \
+                    not -(1 << (bits - 1)) <= v < (1 << (bits - 1)):
+                raise ShapeError(f"{self.name}: Int {p.name!r} is {v}, which the function's {bits}-bit integer "
+                                 f"parameter cannot hold")
         for p in self.params:
             if p.kind == "in" and callable(p.shape):
                 want = self._shape_from_fn(p, specs, values)
@@ -1092,12 +1109,16 @@ class CompiledKernel:
         return self._result(grads, self.inputs)
 
     def jvp(self, args, tangents):
-        """(outputs, output tangents) for tangents of the inputs (``inputs`` order or a dict; None entries
-        and const inputs: zero)."""
+        """(outputs, output tangents) for tangents of the inputs (``inputs`` order or a dict; None entries:
+        zero; a nonzero tangent of a const input is a ValueError: no derivative is computed for it)."""
         np = _numpy()
         args, kwargs = _split_args(args)
         arrays, plan, ints = self._prepare(args, kwargs)
         tans = self._seeds(tangents, "tangents", plan, self.inputs)
+        for k, t in tans.items():
+            if not self.by_name[k].differentiable and t is not None and np.any(np.asarray(t) != 0):
+                raise ValueError(f"{self.name}: argument {k!r} is declared const=True (no derivative), but a "
+                                 f"nonzero tangent was given for it")
         outs = {p.name: np.empty(plan.shapes[p.name], dtype=p.dtype) for p in self.outputs}
         touts = {p.name: np.empty(plan.shapes[p.name], dtype=p.dtype) for p in self.outputs}
         arrays.update(outs)

@@ -931,6 +931,59 @@ def test_kernel_languages(compiler, tmp_path, np, suffix, text):
                                 Out("s", shape=())], compiler=compiler, cache=tmp_path / "c")
 
 
+INT_ARRAYS = {
+    ".f90": """
+subroutine ic(x, n, y) bind(c, name="ic")
+  use iso_c_binding
+  integer(c_int), intent(in) :: x(*)
+  integer(c_int64_t), value :: n
+  real(c_double), intent(out) :: y(*)
+  y(1:n) = x(1:n)
+end subroutine
+""",
+    ".rs": """
+#[no_mangle]
+pub extern "C" fn ic(x: *const i32, n: usize, y: *mut f64) {
+    for i in 0..n { unsafe { *y.add(i) = *x.add(i) as f64; } }
+}
+""",
+    ".c": "#include <stddef.h>\nvoid ic(const int *x, size_t n, double *y) { for (size_t i = 0; i < n; i++) y[i] = x[i]; }\n",
+}
+
+
+@pytest.mark.parametrize("suffix", [
+    ".c",
+    pytest.param(".f90", marks=pytest.mark.skipif(not have("flang-22"), reason="needs flang-22")),
+    pytest.param(".rs", marks=pytest.mark.skipif(not have("rustc"), reason="needs rustc")),
+], ids=["c", "fortran", "rust"])
+def test_kernel_integer_array_declared_float_is_refused(compiler, tmp_path, suffix):
+    """An array of integers declared as a float array would be read past its end: refused from the debug
+    information in every language (C also by the wrapper's prototype)."""
+    src = tmp_path / f"ic{suffix}"
+    src.write_text(INT_ARRAYS[suffix])
+    with pytest.raises(PrototypeError, match="parameter 1 'x' is declared In\\(float64\\) but the function takes"):
+        load_kernel(src, "ic", [In("x", dtype="float64"), Int("n"), Out("y", shape=("n",))], compiler=compiler,
+                    cache=tmp_path / "c")
+
+
+def test_kernel_integer_too_large_for_the_c_int_and_const_tangent(compiler, tmp_path, np):
+    """An int that the function's 32-bit parameter cannot hold would wrap (a shorter loop, unwritten output):
+    a ShapeError. A nonzero tangent for a const input would be dropped: a ValueError."""
+    src = tmp_path / "mulw.c"
+    src.write_text("void mulw(const double *x, const double *w, int n, double *y) "
+                   "{ for (int i = 0; i < n; i++) y[i] = x[i] * w[i]; }\n")
+    k = load_kernel(src, "mulw", [In("x"), In("w", const=True), Int("n"), Out("y", shape=(3,))],
+                    compiler=compiler, cache=tmp_path / "c")
+    x, w = np.array([1.0, 2.0, 3.0]), np.array([0.5, -1.0, 2.0])
+    assert np.allclose(k(x, w, 3), x * w)
+    with pytest.raises(ShapeError, match="Int 'n' is 4294967296, which the function's 32-bit integer"):
+        k(x, w, 1 << 32)
+    (_, ty) = k.jvp((x, w, 3), (np.ones(3), np.zeros(3)))
+    assert np.allclose(ty, w)
+    with pytest.raises(ValueError, match="'w' is declared const=True"):
+        k.jvp((x, w, 3), (np.ones(3), np.ones(3)))
+
+
 def test_kernel_cxx_function_needs_c_linkage(compiler, tmp_path):
     src = tmp_path / "m.cpp"
     src.write_text("void sq(const double *x, double *y) { y[0] = x[0] * x[0]; }\n")
