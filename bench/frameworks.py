@@ -56,7 +56,6 @@ SETTINGS = {"full": {"rounds": 11, "min_time": 0.05, "large": 1 << 20},
             "quick": {"rounds": 2, "min_time": 0.002, "large": 1 << 16}}
 
 
-
 def measurements(large: int) -> list[tuple[str, int]]:
     """(operation, size) pairs, in table order. "floor" is a trivial jitted JAX function (x * 2) in the same
     process: JAX's own dispatch cost, which the two processes (this one and Enzyme-JAX's worker, with its own
@@ -338,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(prog="python3 -m bench.frameworks", description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="2 rounds, short samples, 64K elements as the large size")
-    ap.add_argument("--rounds", type=int, help="rounds of interleaved samples (default 7; quick 2)")
+    ap.add_argument("--rounds", type=int, help="rounds of interleaved samples (default 11; quick 2)")
     ap.add_argument("--only", help="comma-separated frameworks (jax, torch, tensorflow)")
     ap.add_argument("--no-enzyme", action="store_true", help="skip Enzyme-JAX")
     ap.add_argument("--out", help="the JSON file (default bench/results/frameworks[-quick].json)")
@@ -488,7 +487,7 @@ def main(argv: list[str] | None = None) -> int:
             if isinstance(v, dict):
                 return "/".join(f"{k} {x:.2f} µs" for k, x in v.items())
             return ("yes" if v else "no") if isinstance(v, bool) else f"{v:.2f}"
-        console.print("issue 15 goals (JAX): " + "; ".join(f"{k}: {show(v)}" for k, v in goal.items()))
+        console.print("goals (JAX: overhead at most Enzyme-JAX's, 1M gradient within 1.2x): " + "; ".join(f"{k}: {show(v)}" for k, v in goal.items()))
 
     out = Path(args.out) if args.out else HERE / "results" / f"frameworks{'-quick' if args.quick else ''}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -504,7 +503,9 @@ def main(argv: list[str] | None = None) -> int:
         "samples": {"/".join(map(str, k)): v for k, v in samples.items()},
         "cpu_samples": {"/".join(map(str, k)): v for k, v in cpu_samples.items()},
     }
-    out.write_text(json.dumps(result, indent=1) + "\n")
+    tmp = out.with_name(out.name + ".tmp")  # whole or not at all
+    tmp.write_text(json.dumps(result, indent=1) + "\n")
+    os.replace(tmp, out)
     console.print(f"wrote {out}")
     return 0
 

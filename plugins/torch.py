@@ -56,7 +56,6 @@ class _Runner:
         self.diff = [p.differentiable for p in self.inputs]
         self.dtypes = [_DTYPES[p.dtype] for p in self.inputs]
         self.out_dtypes = [_DTYPES[p.dtype] for p in self.outputs]
-        self.arg_pos = {n: i for i, n in enumerate(kernel.arg_names)}
         self._plans: dict = {}
         self._plan_lock = threading.Lock()
         self._scratch = threading.local()
@@ -339,8 +338,8 @@ def _register_autograd(r: _Runner, lib, opname: str, ops, impls) -> None:
                 else torch.empty(0, dtype=x.dtype) for t, x, d in zip(tangents, ins, r.diff)]
 
     def last(op, *args):
-        """A call of the jvp / vjp_jvp op (not differentiated further: under torch.func directly below
-        autograd, elsewhere through an Autograd kernel that refuses a third derivative)."""
+        """A call of the jvp / vjp_jvp op, the last derivative there is: through the dispatcher, whose Autograd
+        kernel for these ops refuses to differentiate them again (a third derivative)."""
         return op(*args)
 
     def run(entry, *args):
