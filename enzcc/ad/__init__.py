@@ -127,9 +127,10 @@ def ready_calls(module: Module, calls: list[Call]) -> list[Call]:
         if (call.callee_name or "").startswith(BATCH) or not call.args:
             ready.append(call)
             continue
-        target = resolve_function(call.args[0]) if not (call.arg_attrs and call.arg_attrs[0] and any(
-            a.startswith("sret") for a in call.arg_attrs[0])) else resolve_function(call.args[1]) \
-            if len(call.args) > 1 else None
+        args = list(call.args)
+        if call.arg_attrs and any(a.startswith("sret") for a in call.arg_attrs[0]):
+            args = args[1:]  # (a struct result returned through memory comes first, as in parse_call)
+        target = resolve_function(args[0]) if args else None
         if not isinstance(target, GlobalRef) or not reaches_enzyme(target.symbol):
             ready.append(call)  # (a bad first argument is reported by parse_call)
     return ready
