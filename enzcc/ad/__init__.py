@@ -10,20 +10,19 @@ is :mod:`enzcc.ad.reverse` (layout), :mod:`enzcc.ad.adjoint` (per-instruction ad
 from __future__ import annotations
 
 import gc
-import re
 
 from enzcc.ad.api import mode_of, parse_call, resolve_function
 from enzcc.ad.batch import BATCH, replace_batch
 from enzcc.ad.errors import ADError, ad_error
-from enzcc.ad.globals import zero_shadows
+from enzcc.ad.globals import used_globals, zero_shadows
 from enzcc.ad.hints import hints_of
 from enzcc.ad.inline import invoke_to_call, is_kept_recursive
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.instructions import Call, Invoke, Load
-from enzcc.ir.module import Module
+from enzcc.ir.module import SYMBOL_REF, Module
 from enzcc.ir.parser import parse_module
-from enzcc.ir.values import ConstantExpr, ConstantInt, GlobalRef
+from enzcc.ir.values import ConstantInt, GlobalRef
 
 ENZYME_PREFIX = "__enzyme_"
 
@@ -136,25 +135,15 @@ def ready_calls(module: Module, calls: list[Call]) -> list[Call]:
     return ready
 
 
-_SYMBOL = re.compile(r'@("(?:[^"\\]|\\.)*"|[-A-Za-z$._0-9]+)')
-
-
 def _referenced_functions(module: Module, name: str) -> set[str]:
     """Names of the defined functions that function ``name``'s body calls or refers to."""
     fn = module.functions.get(name)
     if fn is None or fn.is_declaration:
         return set()
-    if not fn.is_parsed:
-        names = {m[1:-1] if m.startswith('"') else m for m in _SYMBOL.findall(fn._body_text)}
-    else:
-        names = set()
-        todo = [op for inst in fn.instructions() for op in inst.operands]
-        while todo:
-            v = todo.pop()
-            if isinstance(v, GlobalRef):
-                names.add(v.symbol)
-            elif isinstance(v, ConstantExpr):
-                todo.extend(v.operands)
+    if fn.is_parsed:
+        names = used_globals(fn)
+    else:  # (not parsed yet: its text says it)
+        names = {m.group(1) or m.group(2) for m in SYMBOL_REF.finditer(fn._body_text)}
     return {n for n in names if n in module.functions and not module.functions[n].is_declaration}
 
 

@@ -75,11 +75,13 @@ def written_globals(fn) -> set[str]:
     return out
 
 
-def used_globals(fn) -> set[str]:
-    """The globals whose address ``fn`` uses (directly or in a constant expression)."""
+def used_globals(fn, skip_callees: bool = False) -> set[str]:
+    """The globals (and functions) whose address ``fn`` uses, directly or in a constant expression;
+    ``skip_callees``: not counting the callee of a direct call."""
     out = set()
     for inst in fn.instructions():
-        for op in inst.operands:
+        direct = skip_callees and isinstance(inst, Call) and inst.callee_name is not None
+        for op in inst.operands[1:] if direct else inst.operands:
             stack = [op]
             while stack:
                 v = stack.pop()

@@ -7,15 +7,15 @@ recursive call cannot be inlined: it stays a call, and the derivative calls the 
 
 from __future__ import annotations
 
-import re
-
 from enzcc.ir.block import BasicBlock
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.clone import clone_blocks
 from enzcc.ad.errors import ad_error
+from enzcc.ad.globals import used_globals
 from enzcc.ad.memory import base_object
 from enzcc.ir import types as T
 from enzcc.ir.instructions import Alloca, Br, Call, Cast, GetElementPtr, Invoke, Load, Phi, Ret, Select, Store
+from enzcc.ir.module import SYMBOL_REF
 from enzcc.ir.values import ConstantExpr, ConstantInt, GlobalRef
 
 MAX_INLINED_CALLS = 20000
@@ -175,9 +175,6 @@ def possible_targets(v, module, depth: int = 0, function_type=None) -> list[str]
 #: differentiated)
 MAX_UNKNOWN_TARGETS = 8
 
-_SYMBOL_USE = re.compile(r'@(?:"([^"]+)"|([-\w.$]+))(?!\s*\()')
-
-
 def _address_taken_of_type(module, function_type) -> "Inexact | None":
     """For a call through a pointer that nothing here pins down (an object or ``std::function`` passed in by
     the caller): every function defined in the module whose address is taken somewhere (a global's
@@ -193,18 +190,12 @@ def _address_taken_of_type(module, function_type) -> "Inexact | None":
         for fn in module.functions.values():
             if fn.is_declaration:
                 continue
-            if not fn.is_parsed:
-                taken.update(m.group(1) or m.group(2) for m in _SYMBOL_USE.finditer(fn._body_text))
-                continue
-            for inst in fn.instructions():
-                ops = inst.operands[1:] if isinstance(inst, Call) and inst.callee_name is not None else inst.operands
-                stack = list(ops)
-                while stack:
-                    v = stack.pop()
-                    if isinstance(v, GlobalRef):
-                        taken.add(v.symbol)
-                    elif isinstance(v, ConstantExpr):
-                        stack += v.operands
+            if fn.is_parsed:
+                taken |= used_globals(fn, skip_callees=True)
+            else:  # a reference not followed by "(" is not a direct call's callee
+                text = fn._body_text
+                taken.update(m.group(1) or m.group(2) for m in SYMBOL_REF.finditer(text)
+                             if not text[m.end():m.end() + 8].lstrip().startswith("("))
         taken = {n for n in taken if n in module.functions and not module.functions[n].is_declaration and
                  not n.startswith(("__enzcc_", "llvm."))}
         module.__dict__["_enzcc_address_taken"] = taken

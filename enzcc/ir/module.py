@@ -15,6 +15,10 @@ from .values import GlobalRef, Value
 __all__ = ["Module", "GlobalVariable"]
 
 
+SYMBOL_REF = re.compile(r'@(?:"([^"]+)"|([-\w.$]+))')
+"""``@name`` or ``@"quoted name"`` in LLVM text; group 1 or 2 is the name."""
+
+
 class GlobalVariable:
     """A module-level variable, alias or ifunc.
 
@@ -50,8 +54,7 @@ class GlobalVariable:
         if "=" not in self.text:
             return []
         init = self.text.split("=", 1)[1]
-        return list(dict.fromkeys(m.group(1) or m.group(2)
-                                  for m in re.finditer(r'@(?:"([^"]+)"|([-\w.$]+))', init)))
+        return list(dict.fromkeys(m.group(1) or m.group(2) for m in SYMBOL_REF.finditer(init)))
 
     def __str__(self) -> str:
         return self.text
