@@ -13,6 +13,21 @@ ROOT = Path(__file__).resolve().parent.parent
 PROJECTS = Path(__file__).resolve().parent / "projects"
 
 
+def plugins_importable() -> None:
+    """Make ``enzcc_plugins`` importable when enzcc was installed before plugins/ was packaged: a temporary
+    directory on ``sys.path`` (subprocesses get it through PYTHONPATH) links the checkout's plugins/."""
+    try:
+        import enzcc_plugins  # noqa: F401
+    except ImportError:
+        import atexit
+        import sys
+        import tempfile
+        shim = tempfile.mkdtemp(prefix="enzcc-plugins-path-")
+        atexit.register(shutil.rmtree, shim, ignore_errors=True)
+        os.symlink(ROOT / "plugins", os.path.join(shim, "enzcc_plugins"))
+        sys.path.insert(0, shim)
+
+
 def have(tool: str) -> bool:
     if tool == "rustc":
         return bool(shutil.which("rustc") or os.access(os.path.expanduser("~/.cargo/bin/rustc"), os.X_OK))

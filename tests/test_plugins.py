@@ -18,18 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from enzcc_testing import ROOT, have
+from enzcc_testing import have, plugins_importable
 
-try:
-    import enzcc_plugins  # noqa: F401
-except ImportError:  # enzcc installed before plugins/ was packaged: use the checkout's (also in subprocesses)
-    import atexit
-    import shutil
-    import tempfile
-    _shim = tempfile.mkdtemp(prefix="enzcc-plugins-path-")
-    atexit.register(shutil.rmtree, _shim, ignore_errors=True)
-    os.symlink(ROOT / "plugins", os.path.join(_shim, "enzcc_plugins"))
-    sys.path.insert(0, _shim)
+plugins_importable()
 
 from enzcc_plugins import (EnzccBuildError, In, Int, Kernel, Out, PrototypeError, Scalar, SecondOrderError, ShapeError,
                            cache_dir, detect_dtype, load, load_kernel, normalize_dtype)

@@ -15,23 +15,14 @@ import sys
 
 import pytest
 
-from enzcc_testing import ROOT
+from enzcc_testing import ROOT, plugins_importable
 
 jax = pytest.importorskip("jax", reason="JAX not installed (ENZCC_WITH_FRAMEWORKS=1 scripts/setup.sh)")
 jnp = jax.numpy
 np = pytest.importorskip("numpy")
 from jax.test_util import check_grads  # noqa: E402
 
-try:
-    import enzcc_plugins  # noqa: F401
-except ImportError:  # enzcc installed before plugins/ was packaged: use the checkout's
-    import atexit
-    import shutil
-    import tempfile
-    _shim = tempfile.mkdtemp(prefix="enzcc-plugins-path-")
-    atexit.register(shutil.rmtree, _shim, ignore_errors=True)
-    os.symlink(ROOT / "plugins", os.path.join(_shim, "enzcc_plugins"))
-    sys.path.insert(0, _shim)
+plugins_importable()
 
 from enzcc_plugins import EnzccBuildError, PrototypeError, ShapeError  # noqa: E402
 from enzcc_plugins.jax import In, Int, Out, Scalar, enzyme  # noqa: E402

@@ -17,21 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from enzcc_testing import ROOT
+from enzcc_testing import plugins_importable
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 tf = pytest.importorskip("tensorflow", reason="TensorFlow not installed (ENZCC_WITH_FRAMEWORKS=1 scripts/setup.sh)")
 np = pytest.importorskip("numpy")
 
-try:
-    import enzcc_plugins  # noqa: F401
-except ImportError:  # enzcc installed before plugins/ was packaged: use the checkout's
-    import atexit
-    import tempfile
-    _shim = tempfile.mkdtemp(prefix="enzcc-plugins-path-")
-    atexit.register(shutil.rmtree, _shim, ignore_errors=True)
-    os.symlink(ROOT / "plugins", os.path.join(_shim, "enzcc_plugins"))
-    sys.path.insert(0, _shim)
+plugins_importable()
 
 from enzcc_plugins import (EnzccBuildError, In, Int, Out, PrototypeError, Scalar, SecondOrderError,  # noqa: E402
                            ShapeError)

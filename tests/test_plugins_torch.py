@@ -6,25 +6,13 @@ Skipped when PyTorch is not installed (ENZCC_WITH_FRAMEWORKS=1 scripts/setup.sh 
 
 from __future__ import annotations
 
-import os
-import sys
-
 import pytest
 
-from enzcc_testing import ROOT
+from enzcc_testing import plugins_importable
 
 torch = pytest.importorskip("torch", reason="PyTorch not installed (ENZCC_WITH_FRAMEWORKS=1 scripts/setup.sh)")
 
-try:
-    import enzcc_plugins  # noqa: F401
-except ImportError:  # enzcc installed before plugins/ was packaged: use the checkout's
-    import atexit
-    import shutil
-    import tempfile
-    _shim = tempfile.mkdtemp(prefix="enzcc-plugins-path-")
-    atexit.register(shutil.rmtree, _shim, ignore_errors=True)
-    os.symlink(ROOT / "plugins", os.path.join(_shim, "enzcc_plugins"))
-    sys.path.insert(0, _shim)
+plugins_importable()
 
 from enzcc_plugins import EnzccBuildError, In, Int, Out, PrototypeError, Scalar, SecondOrderError, ShapeError  # noqa: E402
 from enzcc_plugins.torch import enzyme  # noqa: E402
