@@ -364,6 +364,41 @@ def _package_digest() -> str:
     return h.hexdigest()
 
 
+def build_native_once(path: Path, command: Callable[[Path], list[str]], what: str) -> Path:
+    """The shared library ``path`` in the plugin cache (a framework's native handler), compiled by
+    ``command(output_path)`` the first time on this machine: under a lock (a concurrent process waits and
+    then finds it), in a private temporary directory, renamed into place whole. EnzccBuildError naming
+    ``what`` with the compiler's first error when it fails."""
+    if path.exists():
+        return path
+    lock_path = path.with_suffix(".lock")
+    with open(lock_path, "a") as lock:
+        if fcntl is not None:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        try:
+            if not path.exists():
+                tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=path.parent))
+                try:
+                    out = tmp / path.name
+                    cmd = command(out)
+                    proc = subprocess.run(cmd, capture_output=True, text=True)
+                    if proc.returncode != 0:
+                        output = proc.stdout + proc.stderr
+                        raise EnzccBuildError(f"{_first_error(output)}\ncannot build {what} with {cmd[0]}:\n"
+                                              f"{output.rstrip()}", output, cmd)
+                    os.replace(out, path)  # atomic: readers see no file or a whole one
+                finally:
+                    shutil.rmtree(tmp, ignore_errors=True)
+        finally:
+            if fcntl is not None:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+    try:  # (safe: whoever waits on the old lock file finds the library built when it gets the lock)
+        lock_path.unlink()
+    except OSError:
+        pass
+    return path
+
+
 def _first_error(output: str) -> str:
     """enzcc's one-line error: the first line that says 'error:' (else the last non-empty line)."""
     lines = [ln.strip() for ln in output.splitlines() if ln.strip()]

@@ -36,8 +36,6 @@ import hashlib
 import math
 import os
 import shutil
-import subprocess
-import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,14 +47,9 @@ import numpy as np
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
-from .build import EnzccBuildError, In, Int, Out, Scalar, cache_dir
+from .build import EnzccBuildError, In, Int, Out, Scalar, build_native_once, cache_dir
 
 __all__ = ["enzyme", "EnzymeFunction", "EnzccBuildError", "In", "Out", "Scalar", "Int"]
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - not POSIX: the atomic rename alone keeps concurrent builds safe
-    fcntl = None
 
 # --- the FFI handler: one C++ file, compiled once per machine and jaxlib -------------------------------------
 
@@ -91,31 +84,9 @@ def handler_library() -> Path:
     root = cache_dir().absolute() / "jax-ffi"
     root.mkdir(parents=True, exist_ok=True)
     path = root / f"enzcc_xla_ffi-jaxlib{jaxlib.__version__}-{key}.so"
-    if path.exists():
-        return path
-    with open(root / f"{path.stem}.lock", "a") as lock:
-        if fcntl is not None:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-        try:
-            if not path.exists():
-                tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=root))
-                try:
-                    out = tmp / "handler.so"
-                    cmd = [cxx, "-std=c++17", "-O2", "-shared", "-fPIC", "-I", jax.ffi.include_dir(),
-                           str(HANDLER_SOURCE), "-o", str(out)]
-                    proc = subprocess.run(cmd, capture_output=True, text=True)
-                    if proc.returncode:
-                        output = proc.stdout + proc.stderr
-                        first = next((ln for ln in output.splitlines() if "error" in ln), output.strip()[-300:])
-                        raise EnzccBuildError(f"cannot compile the XLA FFI handler {HANDLER_SOURCE}: {first}",
-                                              output, cmd)
-                    os.replace(out, path)
-                finally:
-                    shutil.rmtree(tmp, ignore_errors=True)
-        finally:
-            if fcntl is not None:
-                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
-    return path
+    return build_native_once(path, lambda out: [cxx, "-std=c++17", "-O2", "-shared", "-fPIC", "-I",
+                                                 jax.ffi.include_dir(), str(HANDLER_SOURCE), "-o", str(out)],
+                             f"the XLA FFI handler {HANDLER_SOURCE}")
 
 
 def register_handler() -> None:

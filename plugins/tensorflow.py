@@ -33,8 +33,6 @@ import itertools
 import json
 import os
 import shutil
-import subprocess
-import tempfile
 import threading
 from pathlib import Path
 from typing import Sequence
@@ -44,11 +42,6 @@ import tensorflow as tf
 
 from . import build as _build
 from .build import EnzccBuildError, In, Int, Out, PrototypeError, Scalar, SecondOrderError, ShapeError, cache_dir
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - not POSIX: concurrent builds are still safe (atomic rename)
-    fcntl = None
 
 __all__ = ["enzyme", "EnzccOp", "op_library", "In", "Out", "Scalar", "Int", "EnzccBuildError", "PrototypeError",
            "SecondOrderError", "ShapeError"]
@@ -93,34 +86,9 @@ def op_library() -> Path:
     root.mkdir(parents=True, exist_ok=True)
     stem = f"tf_op-{tf.__version__}-{h.hexdigest()[:16]}"
     path = root / f"{stem}.so"
-    if path.exists():
-        return path
-    lock_path = root / f"{stem}.lock"
-    with open(lock_path, "a") as lock:
-        if fcntl is not None:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # another process building it: wait for that one
-        try:
-            if not path.exists():
-                tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=root))
-                try:
-                    out = tmp / "tf_op.so"
-                    cmd = [cxx, "-O2", "-shared", "-fPIC", "-w", *cflags, str(_OP_SOURCE), "-o", str(out), *lflags]
-                    proc = subprocess.run(cmd, capture_output=True, text=True)
-                    if proc.returncode != 0:
-                        output = proc.stdout + proc.stderr
-                        raise EnzccBuildError(f"{_build._first_error(output)}\ncannot build the enzcc TensorFlow op "
-                                              f"with {cxx}:\n{output.rstrip()}", output, cmd)
-                    os.replace(out, path)  # atomic: readers see no file or a whole one
-                finally:
-                    shutil.rmtree(tmp, ignore_errors=True)
-        finally:
-            if fcntl is not None:
-                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
-    try:  # (safe: whoever waits on the old lock file finds the library built when it gets the lock)
-        lock_path.unlink()
-    except OSError:
-        pass
-    return path
+    return _build.build_native_once(
+        path, lambda out: [cxx, "-O2", "-shared", "-fPIC", "-w", *cflags, str(_OP_SOURCE), "-o", str(out), *lflags],
+        "the enzcc TensorFlow op")
 
 
 def _ops():
