@@ -28,6 +28,7 @@ addresses.
 from __future__ import annotations
 
 import array
+import contextlib
 import ctypes
 import hashlib
 import inspect
@@ -371,32 +372,39 @@ def build_native_once(path: Path, command: Callable[[Path], list[str]], what: st
     ``what`` with the compiler's first error when it fails."""
     if path.exists():
         return path
-    lock_path = path.with_suffix(".lock")
+    with _build_lock(path.with_suffix(".lock")):
+        if not path.exists():
+            tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=path.parent))
+            try:
+                out = tmp / path.name
+                cmd = command(out)
+                proc = subprocess.run(cmd, capture_output=True, text=True)
+                if proc.returncode != 0:
+                    output = proc.stdout + proc.stderr
+                    raise EnzccBuildError(f"{_first_error(output)}\ncannot build {what} with {cmd[0]}:\n"
+                                          f"{output.rstrip()}", output, cmd)
+                os.replace(out, path)  # atomic: readers see no file or a whole one
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+@contextlib.contextmanager
+def _build_lock(lock_path: Path):
+    """Holds the lock of one cache entry's build (an flock on ``lock_path``); the file goes afterwards, unless
+    the build failed. (Safe: a process waiting on the old file finds the entry built when it gets the lock.)"""
     with open(lock_path, "a") as lock:
         if fcntl is not None:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
         try:
-            if not path.exists():
-                tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=path.parent))
-                try:
-                    out = tmp / path.name
-                    cmd = command(out)
-                    proc = subprocess.run(cmd, capture_output=True, text=True)
-                    if proc.returncode != 0:
-                        output = proc.stdout + proc.stderr
-                        raise EnzccBuildError(f"{_first_error(output)}\ncannot build {what} with {cmd[0]}:\n"
-                                              f"{output.rstrip()}", output, cmd)
-                    os.replace(out, path)  # atomic: readers see no file or a whole one
-                finally:
-                    shutil.rmtree(tmp, ignore_errors=True)
+            yield
         finally:
             if fcntl is not None:
                 fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
-    try:  # (safe: whoever waits on the old lock file finds the library built when it gets the lock)
+    try:
         lock_path.unlink()
     except OSError:
         pass
-    return path
 
 
 def _first_error(output: str) -> str:
@@ -737,21 +745,10 @@ def _build(b: _Build, second_order: bool) -> tuple[Path, list[Param]]:
     params = _cached_params(path, meta_path, b.params)
     if params is not None:
         return path, params
-    lock_path = b.root / f"{stem}.lock"
-    with open(lock_path, "a") as lock:
-        if fcntl is not None:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # another process building the same key: wait for it
-        try:
-            params = _cached_params(path, meta_path, b.params)
-            if params is None:
-                params = _compile_into(b, path, second_order)
-        finally:
-            if fcntl is not None:
-                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
-    try:  # (safe: whoever waits on the old lock file finds the library built when it gets the lock)
-        lock_path.unlink()
-    except OSError:
-        pass
+    with _build_lock(b.root / f"{stem}.lock"):  # another process building the same key: wait for it
+        params = _cached_params(path, meta_path, b.params)
+        if params is None:
+            params = _compile_into(b, path, second_order)
     return path, params
 
 
