@@ -559,6 +559,8 @@ class EnzymeFunction:
         for p in self.params:
             if p.kind in (IN, SCALAR):
                 a = self._array(p, bound[p.name])
+                if p.kind == SCALAR and a.shape == (1,):
+                    a = a.reshape(())  # (a size-1 scalar, as the other frameworks take it)
                 if p.kind == SCALAR and a.shape != ():
                     raise ValueError(f"{self.name}: argument {p.name!r} is a scalar, got an array of shape "
                                      f"{a.shape}")

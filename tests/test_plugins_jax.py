@@ -376,6 +376,10 @@ def test_errors(layer, data, src, compiler, tmp_path):
         layer(jnp.ones(12), w, b, alpha)  # wrong rank
     with pytest.raises(ValueError, match="'alpha' is a scalar"):
         layer(x, w, b, jnp.ones(2))
+    y1, _ = layer(x, w, b, jnp.full((1,), alpha))  # a size-1 scalar is taken, as in PyTorch and TensorFlow
+    assert jnp.allclose(y1, layer(x, w, b, alpha)[0], rtol=1e-15)
+    ga = jax.grad(lambda a: layer(x, w, b, a)[0].sum())(jnp.full((1,), alpha))
+    assert ga.shape == (1,) and jnp.allclose(ga[0], jax.grad(lambda a: layer(x, w, b, a)[0].sum())(alpha))
     with pytest.raises(TypeError, match="'b'"):
         layer(x, w, "nope", alpha)
     with pytest.raises(TypeError, match="missing|'alpha'"):
