@@ -87,26 +87,11 @@ class MemoryTypes:
         return self.kinds(p) or self.web_kinds(p)
 
     def web_kinds(self, p: Value) -> set:
-        """Kinds of every object ``p``'s memory flows through or from: phis, selects and reallocs of it, both
-        ways (a buffer reallocated in a loop is one phi of several allocations)."""
-        def forwards(v) -> bool:
-            return getattr(v, "opcode", None) in ("phi", "select") or \
-                (isinstance(v, Call) and v.callee_name == "realloc")
-
-        seen, stack, kinds = set(), [base_object(p)], set()
-        while stack:
-            v = stack.pop()
-            if id(v) in seen:
-                continue
-            seen.add(id(v))
-            kinds |= self.kinds(v)  # accesses through address arithmetic count for their base object
-            stack += [u.user for u in getattr(v, "uses", []) if forwards(u.user)
-                      and (not isinstance(u.user, Call) or u.index == 1)]
-            if isinstance(v, Call):
-                if v.callee_name == "realloc":
-                    stack.append(base_object(v.args[0]))
-            elif forwards(v):
-                stack += [base_object(op) for op in v.operands if isinstance(op.type, T.PointerType)]
+        """Kinds of every object ``p``'s memory flows through or from (:func:`memory_web`); accesses through
+        address arithmetic count for their base object."""
+        kinds = set()
+        for v in memory_web(p):
+            kinds |= self.kinds(v)
         return kinds
 
     def reallocated_kind(self, call: Call):
@@ -127,28 +112,13 @@ class MemoryTypes:
         return None
 
     def _web_is_local(self, call: Call) -> bool:
-        """Every object in ``call``'s realloc web (:meth:`web_kinds`) is null or an allocation made here."""
+        """Every object in ``call``'s realloc web (:func:`memory_web`) is null, an allocation made here, or a
+        phi or select of them."""
         from enzcc.ir.values import ConstantNull
 
-        seen, stack = set(), [call]
-        while stack:
-            v = stack.pop()
-            if id(v) in seen:
-                continue
-            seen.add(id(v))
-            if isinstance(v, ConstantNull):
-                continue
-            if isinstance(v, Call) and v.callee_name in ("malloc", "calloc"):
-                continue
-            if isinstance(v, Call) and v.callee_name == "realloc":
-                stack.append(base_object(v.args[0]))
-            elif getattr(v, "opcode", None) in ("phi", "select"):
-                stack += [base_object(op) for op in v.operands if isinstance(op.type, T.PointerType)]
-            else:
-                return False
-            stack += [u.user for u in getattr(v, "uses", []) if getattr(u.user, "opcode", None) in ("phi", "select")
-                      or (isinstance(u.user, Call) and u.user.callee_name == "realloc" and u.index == 1)]
-        return True
+        return all(isinstance(v, ConstantNull) or
+                   (isinstance(v, Call) and v.callee_name in ("malloc", "calloc", "realloc")) or
+                   getattr(v, "opcode", None) in ("phi", "select") for v in memory_web(call))
 
     def float_of_width(self, p: Value, access: T.Type):
         """The floating-point type an integer access through ``p`` may really be moving (optimizers copy a
@@ -188,6 +158,29 @@ class MemoryTypes:
         if kinds and all(isinstance(k, T.IntType) for k in kinds):
             return kinds.pop()
         return None
+
+
+def memory_web(p: Value):
+    """Every object ``p``'s memory flows through or from: phis, selects and reallocs of it, both ways (a buffer
+    reallocated in a loop is one phi of several allocations); each once, starting with ``p``'s base object."""
+    def forwards(v) -> bool:
+        return getattr(v, "opcode", None) in ("phi", "select") or \
+            (isinstance(v, Call) and v.callee_name == "realloc")
+
+    seen, stack = set(), [base_object(p)]
+    while stack:
+        v = stack.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        yield v
+        stack += [u.user for u in getattr(v, "uses", []) if forwards(u.user)
+                  and (not isinstance(u.user, Call) or u.index == 1)]
+        if isinstance(v, Call):
+            if v.callee_name == "realloc":
+                stack.append(base_object(v.args[0]))
+        elif forwards(v):
+            stack += [base_object(op) for op in v.operands if isinstance(op.type, T.PointerType)]
 
 
 def _is_bit_copy(load: Load) -> bool:
