@@ -73,22 +73,25 @@ class CacheUtility:
                      InsertValue, InsertElement, Freeze)
     _MAX_RECOMPUTE_DEPTH = 6
 
-    def _free(self, v: Value, block: BasicBlock, b: IRBuilder, depth: int) -> Value | None:
+    def _free(self, v: Value, block: BasicBlock, b: IRBuilder | None, depth: int) -> Value | None:
         """``v`` in the reverse sweep without any cache, or None: constants and arguments; values of blocks that
         always run outside loops; loop induction variables (from the reverse iteration counter); cheap
-        instructions and loads from never-written memory whose operands are themselves free."""
+        instructions and loads from never-written memory whose operands are themselves free. With ``b`` None,
+        only asks: emits nothing and returns ``v`` or None."""
         if not isinstance(v, Instruction):
             return v
         if id(v.parent) in self.always:
             return v
-        key = (id(v), id(b.block))
-        memo = self._recomputed.get(key)
+        key = (id(v), id(b.block) if b is not None else None)
+        memo = self._recomputed.get(key) if b is not None else None
         if memo is not None:
             return memo
         out = None
         iv = self.induction.get(id(v))
         if iv is not None:
             loop, init, step = iv
+            if loop.contains(block) and depth < self._MAX_RECOMPUTE_DEPTH and b is None:
+                return v
             if loop.contains(block) and depth < self._MAX_RECOMPUTE_DEPTH:
                 # init and step are defined outside the loop: caching them (once per loop entry) is cheaper
                 # than caching the induction variable every iteration
@@ -107,10 +110,13 @@ class CacheUtility:
                     return None
                 fo = self._free(op, block, b, depth + 1)
                 if fo is None and loop is not None and isinstance(op, Instruction) and not loop.contains(op.parent):
-                    fo = self._primal(op, block, b, depth + 1)  # loop-invariant: cached outside the loop
+                    # loop-invariant: cached outside the loop
+                    fo = op if b is None else self._primal(op, block, b, depth + 1)
                 if fo is None:
                     return None
                 ops.append(fo)
+            if b is None:
+                return v
             c = v.clone()
             for i, op in enumerate(ops):
                 c.set_operand(i, op)
@@ -121,13 +127,20 @@ class CacheUtility:
 
     #: intrinsics as cheap as arithmetic (recomputed like it)
     _CHEAP_INTRINSICS = ("llvm.fmuladd.", "llvm.fma.", "llvm.fabs.", "llvm.copysign.", "llvm.minnum.",
-                         "llvm.maxnum.", "llvm.minimum.", "llvm.maximum.")
+                         "llvm.maxnum.", "llvm.minimum.", "llvm.maximum.",
+                         "llvm.smax.", "llvm.smin.", "llvm.umax.", "llvm.umin.", "llvm.abs.")
+    #: one instruction, but slower than arithmetic: recomputed only from values that are cached anyway
+    #: (:meth:`_uncache_recomputable`); recomputing libm's ``sqrt`` at most sets errno again, as the primal did
+    _CHEAP_FROM_CACHES = ("llvm.sqrt.", "sqrt", "sqrtf")
 
-    def _cheap(self, v: Value) -> bool:
+    def _cheap(self, v: Value, from_caches: bool = False) -> bool:
         if isinstance(v, self._RECOMPUTABLE):
             return True
-        return isinstance(v, Call) and not isinstance(v, Invoke) and \
-            (v.callee_name or "").startswith(self._CHEAP_INTRINSICS)
+        if not isinstance(v, Call) or isinstance(v, Invoke):
+            return False
+        name = v.callee_name or ""
+        return name.startswith(self._CHEAP_INTRINSICS) or \
+            (from_caches and (name.startswith(self._CHEAP_FROM_CACHES[0]) or name in self._CHEAP_FROM_CACHES[1:]))
 
     def _outer(self, v: Value, block: BasicBlock, b: IRBuilder, depth: int) -> Value:
         """A value defined outside the current loop: free, or cached at its own (outer) level."""
@@ -219,13 +232,23 @@ class CacheUtility:
                 return not isinstance(v, BasicBlock)
             if id(v) in self.cached and id(v) not in eligible:
                 return True
-            if depth > self._MAX_RECOMPUTE_DEPTH or not self._cheap(v) or id(v) in self.induction:
+            if depth > self._MAX_RECOMPUTE_DEPTH or not self._cheap(v, True) or id(v) in self.induction:
                 return False
             return all(from_caches(op, depth + 1) for op in v.operands)
 
-        for c in sorted(self.cached.values(), key=lambda c: position.get(id(c.value), -1)):
+        ordered = sorted(self.cached.values(), key=lambda c: position.get(id(c.value), -1))
+        for c in ordered:
             v = c.value
             if id(v) in position and self._cheap(v) and all(from_caches(op, 1) for op in v.operands):
+                eligible.add(id(v))
+        # then the slower ones (sqrt), unless a value that stays cached uses one: recomputing it would then
+        # take the place of a cheaper value's recomputation
+        kept_operands = {id(op) for c in self.cached.values() if id(c.value) not in eligible
+                         for op in c.value.operands}
+        for c in ordered:
+            v = c.value
+            if id(v) in position and id(v) not in eligible and id(v) not in kept_operands and \
+                    self._cheap(v, True) and all(from_caches(op, 1) for op in v.operands):
                 eligible.add(id(v))
 
         def rebuild(v: Value, b: IRBuilder, block: BasicBlock, memo: dict) -> Value:
@@ -301,16 +324,17 @@ class CacheUtility:
                 for L in ended:
                     for c in push_sets.get(id(L.header), []):
                         items.append(("slot", c.value.type, c.slot))
-                    if not L.contains(block):  # leaving L: its iteration count starts the reverse count
+                    if not L.contains(block) and id(L.header) not in self.recounted_loops:
+                        # leaving L: its iteration count starts the reverse count
                         items.append(("counter", T.i64, L))
-                if not items and len(group) == 1:
+                if not items and (len(group) == 1 or id(block) in self.recomputed_branches):
                     continue
                 fwd = self._split_edge(pred, block)
                 fb = IRBuilder.before(fwd.terminator)
                 values = [fb.load(t, where) if kind == "slot" else self.counter[id(where.header)]
                           for kind, t, where in items]
                 types = [t for _, t, _ in items]
-                if len(group) > 1:
+                if len(group) > 1 and id(block) not in self.recomputed_branches:
                     values.append(ConstantInt(T.i32, [id(x) for x in group].index(id(pred))))
                     types.append(T.i32)
                 self.tape.push_values(fb, values, types)

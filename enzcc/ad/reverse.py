@@ -39,7 +39,7 @@ from enzcc.ir import types as T
 from enzcc.ir.block import BasicBlock
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.cfg import DominatorTree, LoopInfo, reverse_post_order
-from enzcc.ir.instructions import BinaryOp, Instruction, Phi
+from enzcc.ir.instructions import BinaryOp, CondBr, ICmp, Instruction, Phi
 from enzcc.ir.values import ConstantInt, Value
 from enzcc.ad.adjoint import INACTIVE_CALLS, AdjointGenerator
 from enzcc.ad.cache import CacheUtility, _Cached
@@ -93,6 +93,10 @@ class ReverseMode(AdjointGenerator, CacheUtility):
         self.arg_shadows = self.lane_arg_shadows[0]
         self.adjoint_slots: dict[int, Instruction] = self.lane_slots[0]
         self.cached: dict[int, _Cached] = {}
+        self.recounted_loops: set[int] = set()
+        """Loop headers whose iteration count the reverse sweep computes (none pushed on the tape)."""
+        self.recomputed_branches: set[int] = set()
+        """Blocks whose reverse branches on a recomputed condition (no predecessor index on the tape)."""
         self._recomputed: dict[tuple, Value] = {}
         """(value, reverse block) -> the value recomputed there (reused within the block)."""
         self._keep: list[Value] = []
@@ -208,6 +212,80 @@ class ReverseMode(AdjointGenerator, CacheUtility):
                         self.induction[id(hp)] = (loop,) + iv
                         self._keep.append(hp)
 
+    #: predicate p' with (a p b) == (b p' a), and the negated predicate
+    _SWAPPED = {"eq": "eq", "ne": "ne", "slt": "sgt", "sgt": "slt", "ult": "ugt", "ugt": "ult",
+                "sle": "sge", "sge": "sle", "ule": "uge", "uge": "ule"}
+    _NEGATED = {"eq": "ne", "ne": "eq", "slt": "sge", "sge": "slt", "sgt": "sle", "sle": "sgt",
+                "ult": "uge", "uge": "ult", "ugt": "ule", "ule": "ugt"}
+
+    def _edge_dominates(self, d: BasicBlock, s: BasicBlock, p: BasicBlock) -> bool:
+        """Every path to ``p`` takes the edge ``d -> s``: ``s`` dominates ``p`` and is entered only from ``d``
+        or from blocks it dominates itself (its loop's back edges)."""
+        return self.dt.dominates(s, p) and \
+            all(q is d or self.dt.dominates(s, q) for q in self.orig_preds[id(s)])
+
+    def _recount_loop(self, loop, latch: BasicBlock, exit_block: BasicBlock, edge: BasicBlock) -> None:
+        """When ``loop`` leaves only by its latch's test of an induction variable (step 1 or -1) against a
+        bound that the reverse sweep can recompute, the reverse edge block ``edge`` computes the last
+        iteration's number from the bound instead of popping the iteration count the forward sweep would push
+        (Enzyme's loop limits computed at loop entry)."""
+        exits = [(p, x) for x in self.blocks if not loop.contains(x)
+                 for p in self.orig_preds[id(x)] if loop.contains(p)]
+        term = latch.terminator
+        if len(exits) != 1 or loop.latches != [latch] or not isinstance(term, CondBr) or \
+                not isinstance(term.condition, ICmp):
+            return
+        cmp = term.condition
+        pred, lhs, rhs = cmp.predicate, cmp.lhs, cmp.rhs
+        found = self._counted_operand(loop, lhs)
+        if found is None:
+            found, pred, lhs, rhs = self._counted_operand(loop, rhs), self._SWAPPED[pred], rhs, lhs
+        if found is None:
+            return
+        init, step, offset = found
+        if not loop.contains(term.true_dest):  # the test says when to leave: negate it
+            pred = self._NEGATED[pred]
+        up = step.signed_value == 1
+        if not ((pred == "ne" and step.signed_value in (1, -1)) or (pred in ("slt", "ult") and up) or
+                (pred in ("sgt", "ugt") and step.signed_value == -1)):
+            return
+        if (isinstance(rhs, Instruction) and loop.contains(rhs.parent)) or \
+                not self._invariant(init, exit_block) or not self._invariant(rhs, exit_block):
+            return
+        b = IRBuilder.before(edge.terminator)
+        ty = lhs.type
+        first = self._outer(init, exit_block, b, 0)  # the tested value in iteration 0
+        if offset:
+            first = b.add(first, step)
+        bound = self._outer(rhs, exit_block, b, 0)
+        last = b.sub(bound, first) if up else b.sub(first, bound)
+        last = last if ty == T.i64 else b.zext(last, T.i64)
+        if pred != "ne":  # a loop entered past its bound runs once (its test is at the end)
+            last = b.select(b.icmp(pred, first, bound), last, ConstantInt(T.i64, 0))
+        b.store(last, self.rev_counter[id(loop.header)])
+        self.recounted_loops.add(id(loop.header))
+
+    def _invariant(self, v: Value, block: BasicBlock) -> bool:
+        """``v`` is free in the reverse of ``block``, or defined outside the loop that holds ``block``: caching
+        it once per iteration of its own loop costs less than a tape record in every iteration of that one."""
+        if self._free(v, block, None, 0) is not None:
+            return True
+        loop = self.loops.loop_for(block)
+        return isinstance(v, Instruction) and loop is not None and not loop.contains(v.parent)
+
+    def _counted_operand(self, loop, v: Value):
+        """(init, constant step, 0 or 1) when ``v`` is an induction variable of ``loop`` (0) or its value
+        for the next iteration (1)."""
+        for phi in loop.header.phis():
+            iv = self.induction.get(id(phi))
+            if iv is None or iv[0] is not loop or not isinstance(iv[2], ConstantInt):
+                continue
+            if v is phi:
+                return iv[1], iv[2], 0
+            if v is phi.incoming_value_for(loop.latches[0]):  # phi + step (see _affine)
+                return iv[1], iv[2], 1
+        return None
+
     def _affine(self, phi: Phi, loop, preds):
         """(init, step) when ``phi`` is ``init`` on entry and ``phi + step`` on every back edge."""
         init = step = None
@@ -254,6 +332,10 @@ class ReverseMode(AdjointGenerator, CacheUtility):
             b.br(self.exit_block)
             return
         targets = {id(p): self._edge_block(p, block, phi_adjoints) for p in preds}
+        for p in preds:
+            ended = self._loops_ended(p, block)
+            if len(ended) == 1 and not ended[0].contains(block):
+                self._recount_loop(ended[0], p, block, targets[id(p)])
         loop = self.loops.loop_for(block)
         if loop is not None and loop.header is block:
             # the reverse of a loop header: more iterations to undo, or back out of the loop
@@ -270,7 +352,39 @@ class ReverseMode(AdjointGenerator, CacheUtility):
             self._dispatch(bb, [targets[id(p)] for p in latches])
             self._dispatch(IRBuilder.at_end(out_b), [targets[id(p)] for p in outside])
         else:
-            self._dispatch(b, [targets[id(p)] for p in preds])
+            branch = self._recomputable_branch(block, preds)
+            if branch is not None:
+                cond, on_true, on_false = branch
+                b.cond_br(self._outer(cond, block, b, 0), targets[id(on_true)], targets[id(on_false)])
+                self.recomputed_branches.add(id(block))
+            else:
+                self._dispatch(b, [targets[id(p)] for p in preds])
+
+    def _recomputable_branch(self, block: BasicBlock, preds: list[BasicBlock]):
+        """(condition, predecessor on true, predecessor on false) when which of ``block``'s two predecessors
+        ran is decided by the conditional branch of its immediate dominator in the same loop iteration, and
+        that condition can be recomputed in the reverse sweep (from induction variables, arguments...) or
+        cached outside the loop: then
+        the reverse sweep branches on it instead of reading the predecessor's index from the tape."""
+        if len(preds) != 2:
+            return None
+        d = self.dt.idom(block)
+        term = d.terminator if d is not None else None
+        if not isinstance(term, CondBr) or term.true_dest is term.false_dest or \
+                self.loops.loop_for(d) is not self.loops.loop_for(block):
+            return None
+        sides = []
+        for p in preds:
+            if p is d:
+                side = [s is block for s in term.successors]
+            else:  # p is reached only through one edge out of d
+                side = [s is not block and self._edge_dominates(d, s, p) for s in term.successors]
+            if side.count(True) != 1:
+                return None
+            sides.append(side.index(True))
+        if sorted(sides) != [0, 1] or not self._invariant(term.condition, block):
+            return None
+        return term.condition, preds[sides.index(0)], preds[sides.index(1)]
 
     def _dispatch(self, b: IRBuilder, targets: list[BasicBlock]) -> None:
         """Branch to the one target, or to the one whose index the forward sweep recorded."""
