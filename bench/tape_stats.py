@@ -71,9 +71,11 @@ def build(name: str, mode: str, build_dir: Path) -> Path:
     counter = build_dir / "tape_counter.c"
     counter.write_text(COUNTER_C)
     exe = build_dir / f"{name}_{mode.replace('-', '_')}_tape"
+    source, extra = gen.VARIANTS.get(name, (name, []))  # a variant: another program's source with flags
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
-        rc = enzcc_main(["-O2", f"--ad-mode={mode}", str(HERE / f"{name}.c"), str(counter), "-lm", "-o", str(exe)])
+        rc = enzcc_main(["-O2", f"--ad-mode={mode}", str(HERE / f"{source}.c"), str(counter), *extra, "-lm",
+                         "-o", str(exe)])
     if rc != 0:
         raise SystemExit(f"{name} ({mode}): enzcc failed:\n{err.getvalue()}")
     return exe
