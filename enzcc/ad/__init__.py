@@ -85,6 +85,10 @@ def _differentiate_text(text: str, target_machine, inline: str) -> tuple[str, in
     text = _simplify(str(module), list(prep_names.values()), target_machine)
     module = parse_module(text)
     module.enzcc_inline = inline
+    # tape buffers pass from one call to the next, unless this round's derivatives are differentiated again
+    # (nested AD follows the tape's memory) or the code runs on a GPU
+    module.enzcc_reuse_tape = len(calls) == len(every) and \
+        not (module.triple or "").startswith(("nvptx", "amdgcn", "spir"))
     count = differentiate_module(module, prep_names)
     for name in prep_names.values():
         del module.functions[name]

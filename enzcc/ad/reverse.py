@@ -144,6 +144,7 @@ class ReverseMode(AdjointGenerator, CacheUtility):
             self._reverse_block(b)
         self._emit_exit()
         self._emit_caches()
+        self.tape.finish()
         promote_single_block_slots(G, [s for slots in self.lane_slots for s in slots.values()])
         if not self.split:
             spill_crossing_values(G, self.blocks, [b for b in self.blocks if self.loops.loop_for(b) is None],

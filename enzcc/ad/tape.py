@@ -1,5 +1,11 @@
 """The tape: a growable LIFO byte buffer private to one derivative call, plus small runtime helpers
-emitted into the module once (as internal functions the optimizer inlines)."""
+emitted into the module once (as internal functions the optimizer inlines).
+
+When the module's derivatives are not differentiated again and it runs on a CPU
+(``module.enzcc_reuse_tape``), a finished call hands its buffer to the next one instead of freeing it
+(:data:`SPARE`, one buffer per module, taken and given back with an atomic exchange, kept only up to
+:data:`KEEP_LIMIT` bytes): repeated gradient calls then neither grow a new buffer nor fault its pages in again.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,10 @@ from enzcc.ir.values import ConstantInt, ConstantNull, Value
 
 STATE = T.StructType((T.ptr, T.i64, T.i64))  # buffer, used bytes, capacity
 SLOT = 8
+SPARE = "__enzcc_tape_spare"
+"""Internal global: a finished call's buffer (its capacity in its first 8 bytes), or null."""
+KEEP_LIMIT = 64 << 20
+"""Buffers larger than this are freed, not kept."""
 
 
 def _slot_size(module, ty: T.Type) -> int:
@@ -25,9 +35,10 @@ class Tape:
         self.state = b.alloca(STATE, in_entry=True)
         first = next(i for i in fn.entry_block.instructions if i.opcode != "alloca")
         fb = IRBuilder.before(first)
-        fb.store(ConstantNull(T.ptr), fb.struct_gep(STATE, self.state, 0))
-        fb.store(ConstantInt(T.i64, 0), fb.struct_gep(STATE, self.state, 1))
-        fb.store(ConstantInt(T.i64, 0), fb.struct_gep(STATE, self.state, 2))
+        self._init = _empty(fb, self.state)
+        self._frees: list = []
+        self.used = False
+        """Some record is pushed: see :meth:`finish`."""
 
     # -- runtime helpers (defined once per module) -------------------------------------------------
 
@@ -123,6 +134,7 @@ class Tape:
             offsets.append(total)
             total += _slot_size(self.module, t)
         p = b.call(self.reserve_fn(), [self.state, ConstantInt(T.i64, total)])
+        self.used = True
         for v, off in zip(values, offsets):
             q = b.gep(T.i8, p, [ConstantInt(T.i64, off)]) if off else p
             b.store(v, q, align=SLOT)
@@ -145,4 +157,79 @@ class Tape:
 
     def free(self, b: IRBuilder) -> None:
         buf = b.load(T.ptr, b.struct_gep(STATE, self.state, 0))
-        b.call(self._libc("free", T.FunctionType(T.void, (T.ptr,))), [buf])
+        self._frees.append(b.call(self._libc("free", T.FunctionType(T.void, (T.ptr,))), [buf]))
+
+    def finish(self) -> None:
+        """Once every record is pushed: a tape in use takes the buffer a finished call left (:data:`SPARE`)
+        and leaves its own to the next call, where the module allows it (``module.enzcc_reuse_tape``)."""
+        if not (self.used and getattr(self.module, "enzcc_reuse_tape", False)):
+            return
+        IRBuilder.before(self._init[0]).call(self._take_fn(), [self.state])
+        for inst in reversed(self._init):
+            if inst is not self.state and not inst.uses:
+                inst.erase()
+        for call in self._frees:
+            load = call.args[0]
+            IRBuilder.before(call).call(self._release_fn(), [self.state])
+            call.erase()
+            if not load.uses:
+                load.erase()
+
+    def _spare(self):
+        if SPARE not in self.module.globals:
+            self.module.add_global(SPARE, T.ptr, ConstantNull(T.ptr), align=8)
+        return self.module.global_ref(SPARE)
+
+    def _take_fn(self) -> Function:
+        """``take(state)``: the state starts on the spare buffer if there is one, else empty."""
+        def body(fn):
+            (s,) = fn.args
+            entry, got, empty = fn.append_block("entry"), fn.append_block("got"), fn.append_block("empty")
+            b = IRBuilder.at_end(entry)
+            p = b.atomic_rmw("xchg", self._spare(), ConstantNull(T.ptr), "acq_rel", align=8)
+            b.cond_br(b.icmp("eq", p, ConstantNull(T.ptr)), empty, got)
+            g = IRBuilder.at_end(got)
+            cap = g.load(T.i64, p)
+            g.store(p, g.struct_gep(STATE, s, 0))
+            g.store(ConstantInt(T.i64, 0), g.struct_gep(STATE, s, 1))
+            g.store(cap, g.struct_gep(STATE, s, 2))
+            g.ret_void()
+            e = IRBuilder.at_end(empty)
+            _empty(e, s)
+            e.ret_void()
+        return self._helper("__enzcc_tape_take", T.FunctionType(T.void, (T.ptr,)), body)
+
+    def _release_fn(self) -> Function:
+        """``release(state)``: the buffer becomes the spare (a spare left meanwhile is freed), or is freed
+        when it is larger than :data:`KEEP_LIMIT`."""
+        def body(fn):
+            (s,) = fn.args
+            free = self._libc("free", T.FunctionType(T.void, (T.ptr,)))
+            entry, keep, drop = fn.append_block("entry"), fn.append_block("keep"), fn.append_block("drop")
+            freeold, done = fn.append_block("free_old"), fn.append_block("done")
+            b = IRBuilder.at_end(entry)
+            buf = b.load(T.ptr, b.struct_gep(STATE, s, 0))
+            cap = b.load(T.i64, b.struct_gep(STATE, s, 2))
+            small = b.icmp("ule", cap, ConstantInt(T.i64, KEEP_LIMIT))
+            b.cond_br(b.and_(small, b.icmp("ne", buf, ConstantNull(T.ptr))), keep, drop)
+            k = IRBuilder.at_end(keep)
+            k.store(cap, buf)
+            old = k.atomic_rmw("xchg", self._spare(), buf, "acq_rel", align=8)
+            k.cond_br(k.icmp("eq", old, ConstantNull(T.ptr)), done, freeold)
+            f = IRBuilder.at_end(freeold)
+            f.call(free, [old])
+            f.br(done)
+            d = IRBuilder.at_end(drop)
+            d.call(free, [buf])
+            d.br(done)
+            IRBuilder.at_end(done).ret_void()
+        return self._helper("__enzcc_tape_release", T.FunctionType(T.void, (T.ptr,)), body)
+
+
+def _empty(b: IRBuilder, state: Value) -> list:
+    """Store an empty state; returns the instructions."""
+    out = []
+    for field, value in enumerate((ConstantNull(T.ptr), ConstantInt(T.i64, 0), ConstantInt(T.i64, 0))):
+        gep = b.struct_gep(STATE, state, field)
+        out += [gep, b.store(value, gep)]
+    return out
