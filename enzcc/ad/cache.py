@@ -90,9 +90,9 @@ class CacheUtility:
         iv = self.induction.get(id(v))
         if iv is not None:
             loop, init, step = iv
-            if loop.contains(block) and depth < self._MAX_RECOMPUTE_DEPTH and b is None:
-                return v
             if loop.contains(block) and depth < self._MAX_RECOMPUTE_DEPTH:
+                if b is None:
+                    return v
                 # init and step are defined outside the loop: caching them (once per loop entry) is cheaper
                 # than caching the induction variable every iteration
                 init_v = self._outer(init, block, b, depth)
@@ -129,18 +129,12 @@ class CacheUtility:
     _CHEAP_INTRINSICS = ("llvm.fmuladd.", "llvm.fma.", "llvm.fabs.", "llvm.copysign.", "llvm.minnum.",
                          "llvm.maxnum.", "llvm.minimum.", "llvm.maximum.",
                          "llvm.smax.", "llvm.smin.", "llvm.umax.", "llvm.umin.", "llvm.abs.")
-    #: one instruction, but slower than arithmetic: recomputed only from values that are cached anyway
-    #: (:meth:`_uncache_recomputable`); recomputing libm's ``sqrt`` at most sets errno again, as the primal did
-    _CHEAP_FROM_CACHES = ("llvm.sqrt.", "sqrt", "sqrtf")
 
-    def _cheap(self, v: Value, from_caches: bool = False) -> bool:
+    def _cheap(self, v: Value) -> bool:
         if isinstance(v, self._RECOMPUTABLE):
             return True
-        if not isinstance(v, Call) or isinstance(v, Invoke):
-            return False
-        name = v.callee_name or ""
-        return name.startswith(self._CHEAP_INTRINSICS) or \
-            (from_caches and (name.startswith(self._CHEAP_FROM_CACHES[0]) or name in self._CHEAP_FROM_CACHES[1:]))
+        return isinstance(v, Call) and not isinstance(v, Invoke) and \
+            (v.callee_name or "").startswith(self._CHEAP_INTRINSICS)
 
     def _outer(self, v: Value, block: BasicBlock, b: IRBuilder, depth: int) -> Value:
         """A value defined outside the current loop: free, or cached at its own (outer) level."""
@@ -232,23 +226,13 @@ class CacheUtility:
                 return not isinstance(v, BasicBlock)
             if id(v) in self.cached and id(v) not in eligible:
                 return True
-            if depth > self._MAX_RECOMPUTE_DEPTH or not self._cheap(v, True) or id(v) in self.induction:
+            if depth > self._MAX_RECOMPUTE_DEPTH or not self._cheap(v) or id(v) in self.induction:
                 return False
             return all(from_caches(op, depth + 1) for op in v.operands)
 
-        ordered = sorted(self.cached.values(), key=lambda c: position.get(id(c.value), -1))
-        for c in ordered:
+        for c in sorted(self.cached.values(), key=lambda c: position.get(id(c.value), -1)):
             v = c.value
             if id(v) in position and self._cheap(v) and all(from_caches(op, 1) for op in v.operands):
-                eligible.add(id(v))
-        # then the slower ones (sqrt), unless a value that stays cached uses one: recomputing it would then
-        # take the place of a cheaper value's recomputation
-        kept_operands = {id(op) for c in self.cached.values() if id(c.value) not in eligible
-                         for op in c.value.operands}
-        for c in ordered:
-            v = c.value
-            if id(v) in position and id(v) not in eligible and id(v) not in kept_operands and \
-                    self._cheap(v, True) and all(from_caches(op, 1) for op in v.operands):
                 eligible.add(id(v))
 
         def rebuild(v: Value, b: IRBuilder, block: BasicBlock, memo: dict) -> Value:
