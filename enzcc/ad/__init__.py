@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import gc
 
-from enzcc.ad.api import mode_of, parse_call, resolve_function
+from enzcc.ad.api import marker_symbol, mode_of, parse_call, resolve_function
 from enzcc.ad.batch import BATCH, replace_batch
 from enzcc.ad.errors import ADError, ad_error
 from enzcc.ad.globals import used_globals, zero_shadows
@@ -280,7 +280,7 @@ def _deliver(dc, b: IRBuilder, value, what: str) -> None:
 
 
 def _erase_call(call) -> None:
-    markers = [a for a in call.args if isinstance(a, Load) and isinstance(a.pointer, GlobalRef)]
+    markers = [a for a in call.args if isinstance(a, Load) and marker_symbol(a) is not None]
     call.erase()
     for m in markers:  # loads of enzyme_dup & co. are dead now; they must not leave undefined symbols
         if not m.has_uses():
@@ -338,11 +338,7 @@ def _replace_call(dc, G) -> None:
                        f"'{dc.fn.name}' gives {n} derivative(s) of type {rt}", call)
     if value is not None:
         call.replace_all_uses_with(value)
-    markers = [a for a in call.args if isinstance(a, Load) and isinstance(a.pointer, GlobalRef)]
-    call.erase()
-    for m in markers:  # loads of enzyme_dup & co. are dead now; they must not leave undefined symbols
-        if not m.has_uses():
-            m.erase()
+    _erase_call(call)
 
 
 def _lane_shadows(b: IRBuilder, spec, width: int) -> list:

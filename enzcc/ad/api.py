@@ -66,24 +66,27 @@ def is_float(ty: T.Type) -> bool:
     return isinstance(ty, T.FloatType) or (isinstance(ty, T.VectorType) and isinstance(ty.element, T.FloatType))
 
 
-def marker_of(value: Value) -> str | None:
-    """``enzyme_dup`` etc. if ``value`` is a load of a marker global."""
+def marker_symbol(value: Value) -> str | None:
+    """The ``enzyme_*`` global an argument passes: its value (``enzyme_dup``, a load) or, as Enzyme also
+    accepts, its address (``&enzyme_dup``)."""
     if isinstance(value, Load) and isinstance(value.pointer, GlobalRef):
-        name = value.pointer.symbol
-        for m in MARKERS:
-            if name == m:
-                return m[len("enzyme_"):]
-    return None
+        value = value.pointer
+    elif not isinstance(value, GlobalRef):
+        return None
+    return value.symbol if value.symbol.startswith("enzyme_") else None
+
+
+def marker_of(value: Value) -> str | None:
+    """``dup`` etc. if ``value`` passes a marker global (:func:`marker_symbol`)."""
+    name = marker_symbol(value)
+    return name[len("enzyme_"):] if name in MARKERS else None
 
 
 def _unknown_marker(value: Value) -> str | None:
-    """The name of an ``enzyme_*`` global loaded as an argument that is not one of :data:`MARKERS`
+    """The name of an ``enzyme_*`` global passed as an argument that is not one of :data:`MARKERS`
     (``enzyme_width``, ``enzyme_tape``...: Enzyme features enzcc does not implement)."""
-    if isinstance(value, Load) and isinstance(value.pointer, GlobalRef):
-        name = value.pointer.symbol
-        if name.startswith("enzyme_") and name not in MARKERS:
-            return name
-    return None
+    name = marker_symbol(value)
+    return name if name is not None and name not in MARKERS else None
 
 
 @dataclass
@@ -275,7 +278,7 @@ def _call_markers(rest: list, mode: str, call, callee: str) -> dict:
     i = 0
     while i < len(rest):
         v = rest[i]
-        name = v.pointer.symbol if isinstance(v, Load) and isinstance(v.pointer, GlobalRef) else None
+        name = marker_symbol(v)
         if name not in CALL_MARKERS:
             i += 1
             continue

@@ -7,20 +7,15 @@ returned through a hidden pointer). The lanes are the calls ``f(args of lane k)`
 
 from __future__ import annotations
 
-from enzcc.ad.api import resolve_function
+from enzcc.ad.api import marker_symbol, resolve_function
 from enzcc.ad.errors import ad_error
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
-from enzcc.ir.instructions import Load
 from enzcc.ir.values import ConstantInt, GlobalRef
 
 BATCH = "__enzyme_batch"
 
 
-def _marker(v) -> str | None:
-    if isinstance(v, Load) and isinstance(v.pointer, GlobalRef) and v.pointer.symbol.startswith("enzyme_"):
-        return v.pointer.symbol
-    return None
 
 
 def replace_batch(call, module) -> None:
@@ -35,21 +30,21 @@ def replace_batch(call, module) -> None:
         raise ad_error(f"the first argument of {name} must be a function known at compile time", call)
     fn = module.functions[target.symbol]
     rest = args[1:]
-    if len(rest) < 2 or _marker(rest[0]) != "enzyme_width" or not isinstance(rest[1], ConstantInt) or \
+    if len(rest) < 2 or marker_symbol(rest[0]) != "enzyme_width" or not isinstance(rest[1], ConstantInt) or \
             rest[1].value < 1:
         raise ad_error(f"{name} needs enzyme_width, N (a constant) after the function", call)
     width, rest = rest[1].value, rest[2:]
     lanes: list[list] = [[] for _ in range(width)]
     pos = 0
     for param in fn.args:
-        m = _marker(rest[pos]) if pos < len(rest) else None
+        m = marker_symbol(rest[pos]) if pos < len(rest) else None
         if m in ("enzyme_scalar", "enzyme_vector"):
             pos += 1
         elif m is not None:
             raise ad_error(f"{m} is not supported with {name} (known: enzyme_scalar, enzyme_vector)", call)
         count = 1 if m == "enzyme_scalar" else width
         values = rest[pos:pos + count]
-        if len(values) < count or any(_marker(v) for v in values):
+        if len(values) < count or any(marker_symbol(v) for v in values):
             raise ad_error(f"too few arguments to {name} for '{fn.name}': parameter {param.index + 1} needs "
                            f"{count} value(s)", call)
         pos += count
@@ -79,7 +74,7 @@ def replace_batch(call, module) -> None:
         for k, r in enumerate(results):
             b.store(r, b.gep(fn.return_type, slot, [ConstantInt(T.i64, k)]))
         call.replace_all_uses_with(b.load(want, slot))
-    markers = [a for a in call.args if _marker(a)]
+    markers = [a for a in call.args if marker_symbol(a)]
     call.erase()
     for m in markers:
         if not m.has_uses():

@@ -86,6 +86,25 @@ def test_unimplemented_registrations_are_errors(enzcc, opt):
              "@__enzyme_made_up is not an Enzyme global enzcc knows", opt)
 
 
+BY_ADDRESS = r"""
+double f(double *x, double s, int n) { double r = 0; for (int i = 0; i < n; i++) r += x[i] * x[i] * s; return r; }
+int main(void) {
+  double x[3] = {1, 2, 3}, dx[3] = {0}, tx[3] = {1, 0, 0};
+  report("ds", __enzyme_autodiff((void *)f, &enzyme_dup, x, dx, &enzyme_out, 2.0, &enzyme_const, 3));
+  report("dx1", dx[1]);
+  report("fwd", __enzyme_fwddiff((void *)f, &enzyme_dup, x, tx, &enzyme_const, 2.0, &enzyme_const, 3));
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O2"])
+def test_markers_passed_by_address(enzcc, opt):
+    # Enzyme also accepts &enzyme_dup for enzyme_dup
+    v = build_and_run(enzcc, BY_ADDRESS, opt)
+    assert (v["ds"], v["dx1"], v["fwd"]) == (14.0, 8.0, 4.0)
+
+
 def test_unknown_marker_is_an_error(enzcc):
     _refused(enzcc, r"""
 extern int enzyme_dup_return;
