@@ -86,3 +86,29 @@ def test_digamma_matches_python():
     for x, expected in ((1.0, -0.5772156649015329), (0.5, -1.9635100260214235), (2.3, DIGAMMA_X),
                         (10.5, 2.3030010342976857), (-0.5, 0.03648997397857652)):
         assert digamma(x) == pytest.approx(expected, rel=1e-12, abs=1e-13)
+
+
+# At the edges, Enzyme's conventions: fabs's derivative follows the sign bit (-1 at -0.0, as copysign(1, x)),
+# and sqrt's derivative at 0 is 0 (not 0 * inf = NaN), so a guarded sqrt(0) passes a zero tangent through.
+EDGES = r"""
+double absf(double x) { return fabs(x); }
+double root(double x) { return sqrt(x * x * x); }   /* x^1.5: derivative 0 at 0 */
+double nested(double x) { return sqrt(x) * 0.0 + x; }
+int main(void) {
+  report("abs.rev", __enzyme_autodiff((void *)absf, -0.0));
+  report("abs.fwd", __enzyme_fwddiff((void *)absf, -0.0, 1.0));
+  report("abs.pos", __enzyme_fwddiff((void *)absf, 0.0, 1.0));
+  report("root.rev", __enzyme_autodiff((void *)root, 0.0));
+  report("root.fwd", __enzyme_fwddiff((void *)root, 0.0, 1.0));
+  report("nested.fwd", __enzyme_fwddiff((void *)nested, 0.0, 1.0));
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O1", "-O2", "-O3"])
+def test_fabs_at_negative_zero_and_sqrt_at_zero(enzcc, opt):
+    v = build_and_run(enzcc, EDGES, opt)
+    assert (v["abs.rev"], v["abs.fwd"], v["abs.pos"]) == (-1.0, -1.0, 1.0)
+    assert (v["root.rev"], v["root.fwd"]) == (0.0, 0.0)
+    assert v["nested.fwd"] == 1.0  # sqrt(0)'s tangent is 0 here, not NaN
