@@ -3,8 +3,9 @@
 - ``void *__enzyme_inactivefn[] = {(void *)log_msg};``: calls never carry derivatives.
 - ``__attribute__((enzyme_inactive))`` on a function: the same (enzcc's clang frontend turns the attribute into
   ``annotate("enzyme_inactive")``, found in ``@llvm.global.annotations``); on a global variable, or
-  ``void *__enzyme_inactive_global[] = {(void *)&g};``: its memory carries no derivatives; ``enzyme_nofree``:
-  accepted (a promise that the function frees no memory, which enzcc's derivatives do not rely on);
+  ``void *__enzyme_inactive_global[] = {(void *)&g};``: its memory carries no derivatives;
+  ``enzyme_inactive_noblock``: as ``enzyme_inactive``; ``enzyme_nofree``, ``enzyme_notypeanalysis``,
+  ``enzyme_no_escaping_allocation``: accepted (promises and hints enzcc's derivatives do not rely on);
   ``__attribute__((enzyme_function_like("log")))``: as ``__enzyme_function_like`` below.
 - ``void *__enzyme_function_like[2] = {(void *)mylog, (void *)"log"};``: calls are differentiated with the rule
   of the named math function.
@@ -46,8 +47,11 @@ NOT_IMPLEMENTED = (
     ("__enzyme_register_splitderivative", "custom split-mode derivatives (__enzyme_register_splitderivative_*)"),
 )
 
-#: annotations enzcc knows (from Enzyme's function attributes)
-KNOWN_ANNOTATIONS = ("enzyme_inactive", "enzyme_nofree")
+#: annotations enzcc knows (from Enzyme's function attributes): ``enzyme_inactive_noblock`` is
+#: ``enzyme_inactive`` (the call carries no derivative; enzcc never treats a whole block as inactive); the others
+#: are promises or hints enzcc's derivatives do not rely on
+INACTIVE_ANNOTATIONS = ("enzyme_inactive", "enzyme_inactive_noblock")
+KNOWN_ANNOTATIONS = INACTIVE_ANNOTATIONS + ("enzyme_nofree", "enzyme_notypeanalysis", "enzyme_no_escaping_allocation")
 
 _SYMBOL = r'@(?:"((?:[^"\\]|\\.)+)"|([-\w.$]+))'
 
@@ -115,7 +119,7 @@ def read_hints(names: Iterable[str], text_of: Callable[[str], str | None],
             for m in re.finditer(r"\{\s*ptr " + _SYMBOL + r",\s*ptr " + _SYMBOL, text):
                 fn, tag = m.group(1) or m.group(2), m.group(3) or m.group(4)
                 what = _c_string(text_of(tag))
-                if what == "enzyme_inactive":
+                if what in INACTIVE_ANNOTATIONS:
                     if is_function(fn):
                         inactive.add(fn)
                     else:

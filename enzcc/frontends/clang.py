@@ -9,8 +9,10 @@ from enzcc.tools import find_tool, run
 
 
 #: Enzyme's function attributes. clang-22 does not know them and would drop them with a warning; as macros they
-#: become ``annotate`` attributes, which reach the IR in ``@llvm.global.annotations`` (read by enzcc.ad.hints).
-ENZYME_ATTRIBUTES = ("enzyme_inactive", "enzyme_nofree")
+#: become ``annotate`` attributes, which reach the IR in ``@llvm.global.annotations`` (read by enzcc.ad.hints,
+#: which refuses those it does not implement).
+ENZYME_ATTRIBUTES = ("enzyme_inactive", "enzyme_inactive_noblock", "enzyme_nofree", "enzyme_notypeanalysis",
+                     "enzyme_no_escaping_allocation", "enzyme_sparse_accumulate")
 ATTRIBUTE_DEFINES = [f'-D{a}=annotate("{a}")' for a in ENZYME_ATTRIBUTES] + \
     ['-Denzyme_function_like(name)=annotate("enzyme_function_like=" name)']
 

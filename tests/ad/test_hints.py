@@ -25,9 +25,10 @@ int main(void) {
 
 
 @pytest.mark.parametrize("opt", OPTS)
-@pytest.mark.parametrize("hint", ["attribute", "global"])
+@pytest.mark.parametrize("hint", ["attribute", "noblock", "global"])
 def test_inactive_function(enzcc, opt, hint):
-    src = INACTIVE.replace("double h(", "__attribute__((enzyme_inactive)) double h(") if hint == "attribute" \
+    attr = {"attribute": "enzyme_inactive", "noblock": "enzyme_inactive_noblock"}.get(hint)
+    src = INACTIVE.replace("double h(", f"__attribute__(({attr})) double h(") if attr \
         else INACTIVE.replace("HINT", "void *__enzyme_inactivefn[] = {(void *)h};")
     v = build_and_run(enzcc, src.replace("HINT", ""), opt)
     assert (v["rev"], v["fwd"]) == (15.0, 15.0)
@@ -40,11 +41,17 @@ int main(void) { report("rev", __enzyme_autodiff((void *)g, 3.0)); return 0; }
 """
 
 
-def test_nofree_attribute_is_accepted(enzcc):
-    enzcc.write("n.c", PRELUDE + NOFREE)
+@pytest.mark.parametrize("attr", ["enzyme_nofree", "enzyme_notypeanalysis", "enzyme_no_escaping_allocation"])
+def test_promise_attributes_are_accepted(enzcc, attr):
+    enzcc.write("n.c", PRELUDE + NOFREE.replace("enzyme_nofree", attr))
     r = enzcc("-O2", "-Werror", "n.c", "-lm", "-o", "n", check=False)
     assert r.returncode == 0, r.stderr  # no unknown-attribute warning either
     assert enzcc.run("./n").stdout.split() == ["rev", "7"]
+
+
+def test_unimplemented_attribute_is_an_error(enzcc):
+    _refused(enzcc, NOFREE.replace("enzyme_nofree", "enzyme_sparse_accumulate"),
+             "attribute enzyme_sparse_accumulate on 'sq' is not supported by enzcc")
 
 
 # mylog truncates to 6 decimals: its automatic derivative is 0 (fptosi), log's rule gives 1/x
