@@ -9,7 +9,7 @@ from __future__ import annotations
 from enzcc.ad.activity import has_float, is_allocation, is_user_call
 from enzcc.ad.api import CONST, DUP, OUT, is_float
 from enzcc.ad.emit import add_values, emit_partial, splat, times, zero
-from enzcc.ad.errors import ad_error
+from enzcc.ad.errors import ad_error, no_rule_error
 from enzcc.ad import blas, custom, mirror
 from enzcc.ad import complex as complex_
 from enzcc.ad.hints import hints_of, rule_name
@@ -376,8 +376,7 @@ class AdjointGenerator:
             return  # no derivatives flow through this call
         if is_inactive_call(name):
             return
-        what = f"'{name}'" if name else "a function pointer"
-        raise ad_error(f"no derivative rule for call to {what}", inst)
+        raise no_rule_error(inst, name, self.module)
 
     def _reverse_realloc(self, inst: Call, shadow: Value, block: BasicBlock, b: IRBuilder) -> None:
         """The adjoints of the bytes ``realloc`` moved go back to the old shadow (kept alive until here)."""

@@ -14,6 +14,16 @@ class MissingBodyError(ADError):
     """The function to differentiate is defined in another translation unit: AD waits for the link."""
 
 
+def no_rule_error(inst, name: str | None, module) -> ADError:
+    """No derivative rule for the call ``inst`` to ``name``. A function only declared in this module may be
+    defined in another translation unit: a :class:`MissingBodyError`, so AD waits for the link (where the
+    same message is an error if the body is still missing)."""
+    what = f"'{name}'" if name else "a function pointer"
+    fn = module.functions.get(name) if name else None
+    cls = MissingBodyError if fn is not None and fn.is_declaration else ADError
+    return ad_error(f"no derivative rule for call to {what}", inst, cls=cls)
+
+
 def ad_error(message: str, inst=None, fn=None, cls=ADError) -> ADError:
     """An :class:`ADError` for ``message`` about instruction ``inst`` (in function ``fn``)."""
     where = None

@@ -10,7 +10,7 @@ from enzcc.ad.activity import Activity, has_float, is_allocation, is_user_call
 from enzcc.ad.logic import call_kinds, check_call_signature
 from enzcc.ad.api import DUP, DUPNONEED, DiffCall, is_float
 from enzcc.ad.emit import add_values, emit_partial, times, zero
-from enzcc.ad.errors import ad_error
+from enzcc.ad.errors import ad_error, no_rule_error
 from enzcc.ad.memory import memory_types_for
 from enzcc.ad import custom
 from enzcc.ad.hints import hints_of, rule_name
@@ -292,8 +292,7 @@ class ForwardMode:
             return
         if is_inactive_call(name):
             return
-        what = f"'{name}'" if name else "a function pointer"
-        raise ad_error(f"no derivative rule for call to {what}", inst)
+        raise no_rule_error(inst, name, self.module)
 
 
     def _tangent_of_user_call(self, inst: Call) -> None:

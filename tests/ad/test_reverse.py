@@ -272,6 +272,26 @@ int main(void) {
 
 
 @pytest.mark.parametrize("opt", ["-O0", "-O2"])
+def test_differentiated_function_calls_one_from_another_file(enzcc, opt):
+    """`enzcc -c` of a file whose differentiated function calls a function of another file: AD waits for the
+    link, where the callee's body is there; a link without it is the usual one-line error."""
+    enzcc.write("g.c", "double g(double x) { return x * x; }\n")
+    enzcc.write("main.c", __import__("adharness").PRELUDE + r"""
+double g(double);
+double f(double x) { return g(x) * x; }
+int main(void) { report("d", __enzyme_autodiff((void *)f, 3.0)); report("t", __enzyme_fwddiff((void *)f, 3.0, 1.0));
+  return 0; }
+""")
+    enzcc(opt, "-c", "main.c")
+    enzcc(opt, "-c", "g.c")
+    enzcc(opt, "main.o", "g.o", "-o", "prog")
+    assert enzcc.run("./prog").stdout.split() == ["d", "27", "t", "27"]
+    r = enzcc(opt, "main.o", "-o", "alone", check=False)
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+    assert "no derivative rule for call to 'g'" in r.stderr and not (enzcc.cwd / "alone").exists()
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O2"])
 def test_math_call_whose_result_reaches_no_output(enzcc, opt):
     """sin(x) only feeds an integer conversion: it is inactive, so no rule is needed and nothing flows back."""
     src = r"""
