@@ -18,6 +18,8 @@ from enzcc.ir.values import GlobalRef, Value
 
 _TBAA_FLOATS = {"double": T.FloatType("double"), "float": T.FloatType("float"),
                 "long double": T.FloatType("x86_fp80")}
+#: TBAA names of integer types (C and C++; ``omnipotent char`` is any type, so it is not among them)
+_TBAA_INTS = ("bool", "_Bool", "short", "int", "long", "long long", "__int128")
 
 
 def base_object(p: Value) -> Value:
@@ -157,6 +159,8 @@ class MemoryTypes:
             return T.ptr
         if kinds and all(isinstance(k, T.IntType) for k in kinds):
             return kinds.pop()
+        if kinds and all(isinstance(k, (T.PointerType, T.IntType)) for k in kinds):
+            return T.ptr  # a struct of pointers and integers: the pointers' shadows are what matters
         return None
 
 
@@ -230,7 +234,8 @@ def _scalar_kind(ty: T.Type):
 
 
 def _tbaa_struct_kind(call: Call):
-    """From ``!tbaa.struct`` on a memcpy: the single float type all fields have, if any."""
+    """From ``!tbaa.struct`` on a memcpy, which names every field copied: the single float type all fields
+    have; ``T.ptr`` (or an integer type) when the fields are pointers and integers only; else None."""
     ref = call.get_metadata("tbaa.struct")
     module = call.module
     if not ref or module is None:
@@ -241,12 +246,13 @@ def _tbaa_struct_kind(call: Call):
     names = set()
     for tag in re.findall(r"!(\d+)", node):
         names.add(_tbaa_type_name(module, module.metadata.get(int(tag))))
-    if len(names) == 1:
-        name = names.pop()
-        if name in _TBAA_FLOATS:
-            return _TBAA_FLOATS[name]
-        if name == "any pointer" or (name and name.startswith("p1 ")):
-            return T.ptr
+    if len(names) == 1 and next(iter(names)) in _TBAA_FLOATS:
+        return _TBAA_FLOATS[names.pop()]
+    pointers = {n for n in names if n == "any pointer" or (n and n.startswith("p1 "))}
+    if names and all(n in _TBAA_INTS for n in names - pointers):
+        # no float field: the shadow copy made in the forward sweep carries the pointers' shadows, and nothing
+        # accumulates in reverse
+        return T.ptr if pointers else T.i64
     return None
 
 

@@ -39,7 +39,7 @@ from enzcc.ir import types as T
 from enzcc.ir.block import BasicBlock
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.cfg import DominatorTree, LoopInfo, reverse_post_order
-from enzcc.ir.instructions import BinaryOp, CondBr, ICmp, Instruction, Phi
+from enzcc.ir.instructions import BinaryOp, Call, CondBr, ICmp, Instruction, Phi
 from enzcc.ir.values import ConstantInt, Value
 from enzcc.ad.adjoint import INACTIVE_CALLS, AdjointGenerator
 from enzcc.ad.cache import CacheUtility, _Cached
@@ -123,6 +123,7 @@ class ReverseMode(AdjointGenerator, CacheUtility):
             shadows.build(primal)
             self.lane_shadows.append(shadows)
         self._use_lane(0)
+        self._copy_pointer_shadows(primal)
         self.tape = Tape(self.module, G)
         self.written_bases = None if self.split else self._written_bases()
         """Argument and global memory the function writes (:meth:`_written_bases`); None: unknown."""
@@ -151,6 +152,27 @@ class ReverseMode(AdjointGenerator, CacheUtility):
                                   self.exit_block)
         finalize(G)
         return G
+
+    def _copy_pointer_shadows(self, primal) -> None:
+        """A memcpy/memmove of memory that holds pointers (and integers), not floats, copies the shadow memory
+        too in the forward sweep, so the copy's pointer slots hold the shadows of the pointers copied (float
+        memory is not copied forward: its adjoint flows back in the reverse sweep)."""
+        for _, insts in primal:
+            for inst in insts:
+                name = inst.callee_name if isinstance(inst, Call) else None
+                if not (name or "").startswith(("llvm.memcpy", "llvm.memmove")):
+                    continue
+                dest, src = inst.args[0], inst.args[1]
+                if not self.activity.is_active_ptr(dest) or \
+                        not isinstance(self.memtypes.copy_kind(inst), T.PointerType):
+                    continue
+                b = IRBuilder.after(inst)
+                for shadows in self.lane_shadows:
+                    if self.activity.is_active_ptr(src):
+                        b.call(inst.callee, [shadows.of(dest, inst), shadows.of(src, inst), inst.args[2],
+                                             inst.args[3]])
+                    else:
+                        b.memset(shadows.of(dest, inst), 0, inst.args[2])
 
     def _use_lane(self, lane: int) -> None:
         """Vector mode: the shadows and adjoints that follow are lane ``lane``'s."""

@@ -114,3 +114,45 @@ int main(void) { double a[3] = {1, 2, 3}, da[3] = {0};
     assert r.returncode == 1 and r.stderr.strip().count("\n") == 0, r.stderr
     assert "'last' returns ptr and is not inlined (it is recursive" in r.stderr
     assert not (enzcc.cwd / "r").exists()
+
+
+# A divide-and-conquer sum over a window struct (two bounds and a pointer to the data) that each level copies
+# with `*half = *w` (a memcpy of pointers and integers) into a heap block it frees after the recursive calls:
+# the copy's shadow must carry the data's shadow pointer.
+WINDOWS = r"""
+typedef struct { long lo, hi; double *data; } window;
+double wsum(window *w) {
+  if (w->hi - w->lo > 2) {
+    long mid = (w->lo + w->hi) / 2;
+    window *a = malloc(sizeof *a), *b = malloc(sizeof *b);
+    *a = *w; a->hi = mid;
+    *b = *w; b->lo = mid;
+    double s = wsum(a) * 2.0 + wsum(b);
+    free(a); free(b);
+    return s;
+  }
+  double s = 0;
+  for (long i = w->lo; i < w->hi; i++) s += w->data[i] * w->data[i];
+  return s;
+}
+int main(void) {
+  double d[16], dd[16] = {0};
+  for (int i = 0; i < 16; i++) d[i] = 0.25 * i - 1.0;
+  window w = {0, 16, d}, dw = {0, 0, dd};
+  __enzyme_autodiff((void *)wsum, &w, &dw);
+  /* element i is weighted by 2^(number of times it lies in a left half) */
+  for (int i = 0; i < 16; i++) {
+    double weight = 1; long lo = 0, hi = 16;
+    while (hi - lo > 2) { long mid = (lo + hi) / 2; if (i < mid) { weight *= 2; hi = mid; } else lo = mid; }
+    char k[16]; snprintf(k, 16, "ad.%d", i); report(k, dd[i]); snprintf(k, 16, "an.%d", i); report(k, weight * 2 * d[i]);
+  }
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", OPTS)
+def test_struct_copies_of_pointers_through_recursion(enzcc, opt):
+    from adharness import assert_close
+
+    assert_close(build_and_run(enzcc, WINDOWS, opt), "ad.", "an.", rel=1e-14, abs_=0)
