@@ -10,7 +10,8 @@ non-float one followed by its shadow (a pointer's shadow, or the pointer itself 
 derivatives; an integer again). ``f_rev`` then takes the adjoint of the result (for a float result) and, when
 it has one more parameter, the tape. What ``f_aug`` returns is read from its type: the type of ``f``'s
 result: the result; ``{T, T}``: the result and its shadow; another two-element struct: ``{tape, result}``;
-three elements: ``{tape, result, shadow}``; any other type: the tape; void: nothing. ``f_rev`` returns the
+three elements: ``{tape, result, shadow}``; any other type: the tape; void: nothing. When it returns no
+result and the result is used, the forward code calls ``f`` itself for it. ``f_rev`` returns the
 derivatives of ``f``'s float parameters in order (one value, a struct of them, or void). The user's
 ``f_rev`` frees the tape if it allocated one.
 
@@ -116,6 +117,9 @@ def augment_call(mode, inst) -> tuple:
     b = IRBuilder.before(inst)
     new = b.call(aug, prefix)
     tape, result = _read_augmented(inst, aug, new, b)
+    if result is None and inst.has_uses():
+        # f_aug returns no result (Enzyme's f_aug returns it only when it is a pointer): f itself computes it
+        result = b.insert(inst.clone())
     if result is not None:
         if result.type != rty:
             raise ad_error(f"the augmented forward function '{aug.name}' registered for '{inst.callee_name}' "
@@ -125,9 +129,6 @@ def augment_call(mode, inst) -> tuple:
             act._mark(act.varied, result)
             act._mark(act.useful, result)
         inst.replace_all_uses_with(result)
-    elif inst.has_uses():
-        raise ad_error(f"the augmented forward function '{aug.name}' registered for '{inst.callee_name}' does "
-                       "not return the result, which is used here", inst)
     # the reverse function: the same prefix, the result's adjoint, the tape if it takes one
     expected = list(prefix_types) + ([rty] if _is_float(rty) else [])
     params = list(rev.function_type.params)
