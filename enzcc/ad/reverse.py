@@ -252,10 +252,8 @@ class ReverseMode(AdjointGenerator, CacheUtility):
         bound that the reverse sweep can recompute, the reverse edge block ``edge`` computes the last
         iteration's number from the bound instead of popping the iteration count the forward sweep would push
         (Enzyme's loop limits computed at loop entry)."""
-        exits = [(p, x) for x in self.blocks if not loop.contains(x)
-                 for p in self.orig_preds[id(x)] if loop.contains(p)]
         term = latch.terminator
-        if len(exits) != 1 or loop.latches != [latch] or not isinstance(term, CondBr) or \
+        if len(loop.exit_edges) != 1 or loop.latches != [latch] or not isinstance(term, CondBr) or \
                 not isinstance(term.condition, ICmp):
             return
         cmp = term.condition
