@@ -14,6 +14,7 @@ declare -A PKGS=(
   [mlir-22-tools]=/usr/bin/mlir-translate-22
   [libeigen3-dev]=/usr/include/eigen3/Eigen/Dense
   [libopenblas-dev]=/usr/include/x86_64-linux-gnu/cblas.h
+  [libomp-22-dev]=/usr/lib/llvm-22/lib/libomp.so
 )
 missing=()
 for pkg in "${!PKGS[@]}"; do

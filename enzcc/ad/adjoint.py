@@ -41,12 +41,22 @@ OUTPUT_STREAM_PREFIXES = ("_ZNSo", "_ZStlsISt11char_traitsIcE", "_ZSt16__ostream
                           "_ZSt4endlIwSt11char_traitsIwEE", "_ZSt5flushIwSt11char_traitsIwEE")
 
 
+#: the OpenMP runtime's bookkeeping (thread numbers, loop bounds of a thread, barriers, critical sections): it
+#: moves integers only; the derivative code of a parallel region runs in the same threads, inside the same
+#: sections (``__kmpc_fork_call`` itself is handled by the forward mode; reductions are not handled)
+OPENMP_INACTIVE_PREFIXES = ("__kmpc_for_static_init_", "__kmpc_for_static_fini", "__kmpc_global_thread_num",
+                            "__kmpc_barrier", "__kmpc_critical", "__kmpc_end_critical", "__kmpc_dispatch_init_",
+                            "__kmpc_dispatch_next_", "__kmpc_dispatch_fini_", "__kmpc_push_num_threads",
+                            "omp_get_num_threads", "omp_get_max_threads")
+
+
 def is_inactive_call(name: str) -> bool:
     """Library calls that never carry derivatives (output, time, exit...), or whose effect on memory was made
     an ordinary store when the function was prepared (input: :data:`enzcc.ad.prepare.INPUT_CALLS`), or whose
     work on shadows is done in the forward code (:mod:`enzcc.ad.mirror`)."""
     return name in INACTIVE_CALLS or name.startswith(OUTPUT_STREAM_PREFIXES) or name in INPUT_CALLS or \
-        name.startswith(mirror.INACTIVE_PREFIXES) or mirror.is_mirrored(name)
+        name.startswith(mirror.INACTIVE_PREFIXES) or mirror.is_mirrored(name) or \
+        name.startswith(OPENMP_INACTIVE_PREFIXES)
 
 
 #: intrinsics with nothing to do in the reverse sweep
@@ -376,6 +386,9 @@ class AdjointGenerator:
             return  # no derivatives flow through this call
         if is_inactive_call(name):
             return
+        if name == "__kmpc_fork_call":
+            raise ad_error("reverse mode through an OpenMP parallel region is not supported (forward mode, "
+                           "__enzyme_fwddiff, is)", inst)
         raise no_rule_error(inst, name, self.module)
 
     def _reverse_realloc(self, inst: Call, shadow: Value, block: BasicBlock, b: IRBuilder) -> None:

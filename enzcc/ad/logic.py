@@ -77,16 +77,17 @@ class DerivedFunctions:
 
     # -- what calls inside differentiated code ask for ---------------------------------------------
 
-    def forward_of_call(self, call, callee, kinds: tuple[str, ...]):
+    def forward_of_call(self, call, callee, kinds: tuple[str, ...], args=None):
         """``callee``'s forward derivative for a call with argument activity ``kinds``: it takes each argument
         followed by its tangent (``dup``) and returns ``{result, tangent}`` for a float result, the result
-        otherwise."""
+        otherwise. ``args``: the values ``callee``'s parameters get, when they are not the call's arguments
+        (a function the call passes on, as OpenMP's ``__kmpc_fork_call`` does)."""
         from enzcc.ad.forward import ForwardMode
 
         key = ("forward-call", callee.name, kinds)
         G = self.cache.get(key)
         if G is None:
-            dc = _call_site(call, callee, kinds, "forward")
+            dc = _call_site(call, callee, kinds, "forward", args)
             maker = ForwardMode(dc, self.module, self.body_of(callee), logic=self, return_primal=True)
             self.cache[key] = maker.G
             G = maker.build()
@@ -104,10 +105,10 @@ class DerivedFunctions:
         return pair
 
 
-def _call_site(call, callee, kinds, mode: str) -> DiffCall:
-    """A :class:`DiffCall` describing a call inside differentiated code (its arguments are the primal values
-    at the call; the memory types at the call site type the callee's memory)."""
-    specs = [ArgSpec(p, k, a) for p, k, a in zip(callee.args, kinds, call.args)]
+def _call_site(call, callee, kinds, mode: str, args=None) -> DiffCall:
+    """A :class:`DiffCall` describing a call inside differentiated code (its arguments, or ``args``, are the
+    primal values at the call; the memory types at the call site type the callee's memory)."""
+    specs = [ArgSpec(p, k, a) for p, k, a in zip(callee.args, kinds, call.args if args is None else args)]
     return DiffCall(call, mode, callee, specs)
 
 
