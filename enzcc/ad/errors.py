@@ -18,7 +18,10 @@ def no_rule_error(inst, name: str | None, module) -> ADError:
     """No derivative rule for the call ``inst`` to ``name``. A function only declared in this module may be
     defined in another translation unit: a :class:`MissingBodyError`, so AD waits for the link (where the
     same message is an error if the body is still missing)."""
-    what = f"'{name}'" if name else "a function pointer"
+    from enzcc.ir.values import InlineAsm
+
+    what = f"'{name}'" if name else "inline assembly" if isinstance(getattr(inst, "callee", None), InlineAsm) \
+        else "a function pointer"
     fn = module.functions.get(name) if name else None
     cls = MissingBodyError if fn is not None and fn.is_declaration else ADError
     return ad_error(f"no derivative rule for call to {what}", inst, cls=cls)

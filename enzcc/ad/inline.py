@@ -16,7 +16,7 @@ from enzcc.ad.memory import base_object
 from enzcc.ir import types as T
 from enzcc.ir.instructions import Alloca, Br, Call, Cast, GetElementPtr, Invoke, Load, Phi, Ret, Select, Store
 from enzcc.ir.module import SYMBOL_REF
-from enzcc.ir.values import ConstantExpr, ConstantInt, GlobalRef
+from enzcc.ir.values import ConstantExpr, ConstantInt, GlobalRef, InlineAsm
 
 MAX_INLINED_CALLS = 20000
 #: string attribute marking a call that recursion keeps from being inlined (it survives LLVM's passes on the
@@ -43,7 +43,7 @@ def inline_all(fn, is_user_function) -> None:
         through = chain.get(id(call), (getattr(fn, "primal_name", fn.name),))
         if isinstance(call, Invoke):
             call = invoke_to_call(call)
-        if call.callee_name is None:
+        if call.callee_name is None and not isinstance(call.callee, InlineAsm):
             direct = devirtualize_call(call)
             for c in reversed(direct):
                 chain[id(c)] = through

@@ -18,6 +18,8 @@ def ensure_initialized() -> None:
     if not _initialized:
         llvm.initialize_all_targets()
         llvm.initialize_all_asmprinters()
+        # objects with inline assembly need the host's assembly parser (without it LLVM aborts)
+        llvm.initialize_native_asmparser()
         _initialized = True
 
 

@@ -291,6 +291,21 @@ int main(void) { report("d", __enzyme_autodiff((void *)f, 3.0)); report("t", __e
     assert "no derivative rule for call to 'g'" in r.stderr and not (enzcc.cwd / "alone").exists()
 
 
+def test_inline_assembly(enzcc):
+    """Inline assembly elsewhere in the program is compiled (the host's assembly parser is there); inside the
+    differentiated code it is a one-line error naming it."""
+    src = r"""
+double g(double x) { double y = x * x; __asm__ volatile("nop # %0" : "+x"(y)); return y; }
+double f(double x) { return x * x * x; }
+int main(void) { report("g", g(2.0)); report("d", __enzyme_autodiff((void *)f, 2.0)); return 0; }
+"""
+    assert build_and_run(enzcc, src, "-O2") == {"g": 4.0, "d": 12.0}
+    enzcc.write("asm.c", __import__("adharness").PRELUDE + src.replace("return x * x * x;", "return g(x) * x;"))
+    r = enzcc("-O2", "asm.c", "-o", "asm", check=False)
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+    assert "no derivative rule for call to inline assembly" in r.stderr
+
+
 @pytest.mark.parametrize("opt", ["-O0", "-O2"])
 def test_math_call_whose_result_reaches_no_output(enzcc, opt):
     """sin(x) only feeds an integer conversion: it is inactive, so no rule is needed and nothing flows back."""
