@@ -14,7 +14,8 @@ from enzcc.tools import find_tool, run
 ENZYME_ATTRIBUTES = ("enzyme_inactive", "enzyme_inactive_noblock", "enzyme_nofree", "enzyme_notypeanalysis",
                      "enzyme_no_escaping_allocation", "enzyme_sparse_accumulate")
 ATTRIBUTE_DEFINES = [f'-D{a}=annotate("{a}")' for a in ENZYME_ATTRIBUTES] + \
-    ['-Denzyme_function_like(name)=annotate("enzyme_function_like=" name)']
+    ['-Denzyme_function_like(name)=annotate("enzyme_function_like=" name)',
+     '-Denzyme_shadow(name)=annotate("enzyme_shadow")']  # a global's own shadow global: refused by name
 
 
 #: enzcc's own headers (``#include <enzyme/enzyme>``, the C++ interface), searched after the user's -I/-isystem

@@ -52,6 +52,10 @@ def test_promise_attributes_are_accepted(enzcc, attr):
 def test_unimplemented_attribute_is_an_error(enzcc):
     _refused(enzcc, NOFREE.replace("enzyme_nofree", "enzyme_sparse_accumulate"),
              "attribute enzyme_sparse_accumulate on 'sq' is not supported by enzcc")
+    # a global whose shadow the program names: ignoring it would leave that shadow without its derivative
+    _refused(enzcc, "double scale_shadow;\n__attribute__((enzyme_shadow(scale_shadow))) double scale = 2.0;\n" +
+             NOFREE.replace("return sq(x) + x;", "return sq(x) * scale;"),
+             "attribute enzyme_shadow on 'scale' is not supported by enzcc")
 
 
 # mylog truncates to 6 decimals: its automatic derivative is 0 (fptosi), log's rule gives 1/x
