@@ -66,7 +66,7 @@ def replace_batch(call, module) -> None:
             b.store(r, b.gep(fn.return_type, sret, [ConstantInt(T.i64, k)]))
     elif not isinstance(call.type, T.VoidType):
         want = call.type
-        slot = b.alloca(T.ArrayType(fn.return_type, width), in_entry=True)
+        slot = b.alloca(T.ArrayType(width, fn.return_type), in_entry=True)
         dl = module.data_layout
         if dl.store_size(want) < dl.store_size(slot.allocated_type):
             raise ad_error(f"{name} is declared to return {want}, too small for {width} results of "

@@ -157,7 +157,15 @@ void __enzyme_batch_v(void *, ...);
 double axpb(double a, double x) { return a * x + sin(x); }
 typedef struct { double x, res; } item;
 void scale(item *p) { p->res = p->x * 3; }
+/* two results come back in registers ({double, double}); the batched function itself calls __enzyme_fwddiff */
+typedef struct { double a, b; } two;
+two __enzyme_batch_2(void *, ...);
+double cube(double g, double x) { return g * x * x * x; }
+double dcube(double g, double x) { return __enzyme_fwddiff((void *)cube, g, 0.0, x, 1.0); }
 int main(void) {
+  two d = __enzyme_batch_2((void *)dcube, enzyme_width, 2, enzyme_scalar, 2.0, enzyme_vector, 1.0, 3.0);
+  report("batch2.a", d.a);
+  report("batch2.b", d.b);
   /* lanes: a scalar shared by all, and one value per lane */
   four r = __enzyme_batch((void *)axpb, enzyme_width, 4, enzyme_scalar, 2.0, enzyme_vector, 1.0, 2.0, 3.0, 4.0);
   for (int k = 0; k < 4; k++) {
@@ -180,3 +188,4 @@ def test_enzyme_batch(enzcc, opt):
     for k in range(4):
         assert v[f"batch.{k}"] == pytest.approx(2.0 * (k + 1) + math.sin(k + 1), rel=1e-15)
     assert v["batch.a"] == 6.0 and v["batch.b"] == 15.0
+    assert (v["batch2.a"], v["batch2.b"]) == (6.0, 54.0)  # 3 g x^2
