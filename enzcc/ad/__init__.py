@@ -265,9 +265,16 @@ def _deliver(dc, b: IRBuilder, value, what: str) -> None:
         out = value
     elif isinstance(want, (T.StructType, T.NamedStructType)) and isinstance(value.type, T.StructType) and \
             len(want.elements) == len(value.type.elements):
+        got = list(value.type.elements)
+        order = list(range(len(got)))
+        if len(got) == 2 and not _fits(got[0], want.elements[0]) and _fits(got[1], want.elements[0]) and \
+                _fits(got[0], want.elements[1]):
+            order.reverse()  # declared {result, tape}: the tape is the pointer, as Enzyme matches it
+        if not all(_fits(got[j], ety) for j, ety in zip(order, want.elements)):
+            raise ad_error(f"{call.callee_name} is declared to return {want}, but {what} {value.type}", call)
         out = IRBuilder.poison(want)
         for i, ety in enumerate(want.elements):
-            out = b.insert_value(out, _convert(b, b.extract_value(value, [i]), ety), [i])
+            out = b.insert_value(out, _convert(b, b.extract_value(value, [order[i]]), ety), [i])
     elif _same_size(call, want, value.type):
         slot = b.alloca(want, in_entry=True)
         b.store(value, slot)
@@ -357,6 +364,13 @@ def _same_size(call, a, b) -> bool:
 
 def _elements(ty):
     return [ty.element] * ty.count if isinstance(ty, T.ArrayType) else list(ty.elements)
+
+
+def _fits(have, want) -> bool:
+    """A value of type ``have`` can be delivered as ``want`` (:func:`_convert`)."""
+    return have == want or (isinstance(have, T.FloatType) and isinstance(want, T.FloatType)) or \
+        (isinstance(have, T.IntType) and isinstance(want, T.IntType)) or \
+        (isinstance(have, T.PointerType) and isinstance(want, T.PointerType))
 
 
 def _convert(b: IRBuilder, v, ty):

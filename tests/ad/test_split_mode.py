@@ -75,6 +75,25 @@ def _expected():
             "noret.dx": sum(v * math.cos(v * x) for v in a), "constret.da.0": 0.0}
 
 
+@pytest.mark.parametrize("opt", ["-O0", "-O2"])
+def test_result_declared_before_the_tape(enzcc, opt):
+    """A result struct declared {result, tape}: the tape is the pointer field, as Enzyme matches it."""
+    src = DECLS + F + r"""
+typedef struct { double y; void *tape; } aug_r;
+aug_r __enzyme_augmentfwd_r(void *, ...);
+int main(void) {
+  double a[3] = {1, 2, 3}, da[3] = {0};
+  aug_r t = __enzyme_augmentfwd_r((void *)f, 0.5, enzyme_dup, a, da, enzyme_const, 3);
+  report("y", t.y);
+  report("dx", __enzyme_reverse((void *)f, 0.5, enzyme_dup, a, da, enzyme_const, 3, 2.0, t.tape));
+  return 0;
+}
+"""
+    v = build_and_run(enzcc, src, opt)
+    e = _expected()
+    assert v["y"] == pytest.approx(e["y"], rel=1e-14) and v["dx"] == pytest.approx(e["dx"], rel=1e-14)
+
+
 @pytest.mark.parametrize("opt", ["-O0", "-O1", "-O2", "-O3"])
 def test_split_mode(enzcc, opt):
     v = build_and_run(enzcc, DECLS + F + MAIN.replace("SIZE", "4096"), opt)
