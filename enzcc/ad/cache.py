@@ -353,6 +353,9 @@ class CacheUtility:
                 term.set_operand(i, eb)
         for phi in block.phis():
             phi.replace_incoming_block(pred, eb)
+            # a switch with several cases to ``block`` gave one entry per case; ``eb`` is one edge
+            while phi.incoming_blocks.count(eb) > 1:
+                phi.remove_incoming(len(phi.incoming_blocks) - 1 - phi.incoming_blocks[::-1].index(eb))
         return eb
 
 

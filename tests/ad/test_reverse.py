@@ -291,6 +291,40 @@ int main(void) { report("d", __enzyme_autodiff((void *)f, 3.0)); report("t", __e
     assert "no derivative rule for call to 'g'" in r.stderr and not (enzcc.cwd / "alone").exists()
 
 
+SWITCH = r"""
+double f(double *x, int n) {
+  double s = 0;
+  for (int i = 0; i < n; i++) {
+    double t = sin(x[i]) * x[i];
+    switch (i % 5) {            /* two cases straight to the block after: two edges from the switch to it */
+      case 0: case 3: break;
+      case 1: t = x[i] * x[i] * x[i]; break;
+      case 2: t = exp(x[i]); break;
+      default: t = 2 * x[i];
+    }
+    s += t * s + t;
+  }
+  return s;
+}
+int main(void) {
+  double x[12], dx[12] = {0};
+  for (int i = 0; i < 12; i++) x[i] = 0.1 * i - 0.5;
+  __enzyme_autodiff((void *)f, x, dx, 12);
+  for (int i = 0; i < 12; i++) {
+    double h = 1e-6, old = x[i];
+    x[i] = old + h; double up = f(x, 12); x[i] = old - h; double down = f(x, 12); x[i] = old;
+    char k[16]; snprintf(k, 16, "ad.%d", i); report(k, dx[i]); snprintf(k, 16, "fd.%d", i); report(k, (up - down) / (2 * h));
+  }
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O1", "-O2", "-O3"])
+def test_switch_with_cases_sharing_a_block(enzcc, opt):
+    assert_close(build_and_run(enzcc, SWITCH, opt), "ad.", "fd.", rel=1e-6, abs_=1e-8)
+
+
 def test_inline_assembly(enzcc):
     """Inline assembly elsewhere in the program is compiled (the host's assembly parser is there); inside the
     differentiated code it is a one-line error naming it."""
