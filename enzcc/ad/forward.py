@@ -353,6 +353,15 @@ class ForwardMode:
         inst.erase()
 
 
+def _memory_users(base: Value, cls) -> list:
+    """The loads or stores (``cls``) of ``base``'s memory, directly or through one address computation."""
+    from enzcc.ad.memory import base_object
+
+    users = [u.user for u in getattr(base, "uses", [])]
+    users += [x.user for w in users for x in getattr(w, "uses", [])]
+    return [w for w in users if isinstance(w, cls) and base_object(w.pointer) is base]
+
+
 def _from_float(v: Value, depth: int = 0) -> bool:
     """``v`` (an integer) holds a float's bits: through casts, or loaded from memory a float was stored into
     (how clang passes a floating-point ``firstprivate`` variable to an OpenMP parallel region)."""
@@ -366,11 +375,7 @@ def _from_float(v: Value, depth: int = 0) -> bool:
     if isinstance(v, Cast):
         return _from_float(v.value, depth + 1)
     if isinstance(v, Load):
-        base = base_object(v.pointer)
-        users = [u.user for u in getattr(base, "uses", [])]
-        users += [x.user for w in users for x in getattr(w, "uses", [])]
-        return any(isinstance(w, Store) and has_float(w.value.type) and base_object(w.pointer) is base
-                   for w in users)
+        return any(has_float(w.value.type) for w in _memory_users(base_object(v.pointer), Store))
     return False
 
 
@@ -393,10 +398,7 @@ def _carries_float(param: Value) -> bool:
             if isinstance(user, Cast):
                 stack.append(user)
             elif isinstance(user, Store) and user.value is v:
-                base = base_object(user.pointer)
-                stack += [w.user for w in getattr(base, "uses", []) if isinstance(w.user, Load)]
-                stack += [x.user for w in getattr(base, "uses", []) for x in getattr(w.user, "uses", [])
-                          if isinstance(x.user, Load) and base_object(x.user.pointer) is base]
+                stack += _memory_users(base_object(user.pointer), Load)
     return False
 
 
