@@ -10,6 +10,7 @@ from __future__ import annotations
 from enzcc.ir.block import BasicBlock
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.clone import clone_blocks
+from enzcc.ad.activity import ALLOCATORS
 from enzcc.ad.errors import ad_error
 from enzcc.ad.globals import used_globals
 from enzcc.ad.memory import base_object
@@ -177,9 +178,9 @@ MAX_UNKNOWN_TARGETS = 8
 
 def _address_taken_of_type(module, function_type) -> "Inexact | None":
     """For a call through a pointer that nothing here pins down (an object or ``std::function`` passed in by
-    the caller): every function defined in the module whose address is taken somewhere (a global's
-    initializer such as a vtable, or a value operand in any function, not only the callee of a direct call)
-    and whose type is the call's. A program calls only such functions through a pointer of that type, unless
+    the caller): every function defined in the module, or allocator (``malloc``...), whose address is taken
+    somewhere (a global's initializer such as a vtable or a table of allocation functions, or a value operand
+    in any function, not only the callee of a direct call) and whose type is the call's. A program calls only such functions through a pointer of that type, unless
     the pointer comes from outside the module: then none matches and the program traps, instead of taking
     a derivative of the wrong function. None when there are none or more than :data:`MAX_UNKNOWN_TARGETS`."""
     taken = module.__dict__.get("_enzcc_address_taken")
@@ -196,7 +197,8 @@ def _address_taken_of_type(module, function_type) -> "Inexact | None":
                 text = fn._body_text
                 taken.update(m.group(1) or m.group(2) for m in SYMBOL_REF.finditer(text)
                              if not text[m.end():m.end() + 8].lstrip().startswith("("))
-        taken = {n for n in taken if n in module.functions and not module.functions[n].is_declaration and
+        taken = {n for n in taken if n in module.functions and
+                 (not module.functions[n].is_declaration or n in ALLOCATORS) and
                  not n.startswith(("__enzcc_", "llvm."))}
         module.__dict__["_enzcc_address_taken"] = taken
     names = sorted(n for n in taken if module.functions[n].function_type == function_type)
