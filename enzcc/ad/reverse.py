@@ -385,8 +385,8 @@ class ReverseMode(AdjointGenerator, CacheUtility):
         """(condition, predecessor on true, predecessor on false) when which of ``block``'s two predecessors
         ran is decided by the conditional branch of its immediate dominator in the same loop iteration, and
         that condition can be recomputed in the reverse sweep (from induction variables, arguments...) or
-        cached outside the loop: then
-        the reverse sweep branches on it instead of reading the predecessor's index from the tape."""
+        cached outside the loop: then the reverse sweep branches on it instead of reading the predecessor's
+        index from the tape."""
         if len(preds) != 2:
             return None
         d = self.dt.idom(block)

@@ -35,7 +35,7 @@ class Tape:
         self.state = b.alloca(STATE, in_entry=True)
         first = next(i for i in fn.entry_block.instructions if i.opcode != "alloca")
         fb = IRBuilder.before(first)
-        self._init = _empty(fb, self.state)
+        self._init = _store_state(fb, self.state, ConstantNull(T.ptr), ConstantInt(T.i64, 0))
         self._frees: list = []
         self.used = False
         """Some record is pushed: see :meth:`finish`."""
@@ -189,13 +189,10 @@ class Tape:
             p = b.atomic_rmw("xchg", self._spare(), ConstantNull(T.ptr), "acq_rel", align=8)
             b.cond_br(b.icmp("eq", p, ConstantNull(T.ptr)), empty, got)
             g = IRBuilder.at_end(got)
-            cap = g.load(T.i64, p)
-            g.store(p, g.struct_gep(STATE, s, 0))
-            g.store(ConstantInt(T.i64, 0), g.struct_gep(STATE, s, 1))
-            g.store(cap, g.struct_gep(STATE, s, 2))
+            _store_state(g, s, p, g.load(T.i64, p))
             g.ret_void()
             e = IRBuilder.at_end(empty)
-            _empty(e, s)
+            _store_state(e, s, ConstantNull(T.ptr), ConstantInt(T.i64, 0))
             e.ret_void()
         return self._helper("__enzcc_tape_take", T.FunctionType(T.void, (T.ptr,)), body)
 
@@ -226,10 +223,10 @@ class Tape:
         return self._helper("__enzcc_tape_release", T.FunctionType(T.void, (T.ptr,)), body)
 
 
-def _empty(b: IRBuilder, state: Value) -> list:
-    """Store an empty state; returns the instructions."""
+def _store_state(b: IRBuilder, state: Value, buf: Value, capacity: Value) -> list:
+    """Start a state on ``buf`` of ``capacity`` bytes, none used; returns the instructions."""
     out = []
-    for field, value in enumerate((ConstantNull(T.ptr), ConstantInt(T.i64, 0), ConstantInt(T.i64, 0))):
+    for field, value in enumerate((buf, ConstantInt(T.i64, 0), capacity)):
         gep = b.struct_gep(STATE, state, field)
         out += [gep, b.store(value, gep)]
     return out
