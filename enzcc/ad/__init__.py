@@ -17,6 +17,7 @@ from enzcc.ad.errors import ADError, ad_error
 from enzcc.ad.globals import used_globals, zero_shadows
 from enzcc.ad.hints import hints_of
 from enzcc.ad.inline import invoke_to_call, is_kept_recursive
+from enzcc.ad.openmp import forked_function_name
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.instructions import Call, Invoke, Load
@@ -76,7 +77,10 @@ def _differentiate_text(text: str, target_machine, inline: str) -> tuple[str, in
             continue
         prep_names[fn.name] = _make_prepared_copy(module, fn)
         for inst in module.functions[prep_names[fn.name]].instructions():
-            if isinstance(inst, Call) and is_kept_recursive(inst):
+            forked = forked_function_name(inst)
+            if forked in module.functions and not module.functions[forked].is_declaration:
+                todo.append(module.functions[forked])  # an OpenMP parallel region's body
+            elif isinstance(inst, Call) and is_kept_recursive(inst):
                 todo.append(module.functions[inst.callee_name])
             elif isinstance(inst, Call) and inst.callee_name in module.functions and \
                     not module.functions[inst.callee_name].is_declaration and \

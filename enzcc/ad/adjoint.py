@@ -10,7 +10,7 @@ from enzcc.ad.activity import has_float, is_allocation, is_user_call
 from enzcc.ad.api import CONST, DUP, OUT, is_float
 from enzcc.ad.emit import add_values, emit_partial, splat, times, zero
 from enzcc.ad.errors import ad_error, no_rule_error
-from enzcc.ad import blas, custom, mirror
+from enzcc.ad import blas, custom, mirror, openmp
 from enzcc.ad import complex as complex_
 from enzcc.ad.hints import hints_of, rule_name
 from enzcc.ad.logic import call_kinds, check_call_signature
@@ -41,13 +41,15 @@ OUTPUT_STREAM_PREFIXES = ("_ZNSo", "_ZStlsISt11char_traitsIcE", "_ZSt16__ostream
                           "_ZSt4endlIwSt11char_traitsIwEE", "_ZSt5flushIwSt11char_traitsIwEE")
 
 
-#: the OpenMP runtime's bookkeeping (thread numbers, loop bounds of a thread, barriers, critical sections): it
-#: moves integers only; the derivative code of a parallel region runs in the same threads, inside the same
-#: sections (``__kmpc_fork_call`` itself is handled by the forward mode; reductions are not handled)
+#: the OpenMP runtime's bookkeeping (thread numbers, loop bounds of a thread, barriers, critical, single and
+#: master sections): it moves integers only; the derivative code of a parallel region runs in the same threads,
+#: inside the same sections (``__kmpc_fork_call`` itself, and the reverse of barriers and critical sections:
+#: :mod:`enzcc.ad.openmp`; reductions are refused)
 OPENMP_INACTIVE_PREFIXES = ("__kmpc_for_static_init_", "__kmpc_for_static_fini", "__kmpc_global_thread_num",
                             "__kmpc_barrier", "__kmpc_critical", "__kmpc_end_critical", "__kmpc_dispatch_init_",
                             "__kmpc_dispatch_next_", "__kmpc_dispatch_fini_", "__kmpc_push_num_threads",
-                            "omp_get_num_threads", "omp_get_max_threads")
+                            "__kmpc_single", "__kmpc_end_single", "__kmpc_master", "__kmpc_end_master",
+                            "__kmpc_masked", "__kmpc_end_masked", "omp_get_num_threads", "omp_get_max_threads")
 
 
 def is_inactive_call(name: str) -> bool:
@@ -126,8 +128,7 @@ class AdjointGenerator:
         bits = self._bits_type(inst)
         if bits is not None:  # the reverse of copying a float as an integer: its adjoint goes back to memory
             d = self._take_adjoint(b, inst, bits)
-            sp = self._shadow(inst.pointer, block, b, inst)
-            b.store(b.fadd(b.load(bits, sp, align=inst.align), d), sp, align=inst.align)
+            self._add_to_memory(b, inst.pointer, self._shadow(inst.pointer, block, b, inst), d, inst.align)
             return
         if not act.is_active(inst):
             return
@@ -145,9 +146,7 @@ class AdjointGenerator:
         elif isinstance(inst, Load):
             d = self._take_adjoint(b, inst)
             if self.activity.is_active_ptr(inst.pointer):
-                sp = self._shadow(inst.pointer, block, b, inst)
-                old = b.load(inst.type, sp, align=inst.align)
-                b.store(add_values(b, old, d), sp, align=inst.align)
+                self._add_to_memory(b, inst.pointer, self._shadow(inst.pointer, block, b, inst), d, inst.align)
         elif isinstance(inst, Cast):
             d = self._take_adjoint(b, inst)
             if inst.opcode in ("fpext", "fptrunc"):
@@ -192,6 +191,14 @@ class AdjointGenerator:
 
     def _is_out(self, v: Value) -> bool:
         return isinstance(v, Argument) and self._is_out_arg(v)
+
+    def _add_to_memory(self, b: IRBuilder, p: Value, sp: Value, d: Value, align) -> None:
+        """``*sp += d``, ``sp`` the shadow of primal pointer ``p``: atomically when other threads may add to
+        the same memory (an OpenMP parallel region, unless ``p`` is on the thread's own stack)."""
+        if self.parallel and not openmp.is_private(self, p):
+            openmp.atomic_add(self, b, sp, d, align)
+            return
+        b.store(add_values(b, b.load(d.type, sp, align=align), d), sp, align=align)
 
     def _reverse_shuffle(self, inst: ShuffleVector, d: Value, b: IRBuilder) -> None:
         a, c = inst.operands[0], inst.operands[1]
@@ -253,6 +260,13 @@ class AdjointGenerator:
         for block in self.blocks:
             insts = self.orig_insts[id(block)]
             for i, inst in enumerate(insts):
+                if isinstance(inst, Call) and inst.callee_name == "__kmpc_fork_call":
+                    entry = openmp.augment_fork(self, inst)
+                    if entry is not None:
+                        insts[i] = entry[0]
+                        self.user_calls[id(entry[0])] = ("fork", entry)
+                        self._keep += [entry[0], entry[4]]
+                    continue
                 if not isinstance(inst, Call) or not is_user_call(inst) or inst.callee_name in inactive:
                     continue
                 if self.width > 1 and (inst.callee_name in hints_of(self.module).gradient or
@@ -276,7 +290,7 @@ class AdjointGenerator:
                 check_call_signature(inst, act)
                 callee = self.module.functions[inst.callee_name]
                 nargs = len(inst.args)
-                aug, rev = self.logic.split_of_call(inst, callee, kinds, ret_active)
+                aug, rev = self.logic.split_of_call(inst, callee, kinds, ret_active, parallel=self.parallel)
                 b = IRBuilder.before(inst)
                 args = list(inst.args) + [self.shadows.of(a, inst) for a, k in zip(inst.args, kinds) if k == DUP]
                 new = b.call(aug, args)
@@ -302,6 +316,9 @@ class AdjointGenerator:
             for inst in self.orig_insts[id(block)]:
                 if isinstance(inst, Call) and blas.routine(inst.callee_name) and \
                         (any(act.is_active_ptr(a) or act.is_active(a) for a in inst.args) or act.is_active(inst)):
+                    if self.parallel:
+                        raise ad_error(f"reverse mode through BLAS ('{inst.callee_name}') in an OpenMP parallel "
+                                       "region is not supported", inst)
                     self.blas_copies[id(inst)] = blas.prepare_reverse(self, inst)
 
     def _reverse_user_call(self, entry: tuple, block: BasicBlock, b: IRBuilder) -> None:
@@ -324,10 +341,15 @@ class AdjointGenerator:
             kind, entry = user_call
             if kind == "custom":
                 custom.reverse_call(self, entry, block, b)
+            elif kind == "fork":
+                openmp.reverse_fork(self, entry, block, b)
             else:
                 self._reverse_user_call(entry, block, b)
             return
         name = inst.callee_name or ""
+        if self.parallel and name in openmp.MIRRORED:
+            openmp.mirror(self, inst, b)
+            return
         act = self.activity
         if id(inst) in self.blas_copies:
             blas.reverse(self, inst, self.blas_copies[id(inst)], block, b)
@@ -386,9 +408,6 @@ class AdjointGenerator:
             return  # no derivatives flow through this call
         if is_inactive_call(name):
             return
-        if name == "__kmpc_fork_call":
-            raise ad_error("reverse mode through an OpenMP parallel region is not supported (forward mode, "
-                           "__enzyme_fwddiff, is)", inst)
         raise no_rule_error(inst, name, self.module)
 
     def _reverse_realloc(self, inst: Call, shadow: Value, block: BasicBlock, b: IRBuilder) -> None:
@@ -412,6 +431,8 @@ class AdjointGenerator:
             return
         if not isinstance(kind, T.FloatType):
             raise ad_error("cannot tell whether the memory realloc moves holds floating-point values", inst)
+        if self.parallel:
+            raise ad_error("reverse mode through realloc in an OpenMP parallel region is not supported", inst)
         old = self.shadows.shadow_or_null(inst.args[0])
         if isinstance(old, Constant):
             return  # the old memory had no derivatives (or was null): nothing to give back
@@ -437,7 +458,9 @@ class AdjointGenerator:
         dsrc = self._shadow(src, block, b, inst) if act.is_active_ptr(src) else None
         if ddest is None:
             return
-        helper = self.tape.memcpy_adjoint_helper(kind)
+        if not isinstance(kind, T.FloatType) and self.parallel:
+            raise ad_error(f"the reverse of a memcpy of {kind} in an OpenMP parallel region is not supported", inst)
+        helper = self.tape.memcpy_adjoint_helper(kind, atomic=self.parallel and not openmp.is_private(self, src))
         b.call(helper, [ddest, dsrc if dsrc is not None else ddest, n,
                         ConstantInt(T.i1, int(dsrc is not None))])
 

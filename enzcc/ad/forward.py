@@ -302,21 +302,14 @@ class ForwardMode:
         captured...)`` in every thread of a parallel region. It forks the outlined function's forward derivative
         instead, each captured pointer to memory with derivatives followed by its shadow: the tangent code runs
         in the same threads and loop chunks as the primal it belongs to."""
-        from enzcc.ad.api import resolve_function
-        from enzcc.ir.values import ConstantInt, ConstantNull, GlobalRef
+        from enzcc.ad.openmp import check_body, outlined_function
+        from enzcc.ir.values import ConstantInt, ConstantNull
 
-        loc, _, task, *captured = inst.args
-        ref = resolve_function(task)
-        fn = self.module.functions.get(ref.symbol) if isinstance(ref, GlobalRef) else None
-        if fn is None or fn.is_declaration or len(fn.args) != len(captured) + 2:
-            raise ad_error("an OpenMP parallel region whose outlined function is not defined here", inst)
+        loc, _, _, *captured = inst.args
         if self.width > 1:
             raise ad_error("vector mode (enzyme_width) with an OpenMP parallel region is not supported", inst)
-        for a, p in zip(captured, fn.args[2:]):
-            if not isinstance(a.type, T.PointerType) and (_from_float(a) or _carries_float(p)):
-                raise ad_error(f"an OpenMP parallel region captures a floating-point value by value (argument "
-                               f"{p.index + 1} of '{fn.name}', e.g. firstprivate): not supported; share it "
-                               "instead", inst)
+        fn = outlined_function(self.module, inst)
+        check_body(self.module, fn, reverse=False)
         kinds = ("const", "const") + tuple(DUP if isinstance(a.type, T.PointerType) and self.activity.is_active_ptr(a)
                                            else "const" for a in captured)
         F = self.logic.forward_of_call(inst, fn, kinds, [ConstantNull(T.ptr), ConstantNull(T.ptr), *captured])
@@ -351,55 +344,6 @@ class ForwardMode:
         elif inst.has_uses():
             inst.replace_all_uses_with(new)
         inst.erase()
-
-
-def _memory_users(base: Value, cls) -> list:
-    """The loads or stores (``cls``) of ``base``'s memory, directly or through one address computation."""
-    from enzcc.ad.memory import base_object
-
-    users = [u.user for u in getattr(base, "uses", [])]
-    users += [x.user for w in users for x in getattr(w, "uses", [])]
-    return [w for w in users if isinstance(w, cls) and base_object(w.pointer) is base]
-
-
-def _from_float(v: Value, depth: int = 0) -> bool:
-    """``v`` (an integer) holds a float's bits: through casts, or loaded from memory a float was stored into
-    (how clang passes a floating-point ``firstprivate`` variable to an OpenMP parallel region)."""
-    from enzcc.ad.memory import base_object
-    from enzcc.ir.instructions import Load, Store
-
-    if has_float(v.type):
-        return True
-    if depth > 8:
-        return False
-    if isinstance(v, Cast):
-        return _from_float(v.value, depth + 1)
-    if isinstance(v, Load):
-        return any(has_float(w.value.type) for w in _memory_users(base_object(v.pointer), Store))
-    return False
-
-
-def _carries_float(param: Value) -> bool:
-    """``param`` (an integer) carries a float's bits: it reaches a float through casts, or through memory it is
-    stored into and read back from (clang's by-value OpenMP captures, at -O0 and after optimization)."""
-    from enzcc.ad.memory import base_object
-    from enzcc.ir.instructions import Load, Store
-
-    seen, stack = set(), [param]
-    while stack:
-        v = stack.pop()
-        if id(v) in seen:
-            continue
-        seen.add(id(v))
-        if has_float(v.type):
-            return True
-        for u in v.uses:
-            user = u.user
-            if isinstance(user, Cast):
-                stack.append(user)
-            elif isinstance(user, Store) and user.value is v:
-                stack += _memory_users(base_object(user.pointer), Load)
-    return False
 
 
 class _PrimalView:

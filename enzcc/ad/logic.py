@@ -93,15 +93,18 @@ class DerivedFunctions:
             G = maker.build()
         return G
 
-    def split_of_call(self, call, callee, kinds: tuple[str, ...], active_return: bool, dc=None):
+    def split_of_call(self, call, callee, kinds: tuple[str, ...], active_return: bool, dc=None, args=None,
+                      parallel: bool = False):
         """``callee``'s (augmented primal, reverse) pair for a call with argument activity ``kinds``
-        (:mod:`enzcc.ad.split`)."""
+        (:mod:`enzcc.ad.split`). ``args``: as for :meth:`forward_of_call`. ``parallel``: the reverse runs in
+        several threads at once (an OpenMP parallel region: :mod:`enzcc.ad.openmp`)."""
         from enzcc.ad.split import make_split
 
-        key = ("split", callee.name, kinds, active_return)
+        key = ("split", callee.name, kinds, active_return) + (("parallel",) if parallel else ())
         pair = self.cache.get(key)
         if pair is None:
-            pair = make_split(self, dc or _call_site(call, callee, kinds, "reverse"), kinds, active_return, key)
+            pair = make_split(self, dc or _call_site(call, callee, kinds, "reverse", args), kinds, active_return,
+                              key, parallel)
         return pair
 
 

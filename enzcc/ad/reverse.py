@@ -49,11 +49,14 @@ class ReverseMode(AdjointGenerator, CacheUtility):
     """Builds the gradient function for one ``__enzyme_autodiff`` call."""
 
     def __init__(self, dc: DiffCall, module, body=None, logic=None, split: bool = False,
-                 active_return: bool | None = None):
+                 active_return: bool | None = None, parallel: bool = False):
         self.dc = dc
         self.module = module
         self.logic = logic
         """The cache of derived functions (for calls that were not inlined)."""
+        self.parallel = parallel
+        """The reverse code runs in the threads of an OpenMP parallel region (:mod:`enzcc.ad.openmp`): adjoints
+        go to shared memory with atomic adds, barriers and critical sections are mirrored."""
         self.split = split
         """Built to be cut into an augmented primal and a reverse function (:mod:`enzcc.ad.split`): the
         result's adjoint is a parameter, and memory may change between the two (no loads repeated)."""

@@ -24,15 +24,16 @@ from enzcc.ir.instructions import Alloca, Ret
 from enzcc.ir.values import ConstantInt
 
 
-def make_split(logic, dc, kinds: tuple[str, ...], active_return: bool, key):
+def make_split(logic, dc, kinds: tuple[str, ...], active_return: bool, key, parallel: bool = False):
     """The (augmented primal, reverse) pair of ``dc.fn`` for argument activity ``kinds`` (``dc`` describes
-    the call that asks for it). The combined function it is cut from stays until the module is done, for
-    :func:`buffer_variant`."""
+    the call that asks for it; ``parallel``: its reverse runs in the threads of an OpenMP parallel region).
+    The combined function it is cut from stays until the module is done, for :func:`buffer_variant`."""
     from enzcc.ad.reverse import ReverseMode
 
     module = logic.module
     callee = dc.fn
-    maker = ReverseMode(dc, module, logic.body_of(callee), logic=logic, split=True, active_return=active_return)
+    maker = ReverseMode(dc, module, logic.body_of(callee), logic=logic, split=True, active_return=active_return,
+                        parallel=parallel)
     G = maker.G
     aug, rev = _declare_pair(module, callee, G, kinds, buffer=False)
     logic.cache[key] = (aug, rev)  # before the body is built: a recursive call finds the pair

@@ -99,9 +99,10 @@ class Tape:
             b.ret(b.gep(T.i8, b.load(T.ptr, s), [new]))
         return self._helper("__enzcc_tape_pop", T.FunctionType(T.ptr, (T.ptr, T.i64)), body)
 
-    def memcpy_adjoint_helper(self, elem: T.Type) -> Function:
+    def memcpy_adjoint_helper(self, elem: T.Type, atomic: bool = False) -> Function:
         """``helper(ddst, dsrc, nbytes, has_src)``: ``dsrc[i] += ddst[i]; ddst[i] = 0`` element-wise: the
-        reverse of ``memcpy(dst, src, nbytes)`` on floating-point data."""
+        reverse of ``memcpy(dst, src, nbytes)`` on floating-point data (``atomic``: the adds to ``dsrc`` are
+        atomic, for code that runs in several threads at once)."""
         size = self.module.data_layout.store_size(elem)
 
         def body(fn):
@@ -116,13 +117,17 @@ class Tape:
             d = lb.load(elem, pd)
             lb.store(IRBuilder.const_zero(elem), pd)
             ps = lb.gep(elem, dsrc, [i])
-            old = lb.load(elem, ps)
-            lb.store(lb.select(has_src, lb.fadd(old, d), old), ps)
+            if atomic:  # (has_src false: dsrc is ddst, whose element is zero now)
+                lb.atomic_rmw("fadd", ps, lb.select(has_src, d, IRBuilder.const_zero(elem)), "monotonic")
+            else:
+                old = lb.load(elem, ps)
+                lb.store(lb.select(has_src, lb.fadd(old, d), old), ps)
             nxt = lb.add(i, ConstantInt(T.i64, 1))
             i.add_incoming(nxt, loop)
             lb.cond_br(lb.icmp("eq", nxt, count), done, loop)
             IRBuilder.at_end(done).ret_void()
-        return self._helper(f"__enzcc_memcpy_adjoint_{elem}", T.FunctionType(T.void, (T.ptr, T.ptr, T.i64, T.i1)),
+        return self._helper(f"__enzcc_memcpy_adjoint{'_atomic' if atomic else ''}_{elem}",
+                            T.FunctionType(T.void, (T.ptr, T.ptr, T.i64, T.i1)),
                             body)
 
     # -- use ----------------------------------------------------------------------------------------

@@ -1,0 +1,331 @@
+"""OpenMP parallel regions in reverse mode.
+
+clang outlines the body of ``#pragma omp parallel`` into a function and calls
+``__kmpc_fork_call(loc, n, outlined, captured...)``, which runs ``outlined(&gtid, &btid, captured...)`` in every
+thread of the team. In reverse mode:
+
+* the forward sweep forks the outlined function's *augmented primal* instead (through a small wrapper): each
+  thread runs its share of the primal and leaves its tape in a per-thread slot of a block the caller allocates;
+* the reverse sweep forks the outlined function's *reverse* (through another wrapper), with the same number of
+  threads: each thread takes its own tape back. Worksharing loops with a static schedule give every thread the
+  same iterations in both forks; a wrapper stops the program with a message if the team's size differs;
+* inside the outlined function (and what it calls), the reverse code runs in several threads at once: adjoints
+  added to memory that is not the thread's own stack are added atomically (``atomicrmw fadd``), and the
+  synchronisation of the primal is mirrored: a barrier stays a barrier, a critical section's end becomes its
+  start and its start its end, so what the primal did under a lock its reverse does under the same lock.
+
+What is not handled is a one-line error: loops with a dynamic or guided schedule (a thread's iterations differ
+from one fork to the next), reductions (``reduction(+: x)``), ``single``/``master`` sections, a float captured
+by value (``firstprivate(double)``), vector mode.
+"""
+
+from __future__ import annotations
+
+from enzcc.ad.api import CONST, DUP
+from enzcc.ad.errors import ad_error
+from enzcc.ir import types as T
+from enzcc.ir.builder import IRBuilder
+from enzcc.ir.function import Function
+from enzcc.ir.instructions import Call, Cast
+from enzcc.ir.values import ConstantInt, ConstantNull, ConstantString, Value
+
+#: runtime calls whose order the reverse code mirrors: name -> the call emitted at its place in the reverse sweep
+MIRRORED = {"__kmpc_barrier": "__kmpc_barrier", "__kmpc_critical": "__kmpc_end_critical",
+            "__kmpc_end_critical": "__kmpc_critical"}
+
+#: runtime calls that hand a thread iterations that may differ between the forward and the reverse fork
+_DYNAMIC = ("__kmpc_dispatch_init_", "__kmpc_dispatch_next_", "__kmpc_dispatch_fini_")
+
+#: the runtime calls of a reduction clause
+_REDUCE = ("__kmpc_reduce", "__kmpc_end_reduce")
+
+_HEADER = 16
+"""The caller's tape block: ``{i64 capacity, i64 team size}``, then one tape pointer per thread."""
+
+
+def forked_function_name(inst) -> str | None:
+    """The outlined function a ``__kmpc_fork_call`` ``inst`` runs in each thread (None for any other
+    instruction, or when it is not a known function)."""
+    from enzcc.ad.api import resolve_function
+    from enzcc.ir.values import GlobalRef
+
+    if not isinstance(inst, Call) or inst.callee_name != "__kmpc_fork_call" or len(inst.args) < 3:
+        return None
+    ref = resolve_function(inst.args[2])
+    return ref.symbol if isinstance(ref, GlobalRef) else None
+
+
+def outlined_function(module, inst: Call):
+    """The function ``__kmpc_fork_call`` ``inst`` runs in each thread (checked: defined here, and no float
+    captured by value)."""
+    from enzcc.ad.api import resolve_function
+    from enzcc.ir.values import GlobalRef
+
+    _, _, task, *captured = inst.args
+    ref = resolve_function(task)
+    fn = module.functions.get(ref.symbol) if isinstance(ref, GlobalRef) else None
+    if fn is None or fn.is_declaration or len(fn.args) != len(captured) + 2:
+        raise ad_error("an OpenMP parallel region whose outlined function is not defined here", inst)
+    for a, p in zip(captured, fn.args[2:]):
+        if not isinstance(a.type, T.PointerType) and (from_float(a) or carries_float(p)):
+            raise ad_error(f"an OpenMP parallel region captures a floating-point value by value (argument "
+                           f"{p.index + 1} of '{fn.name}', e.g. firstprivate): not supported; share it "
+                           "instead", inst)
+    return fn
+
+
+def check_body(module, fn, reverse: bool) -> None:
+    """Refuse what enzcc does not differentiate in a parallel region's function ``fn`` (and what it calls):
+    reductions (the runtime combines the threads' copies out of sight), and in reverse mode iterations handed
+    out at run time (which the reverse sweep cannot replay)."""
+    seen, stack = set(), [fn]
+    while stack:
+        f = stack.pop()
+        if f.name in seen or f.is_declaration:
+            continue
+        seen.add(f.name)
+        for i in f.instructions():
+            if not isinstance(i, Call):
+                continue
+            name = i.callee_name or ""
+            if name.startswith(_REDUCE):
+                raise ad_error("an OpenMP reduction clause (reduction(op: x)) is not supported with derivatives; "
+                               "accumulate into a shared variable in a critical section instead", i)
+            if reverse and name.startswith(_DYNAMIC):
+                raise ad_error("reverse mode through an OpenMP loop with a dynamic, guided or runtime schedule "
+                               "is not supported (a thread's iterations are not the same in the reverse "
+                               "sweep); use schedule(static)", i)
+            callee = module.functions.get(name)
+            if callee is not None:
+                stack.append(callee)
+
+
+# -- the forward sweep ---------------------------------------------------------------------------------
+
+def augment_fork(mode, inst: Call):
+    """Replace ``__kmpc_fork_call`` ``inst`` of reverse mode ``mode``'s forward code by a fork of the outlined
+    function's augmented primal. Returns the entry :func:`reverse_fork` takes, or None when no derivative
+    flows through the region."""
+    module = mode.module
+    act = mode.activity
+    if mode.width > 1:
+        raise ad_error("vector mode (enzyme_width) with an OpenMP parallel region is not supported", inst)
+    loc, _, _, *captured = inst.args
+    fn = outlined_function(module, inst)
+    kinds = (CONST, CONST) + tuple(DUP if isinstance(a.type, T.PointerType) and act.is_active_ptr(a) else CONST
+                                   for a in captured)
+    info = getattr(module, "enzcc_active_globals", None)
+    if all(k == CONST for k in kinds) and not (info is not None and info.reached_by(fn.name)):
+        return None
+    check_body(module, fn, reverse=True)
+    aug, rev = mode.logic.split_of_call(inst, fn, kinds, False, args=[ConstantNull(T.ptr)] * 2 + captured,
+                                        parallel=True)
+    aug_wrap, rev_wrap = _wrappers(module, fn, aug, rev, captured, kinds)
+    shadows = [mode.shadows.of(a, inst) for a, k in zip(captured, kinds[2:]) if k == DUP]
+    b = IRBuilder.before(inst)
+    pushed = _pushed_threads(inst)
+    cap = _i64(b, pushed.args[2]) if pushed is not None else \
+        _i64(b, b.call(_decl(module, "omp_get_max_threads", T.i32, ()), []))
+    bytes_ = b.add(b.mul(cap, ConstantInt(T.i64, 8)), ConstantInt(T.i64, _HEADER))
+    tapes = b.call(_decl(module, "malloc", T.ptr, (T.i64,)), [bytes_])
+    b.store(cap, tapes)
+    args = [tapes, *captured, *shadows]
+    new = b.call(inst.callee, [loc, ConstantInt(T.i32, len(args)), module.global_ref(aug_wrap.name), *args])
+    inst.erase()
+    return new, loc, captured, kinds, tapes, pushed, rev_wrap
+
+
+def _pushed_threads(inst: Call):
+    """The ``__kmpc_push_num_threads`` call right before fork ``inst`` (``num_threads(n)``), if any."""
+    prev = inst.prev
+    while prev is not None and isinstance(prev, Cast):
+        prev = prev.prev
+    if isinstance(prev, Call) and prev.callee_name == "__kmpc_push_num_threads":
+        return prev
+    return None
+
+
+# -- the reverse sweep --------------------------------------------------------------------------------
+
+def reverse_fork(mode, entry, block, b: IRBuilder) -> None:
+    """At the reverse position of a fork (:func:`augment_fork`): fork the outlined function's reverse with the
+    same captured values, their shadows and the threads' tapes, then free the tape block."""
+    new, loc, captured, kinds, tapes, pushed, rev_wrap = entry
+    module = mode.module
+    shadows = [mode._shadow(a, block, b, new) for a, k in zip(captured, kinds[2:]) if k == DUP]
+    prim = [mode._primal(a, block, b) for a in captured]
+    t = mode._primal(tapes, block, b)
+    if pushed is not None:
+        gtid = b.call(_decl(module, "__kmpc_global_thread_num", T.i32, (T.ptr,)), [loc])
+        b.call(pushed.callee, [loc, gtid, mode._primal(pushed.args[2], block, b)])
+    args = [t, *prim, *shadows]
+    b.call(new.callee, [loc, ConstantInt(T.i32, len(args)), module.global_ref(rev_wrap.name), *args])
+    b.call(_decl(module, "free", T.void, (T.ptr,)), [t])
+
+
+def mirror(mode, inst: Call, b: IRBuilder) -> None:
+    """The reverse of a barrier or of the start/end of a critical section in a parallel region
+    (:data:`MIRRORED`), for the current thread."""
+    module = mode.module
+    name = MIRRORED[inst.callee_name]
+    loc = inst.args[0]
+    gtid = b.call(_decl(module, "__kmpc_global_thread_num", T.i32, (T.ptr,)), [loc])
+    if name == "__kmpc_barrier":
+        b.call(_decl(module, name, T.void, (T.ptr, T.i32)), [loc, gtid])
+    else:
+        b.call(_decl(module, name, T.void, (T.ptr, T.i32, T.ptr)), [loc, gtid, inst.args[2]])
+
+
+def atomic_add(mode, b: IRBuilder, ptr: Value, d: Value, align) -> None:
+    """``*ptr += d`` with atomic adds (each lane of a vector on its own)."""
+    ty = d.type
+    if isinstance(ty, T.FloatType):
+        b.atomic_rmw("fadd", ptr, d, "monotonic", align=align)
+        return
+    if isinstance(ty, T.VectorType) and isinstance(ty.element, T.FloatType):
+        size = mode.module.data_layout.store_size(ty.element)
+        for k in range(ty.count):
+            p = b.gep(ty.element, ptr, [ConstantInt(T.i64, k)]) if k else ptr
+            b.atomic_rmw("fadd", p, b.extract_element(d, ConstantInt(T.i64, k)), "monotonic",
+                         align=min(align or size, size) if k else align)
+        return
+    raise ad_error(f"adding adjoints of {ty} from several threads (an OpenMP parallel region) is not supported")
+
+
+def is_private(mode, p: Value) -> bool:
+    """``p`` points into the function's own stack (memory no other thread of the team touches)."""
+    from enzcc.ad.memory import base_object
+    from enzcc.ir.instructions import Alloca
+
+    base = base_object(p)
+    return isinstance(base, Alloca)
+
+
+# -- wrappers ---------------------------------------------------------------------------------------------
+
+def _wrappers(module, fn, aug, rev, captured, kinds):
+    """``aug_wrap(gtid, btid, tapes, captured..., shadows...)`` runs the augmented primal and keeps its tape in
+    the thread's slot; ``rev_wrap`` (same parameters) runs the reverse with that tape."""
+    ndup = sum(1 for k in kinds if k == DUP)
+    params = (T.ptr, T.ptr, T.ptr) + tuple(a.type for a in captured) + (T.ptr,) * ndup
+    names = ["gtid", "btid", "tapes"] + [f"c{k}" for k in range(len(captured))] + [f"d{k}" for k in range(ndup)]
+    aug_wrap = _function(module, f"__enzcc_omp_augmented_{fn.name}", params, names)
+    rev_wrap = _function(module, f"__enzcc_omp_reverse_{fn.name}", params, names)
+    tid_fn = _decl(module, "omp_get_thread_num", T.i32, ())
+    nth_fn = _decl(module, "omp_get_num_threads", T.i32, ())
+
+    # augmented: {tape} = aug(gtid, btid, captured..., shadows...); tapes[tid] = tape
+    gtid, btid, tapes, *rest = aug_wrap.args
+    entry, bad, ok = (aug_wrap.append_block(n) for n in ("entry", "bad", "ok"))
+    b = IRBuilder.at_end(entry)
+    tid = _i64(b, b.call(tid_fn, []))
+    nth = _i64(b, b.call(nth_fn, []))
+    cap = b.load(T.i64, tapes)
+    b.cond_br(b.icmp("ugt", nth, cap), bad, ok)
+    _fail(module, IRBuilder.at_end(bad), "an OpenMP parallel region ran with more threads than "
+                                         "omp_get_max_threads() said")
+    b = IRBuilder.at_end(ok)
+    r = b.call(aug, [gtid, btid, *rest])
+    b.store(nth, b.gep(T.i64, tapes, [ConstantInt(T.i64, 1)]))  # every thread stores the same value
+    b.store(b.extract_value(r, [0]), b.gep(T.ptr, tapes, [b.add(tid, ConstantInt(T.i64, _HEADER // 8))]))
+    b.ret_void()
+
+    # reverse: rev(gtid, btid, captured..., shadows..., tapes[tid])
+    gtid, btid, tapes, *rest = rev_wrap.args
+    entry, bad, ok = (rev_wrap.append_block(n) for n in ("entry", "bad", "ok"))
+    b = IRBuilder.at_end(entry)
+    tid = _i64(b, b.call(tid_fn, []))
+    nth = _i64(b, b.call(nth_fn, []))
+    was = b.load(T.i64, b.gep(T.i64, tapes, [ConstantInt(T.i64, 1)]))
+    b.cond_br(b.icmp("ne", nth, was), bad, ok)
+    _fail(module, IRBuilder.at_end(bad), "the reverse of an OpenMP parallel region ran with a different "
+                                         "number of threads than its forward run")
+    b = IRBuilder.at_end(ok)
+    tape = b.load(T.ptr, b.gep(T.ptr, tapes, [b.add(tid, ConstantInt(T.i64, _HEADER // 8))]))
+    b.call(rev, [gtid, btid, *rest, tape])
+    b.ret_void()
+    return aug_wrap, rev_wrap
+
+
+def _function(module, name: str, params, names) -> Function:
+    f = Function(module.unique_function_name(name), T.FunctionType(T.void, tuple(params)), names)
+    f.linkage = "internal"
+    module.add_function(f)
+    return f
+
+
+def _decl(module, name: str, ret, params) -> Function:
+    return module.get_or_insert_function(name, T.FunctionType(ret, tuple(params)))
+
+
+def _i64(b: IRBuilder, v: Value) -> Value:
+    return v if v.type == T.i64 else b.sext(v, T.i64)
+
+
+def _fail(module, b: IRBuilder, message: str) -> None:
+    """Write ``enzcc: message`` to standard error and abort."""
+    text = f"enzcc: {message}\n".encode()
+    name = module.unique_function_name("__enzcc_omp_message")  # (unique among globals too)
+    ty = T.ArrayType(len(text), T.i8)
+    module.add_global(name, ty, ConstantString(ty, text), constant=True, linkage="private")
+    write = _decl(module, "write", T.i64, (T.i32, T.ptr, T.i64))
+    b.call(write, [ConstantInt(T.i32, 2), module.global_ref(name), ConstantInt(T.i64, len(text))])
+    b.call(_decl(module, "abort", T.void, ()), [])
+    b.unreachable()
+
+
+# -- floats captured by value ---------------------------------------------------------------------------
+
+def _memory_users(base: Value, cls) -> list:
+    """The loads or stores (``cls``) of ``base``'s memory, directly or through one address computation."""
+    from enzcc.ad.memory import base_object
+
+    users = [u.user for u in getattr(base, "uses", [])]
+    users += [x.user for w in users for x in getattr(w, "uses", [])]
+    return [w for w in users if isinstance(w, cls) and base_object(w.pointer) is base]
+
+
+def from_float(v: Value, depth: int = 0) -> bool:
+    """``v`` (an integer) holds a float's bits: through casts, or loaded from memory a float was stored into
+    (how clang passes a floating-point ``firstprivate`` variable to an OpenMP parallel region)."""
+    from enzcc.ad.activity import has_float
+    from enzcc.ad.memory import base_object
+    from enzcc.ir.instructions import Load, Store
+
+    if has_float(v.type):
+        return True
+    if depth > 8:
+        return False
+    if isinstance(v, Cast):
+        return from_float(v.value, depth + 1)
+    if isinstance(v, Load):
+        return any(has_float(w.value.type) for w in _memory_users(base_object(v.pointer), Store))
+    return False
+
+
+def carries_float(param: Value) -> bool:
+    """``param`` (an integer) carries a float's bits: it reaches a float through casts, or through memory it is
+    stored into and read back from (clang's by-value OpenMP captures, at -O0 and after optimization)."""
+    from enzcc.ad.activity import has_float
+    from enzcc.ad.memory import base_object
+    from enzcc.ir.instructions import Load, Store
+
+    seen, stack = set(), [param]
+    while stack:
+        v = stack.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        if has_float(v.type):
+            return True
+        for u in v.uses:
+            user = u.user
+            if isinstance(user, Cast):
+                stack.append(user)
+            elif isinstance(user, Store) and user.value is v:
+                stack += _memory_users(base_object(user.pointer), Load)
+    return False
+
+
+__all__ = ["MIRRORED", "atomic_add", "augment_fork", "check_body", "forked_function_name", "is_private", "mirror", "outlined_function",
+           "reverse_fork"]
