@@ -17,6 +17,7 @@ from enzcc.ad.errors import ADError, ad_error
 from enzcc.ad.globals import used_globals, zero_shadows
 from enzcc.ad.hints import hints_of
 from enzcc.ad.inline import invoke_to_call, is_kept_recursive
+from enzcc.ad.iters import advance as advance_iterations, is_iter, lower as lower_iterations
 from enzcc.ad.openmp import forked_function_name
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
@@ -65,7 +66,7 @@ def _differentiate_text(text: str, target_machine, inline: str) -> tuple[str, in
             what = f"'{target.symbol}'" if isinstance(target, GlobalRef) else "its function"
             raise ad_error(f"cannot differentiate {what}: nested AD must not be recursive, and this "
                            f"function reaches this {call.callee_name} call itself", call)
-        return text, 0
+        return (str(module), 1) if lower_iterations(module) else (text, 0)
     module.enzcc_inline = inline
     requests = [parse_call(c, module) for c in calls if not (c.callee_name or "").startswith(BATCH)]
     prep_names: dict[str, str] = {}
@@ -96,6 +97,8 @@ def _differentiate_text(text: str, target_machine, inline: str) -> tuple[str, in
     count = differentiate_module(module, prep_names)
     for name in prep_names.values():
         del module.functions[name]
+    if len(calls) == len(every):  # the last round: no more derivatives of these functions
+        lower_iterations(module)
     return str(module), count
 
 
@@ -108,7 +111,8 @@ def _enzyme_calls(module: Module) -> list[Call]:
         if text is not None and ENZYME_PREFIX not in text:
             continue  # not parsed at all: only functions that need work are
         for inst in fn.instructions():
-            if isinstance(inst, Call) and (inst.callee_name or "").startswith(ENZYME_PREFIX):
+            if isinstance(inst, Call) and (inst.callee_name or "").startswith(ENZYME_PREFIX) and \
+                    not is_iter(inst.callee_name):
                 calls.append(inst)
     return calls
 
@@ -162,6 +166,7 @@ def _make_prepared_copy(module: Module, fn) -> str:
                                    fn.return_type, [a.name for a in fn.args])
     clone_body(fn, copy)
     prepare(copy)
+    advance_iterations(copy)
     return copy.name
 
 

@@ -13,6 +13,7 @@ from enzcc.ad.errors import ad_error, no_rule_error
 from enzcc.ad import blas, custom, mirror, openmp
 from enzcc.ad import complex as complex_
 from enzcc.ad.hints import hints_of, rule_name
+from enzcc.ad.iters import is_iter
 from enzcc.ad.logic import call_kinds, check_call_signature
 from enzcc.ad.prepare import INPUT_CALLS, inactive_functions
 from enzcc.ad.shadow import to_i64, usable_size
@@ -31,7 +32,8 @@ from enzcc.ir.values import (Argument, Constant, ConstantInt, ConstantPoison, Co
 #: calls that never carry derivatives and are kept in the forward sweep as they are
 INACTIVE_CALLS = {"printf", "fprintf", "puts", "putchar", "fputs", "fflush", "abort", "exit", "free", "fwrite",
                   "time", "clock", "rand", "srand", "assert", "__assert_fail", "omp_get_thread_num", "sprintf",
-                  "snprintf", "__cxa_guard_acquire", "__cxa_guard_release", "_ZdlPv", "_ZdaPv", "_ZdlPvm"}
+                  "snprintf", "__cxa_guard_acquire", "__cxa_guard_release", "_ZdlPv", "_ZdaPv", "_ZdlPvm",
+                  "malloc_usable_size"}
 #: C++ output streams (std::ostream members, std::operator<< for text, std::endl): they only print
 OUTPUT_STREAM_PREFIXES = ("_ZNSo", "_ZStlsISt11char_traitsIcE", "_ZSt16__ostream_insertIcSt11char_traitsIcE",
                           "_ZSt4endlIcSt11char_traitsIcE", "_ZSt5flushIcSt11char_traitsIcE",
@@ -58,7 +60,7 @@ def is_inactive_call(name: str) -> bool:
     work on shadows is done in the forward code (:mod:`enzcc.ad.mirror`)."""
     return name in INACTIVE_CALLS or name.startswith(OUTPUT_STREAM_PREFIXES) or name in INPUT_CALLS or \
         name.startswith(mirror.INACTIVE_PREFIXES) or mirror.is_mirrored(name) or \
-        name.startswith(OPENMP_INACTIVE_PREFIXES)
+        name.startswith(OPENMP_INACTIVE_PREFIXES) or is_iter(name)
 
 
 #: intrinsics with nothing to do in the reverse sweep

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from enzcc.ad.activity import ALLOCATORS, has_float, is_allocation
 from enzcc.ad.adjoint import _IGNORED_INTRINSICS
 from enzcc.ad.hints import rule_name
+from enzcc.ad.iters import is_iter
 from enzcc.ir import types as T
 from enzcc.ir.block import BasicBlock
 from enzcc.ir.builder import IRBuilder
@@ -201,7 +202,7 @@ class CacheUtility:
                 if name.startswith(("llvm.memcpy", "llvm.memmove", "llvm.memset")):
                     if not written(inst.args[0]):
                         return None
-                elif name in ALLOCATORS or name == "free" or name.startswith(_IGNORED_INTRINSICS) or \
+                elif name in ALLOCATORS or name == "free" or name.startswith(_IGNORED_INTRINSICS) or is_iter(name) or \
                         self.rules.for_call(rule_name(self.module, name)) is not None:
                     continue
                 else:
