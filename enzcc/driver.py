@@ -164,7 +164,7 @@ class Driver:
 
     def passthrough(self) -> int:
         extra = []
-        if any(i.lang == "c++" for i in self.inv.inputs):  # (-E, -M, -fsyntax-only...: enzyme/enzyme is found)
+        if any(i.lang in ("c", "c++") for i in self.inv.inputs):  # (-E, -M, -fsyntax-only...: enzcc's headers)
             from enzcc.frontends.clang import INCLUDE_DIR
             extra = ["-idirafter", INCLUDE_DIR]
         return subprocess.run([self._native_driver(), *self._own_flags_removed(), *extra]).returncode

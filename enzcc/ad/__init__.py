@@ -17,6 +17,7 @@ from enzcc.ad.errors import ADError, ad_error
 from enzcc.ad.globals import used_globals, zero_shadows
 from enzcc.ad.hints import hints_of
 from enzcc.ad.inline import invoke_to_call, is_kept_recursive
+from enzcc.ad.fixed_point import is_fixed_point, lower as lower_fixed_points, step_name as fixed_point_step
 from enzcc.ad.iters import advance as advance_iterations, is_iter, lower as lower_iterations
 from enzcc.ad.openmp import forked_function_name
 from enzcc.ir import types as T
@@ -66,7 +67,7 @@ def _differentiate_text(text: str, target_machine, inline: str) -> tuple[str, in
             what = f"'{target.symbol}'" if isinstance(target, GlobalRef) else "its function"
             raise ad_error(f"cannot differentiate {what}: nested AD must not be recursive, and this "
                            f"function reaches this {call.callee_name} call itself", call)
-        return (str(module), 1) if lower_iterations(module) else (text, 0)
+        return (str(module), 1) if lower_iterations(module) + lower_fixed_points(module) else (text, 0)
     module.enzcc_inline = inline
     requests = [parse_call(c, module) for c in calls if not (c.callee_name or "").startswith(BATCH)]
     prep_names: dict[str, str] = {}
@@ -78,9 +79,9 @@ def _differentiate_text(text: str, target_machine, inline: str) -> tuple[str, in
             continue
         prep_names[fn.name] = _make_prepared_copy(module, fn)
         for inst in module.functions[prep_names[fn.name]].instructions():
-            forked = forked_function_name(inst)
+            forked = forked_function_name(inst) or fixed_point_step(inst)
             if forked in module.functions and not module.functions[forked].is_declaration:
-                todo.append(module.functions[forked])  # an OpenMP parallel region's body
+                todo.append(module.functions[forked])  # an OpenMP parallel region's body, a fixed point's step
             elif isinstance(inst, Call) and is_kept_recursive(inst):
                 todo.append(module.functions[inst.callee_name])
             elif isinstance(inst, Call) and inst.callee_name in module.functions and \
@@ -99,6 +100,7 @@ def _differentiate_text(text: str, target_machine, inline: str) -> tuple[str, in
         del module.functions[name]
     if len(calls) == len(every):  # the last round: no more derivatives of these functions
         lower_iterations(module)
+        lower_fixed_points(module)
     return str(module), count
 
 
@@ -112,7 +114,7 @@ def _enzyme_calls(module: Module) -> list[Call]:
             continue  # not parsed at all: only functions that need work are
         for inst in fn.instructions():
             if isinstance(inst, Call) and (inst.callee_name or "").startswith(ENZYME_PREFIX) and \
-                    not is_iter(inst.callee_name):
+                    not is_iter(inst.callee_name) and not is_fixed_point(inst.callee_name):
                 calls.append(inst)
     return calls
 

@@ -10,7 +10,8 @@ from enzcc.ad.activity import has_float, is_allocation, is_user_call
 from enzcc.ad.api import CONST, DUP, OUT, is_float
 from enzcc.ad.emit import add_values, emit_partial, splat, times, zero
 from enzcc.ad.errors import ad_error, no_rule_error
-from enzcc.ad import blas, custom, mirror, openmp
+from enzcc.ad import blas, custom, fixed_point, mirror, openmp
+from enzcc.ad.fixed_point import is_fixed_point
 from enzcc.ad import complex as complex_
 from enzcc.ad.hints import hints_of, rule_name
 from enzcc.ad.iters import is_iter
@@ -262,6 +263,16 @@ class AdjointGenerator:
         for block in self.blocks:
             insts = self.orig_insts[id(block)]
             for i, inst in enumerate(insts):
+                if isinstance(inst, Call) and is_fixed_point(inst.callee_name):
+                    if self.width > 1:
+                        raise ad_error("vector mode (enzyme_width) with __enzyme_fixed_point is not supported", inst)
+                    anchor, entry = fixed_point.augment(self, inst)
+                    insts[i] = anchor
+                    self.user_calls[id(anchor)] = ("fixed_point", entry)
+                    self._keep.append(anchor)
+                    if entry is not None:
+                        self._keep += [entry[0], entry[-1]]
+                    continue
                 if isinstance(inst, Call) and inst.callee_name == "__kmpc_fork_call":
                     entry = openmp.augment_fork(self, inst)
                     if entry is not None:
@@ -345,6 +356,9 @@ class AdjointGenerator:
                 custom.reverse_call(self, entry, block, b)
             elif kind == "fork":
                 openmp.reverse_fork(self, entry, block, b)
+            elif kind == "fixed_point":
+                if entry is not None:
+                    fixed_point.reverse(self, entry, block, b)
             else:
                 self._reverse_user_call(entry, block, b)
             return

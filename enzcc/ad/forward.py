@@ -12,7 +12,8 @@ from enzcc.ad.api import DUP, DUPNONEED, DiffCall, is_float
 from enzcc.ad.emit import add_values, emit_partial, times, zero
 from enzcc.ad.errors import ad_error, no_rule_error
 from enzcc.ad.memory import memory_types_for
-from enzcc.ad import custom
+from enzcc.ad import custom, fixed_point
+from enzcc.ad.fixed_point import is_fixed_point
 from enzcc.ad.hints import hints_of, rule_name
 from enzcc.ad.prepare import finalize, inactive_functions, new_derivative_function, prepare
 from enzcc.ad.adjoint import _IGNORED_INTRINSICS, is_inactive_call
@@ -292,6 +293,11 @@ class ForwardMode:
             return
         if name == "__kmpc_fork_call" and self.logic is not None:
             self._tangent_of_fork_call(inst)
+            return
+        if is_fixed_point(name) and self.logic is not None:
+            if self.width > 1:
+                raise ad_error("vector mode (enzyme_width) with __enzyme_fixed_point is not supported", inst)
+            fixed_point.forward(self, inst)
             return
         if is_inactive_call(name):
             return

@@ -13,6 +13,7 @@ no derivative. ``__enzyme_reverse`` is the exception: it continues what its ``__
 
 from __future__ import annotations
 
+from enzcc.ad.fixed_point import step_name as fixed_point_step
 from enzcc.ad.openmp import forked_function_name
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.instructions import Call, Cast, GetElementPtr, Phi, Select, Store
@@ -108,7 +109,8 @@ class ActiveGlobals:
             self._uses[orig] = used_globals(fn)
             self._calls[orig] = {i.callee_name for i in fn.instructions()
                                  if isinstance(i, Call) and i.callee_name in prepared}
-            self._calls[orig] |= {forked_function_name(i) for i in fn.instructions()} & prepared.keys()
+            self._calls[orig] |= {forked_function_name(i) or fixed_point_step(i) for i in fn.instructions()} & \
+                prepared.keys()
 
     def reached_by(self, name: str) -> list[str]:
         """The active globals the differentiated function ``name`` (or what it calls) uses."""

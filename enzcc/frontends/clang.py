@@ -18,12 +18,13 @@ ATTRIBUTE_DEFINES = [f'-D{a}=annotate("{a}")' for a in ENZYME_ATTRIBUTES] + \
      '-Denzyme_shadow(name)=annotate("enzyme_shadow")']  # a global's own shadow global: refused by name
 
 
-#: enzcc's own headers (``#include <enzyme/enzyme>``, the C++ interface), searched after the user's -I/-isystem
+#: enzcc's own headers (``#include <enzyme/enzyme>``, the C++ interface; ``<enzyme/fixed_point.h>``), searched
+#: after the user's -I/-isystem
 INCLUDE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "include")
 
 
 def _include_args(req: CompileRequest) -> list[str]:
-    return ["-idirafter", INCLUDE_DIR] if req.lang == "c++" else []
+    return ["-idirafter", INCLUDE_DIR] if req.lang in ("c", "c++") else []
 
 
 def _x_args(req: CompileRequest) -> list[str]:

@@ -4,7 +4,7 @@ advanced twice in one level) gives other numbers."""
 
 import pytest
 
-from adharness import PRELUDE, build_and_run
+from adharness import build_and_run
 from enzcc_testing import need
 
 pytestmark = need("clang-22", "llvm-objcopy-22")
