@@ -103,6 +103,8 @@ class ActiveGlobals:
         self._calls: dict[str, set[str]] = {}
         """Prepared function -> the original names of the prepared functions it calls."""
         self._uses: dict[str, set[str]] = {}
+        self.shadow_names: dict[tuple[str, int], str] = {}
+        """(global, lane) -> its shadow global in this round (:func:`shadow_global`)."""
         for orig, prep in prepared.items():
             fn = module.functions[prep]
             self.names |= written_globals(fn)
@@ -131,10 +133,16 @@ def active_globals(module) -> set[str]:
 
 
 def shadow_global(module, symbol: str, lane: int = 0) -> GlobalRef:
-    """The zero-filled shadow of global ``@symbol`` (one per vector lane)."""
-    name = f"__enzcc_shadow.{symbol}" + (f".lane{lane}" if lane else "")
-    if name not in module.globals:
+    """The zero-filled shadow of global ``@symbol`` (one per vector lane), shared by the derived functions of
+    one AD round. A later round (nested AD) gets shadows of its own: the earlier round's shadow of ``@symbol``
+    is a global that round's code reads and writes, which now has a derivative of its own."""
+    info = getattr(module, "enzcc_active_globals", None)
+    names = info.shadow_names if info is not None else {}
+    name = names.get((symbol, lane))
+    if name is None:
+        name = module.unique_function_name(f"__enzcc_shadow.{symbol}" + (f".lane{lane}" if lane else ""))
         module.add_global(name, module.globals[symbol].value_type, align=16)
+        names[(symbol, lane)] = name
     return module.global_ref(name)
 
 
