@@ -17,6 +17,8 @@ from enzcc.ad.errors import ADError, ad_error
 from enzcc.ad.globals import used_globals, zero_shadows
 from enzcc.ad.hints import hints_of
 from enzcc.ad.inline import invoke_to_call, is_kept_recursive
+from enzcc.ad.context import MARKER as CONTEXT_MARKER, copy_in, copy_out, is_runtime as is_context_runtime, \
+    lower as lower_contexts
 from enzcc.ad.fixed_point import is_fixed_point, lower as lower_fixed_points, step_name as fixed_point_step
 from enzcc.ad.iters import advance as advance_iterations, is_iter, lower as lower_iterations
 from enzcc.ad.openmp import forked_function_name
@@ -67,7 +69,8 @@ def _differentiate_text(text: str, target_machine, inline: str) -> tuple[str, in
             what = f"'{target.symbol}'" if isinstance(target, GlobalRef) else "its function"
             raise ad_error(f"cannot differentiate {what}: nested AD must not be recursive, and this "
                            f"function reaches this {call.callee_name} call itself", call)
-        return (str(module), 1) if lower_iterations(module) + lower_fixed_points(module) else (text, 0)
+        lowered = lower_iterations(module) + lower_fixed_points(module) + lower_contexts(module)
+        return (str(module), 1) if lowered else (text, 0)
     module.enzcc_inline = inline
     requests = [parse_call(c, module) for c in calls if not (c.callee_name or "").startswith(BATCH)]
     prep_names: dict[str, str] = {}
@@ -79,6 +82,9 @@ def _differentiate_text(text: str, target_machine, inline: str) -> tuple[str, in
             continue
         prep_names[fn.name] = _make_prepared_copy(module, fn)
         for inst in module.functions[prep_names[fn.name]].instructions():
+            if isinstance(inst, Call) and is_context_runtime(inst.callee_name):
+                raise ad_error(f"cannot differentiate '{fn.name}': it calls {inst.callee_name}, and derivatives of "
+                               "code that uses an enzyme_context (nested AD) are not supported", inst)
             forked = forked_function_name(inst) or fixed_point_step(inst)
             if forked in module.functions and not module.functions[forked].is_declaration:
                 todo.append(module.functions[forked])  # an OpenMP parallel region's body, a fixed point's step
@@ -101,6 +107,7 @@ def _differentiate_text(text: str, target_machine, inline: str) -> tuple[str, in
     if len(calls) == len(every):  # the last round: no more derivatives of these functions
         lower_iterations(module)
         lower_fixed_points(module)
+        lower_contexts(module)
     return str(module), count
 
 
@@ -114,7 +121,8 @@ def _enzyme_calls(module: Module) -> list[Call]:
             continue  # not parsed at all: only functions that need work are
         for inst in fn.instructions():
             if isinstance(inst, Call) and (inst.callee_name or "").startswith(ENZYME_PREFIX) and \
-                    not is_iter(inst.callee_name) and not is_fixed_point(inst.callee_name):
+                    not is_iter(inst.callee_name) and not is_fixed_point(inst.callee_name) and \
+                    not is_context_runtime(inst.callee_name):
                 calls.append(inst)
     return calls
 
@@ -200,8 +208,8 @@ def differentiate_module(module: Module, prepared: dict[str, str] | None = None)
     from enzcc.ad.logic import DerivedFunctions
 
     logic = DerivedFunctions(module, prepared)
-    module.enzcc_active_globals = ActiveGlobals(module, prepared or {})
     calls = ready_calls(module, _enzyme_calls(module))
+    module.enzcc_active_globals = ActiveGlobals(module, prepared or {}, _context_functions(calls))
     for call in calls:
         if isinstance(call, Invoke):  # C++: the __enzyme_* declaration may throw, as far as clang knows
             call = invoke_to_call(call)
@@ -216,6 +224,17 @@ def differentiate_module(module: Module, prepared: dict[str, str] | None = None)
             _replace_call(dc, logic.for_call(dc))
     logic.cleanup()
     return len(calls)
+
+
+def _context_functions(calls) -> set[str]:
+    """The functions some of ``calls`` differentiate with ``enzyme_context``."""
+    out = set()
+    for call in calls:
+        if any(marker_symbol(a) == CONTEXT_MARKER for a in call.args):
+            target = resolve_function(call.args[0]) if call.args else None
+            if isinstance(target, GlobalRef):
+                out.add(target.symbol)
+    return out
 
 
 def _replace_split_call(dc, logic) -> None:
@@ -320,8 +339,13 @@ def _replace_call(dc, G) -> None:
             args.append(_convert(b, spec.primal, spec.param.type))
             if spec.shadow is not None:
                 args += _lane_shadows(b, spec, dc.width)
-    zero_shadows(b, G.module, dc.fn.name, dc.width)
+    if dc.context is not None:
+        pairs = copy_in(b, G.module, dc.fn.name, dc.context, dc.width)
+    else:
+        zero_shadows(b, G.module, dc.fn.name, dc.width)
     result = b.call(G, args)
+    if dc.context is not None:
+        copy_out(b, pairs)
     rt = G.return_type
     want = call.type
     if dc.sret is not None:

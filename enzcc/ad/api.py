@@ -26,7 +26,8 @@ AUGMENTSIZE = "__enzyme_augmentsize"
 MARKERS = ("enzyme_dupnoneed", "enzyme_dup", "enzyme_const", "enzyme_out", "enzyme_dupv", "enzyme_dupnoneedv")
 #: markers about the whole call (split mode): name -> whether a value follows
 CALL_MARKERS = {"enzyme_tape": True, "enzyme_allocated": True, "enzyme_noret": False, "enzyme_primal_return": False,
-                "enzyme_const_return": False, "enzyme_active_return": False, "enzyme_width": True}
+                "enzyme_const_return": False, "enzyme_active_return": False, "enzyme_width": True,
+                "enzyme_context": True}
 
 #: argument kinds
 CONST, DUP, DUPNONEED, OUT = "const", "dup", "dupnoneed", "out"
@@ -135,6 +136,8 @@ class DiffCall:
     return_kind: str | None = None
     """``const`` / ``active`` from ``enzyme_const_return`` / ``enzyme_active_return``, else None (the
     default: a float result is active)."""
+    context: Value | None = None
+    """``enzyme_context, ctx``: the shadows of globals come from this context (:mod:`enzcc.ad.context`)."""
 
     @property
     def active_return(self) -> bool:
@@ -191,6 +194,19 @@ def parse_call(call: Call, module) -> DiffCall:
         if unknown:
             raise ad_error(f"{unknown} is not supported by enzcc (known markers: "
                            f"{', '.join(sorted(MARKERS))})", call)
+    if "context" in extra:  # the context's width is the call's, where the code shows it
+        from enzcc.ad.context import context_width
+
+        known = context_width(extra["context"])
+        if known is not None and "width" in extra and known != extra["width"]:
+            raise ad_error(f"enzyme_width {extra['width']} with a context of width {known} in {callee}", call)
+        if known is not None and known < 1:
+            raise ad_error(f"a context of width {known} in {callee}", call)
+        if known is not None and known > 1:
+            if mode not in ("forward", "reverse"):
+                raise ad_error(f"vector mode (a context of width {known}) is supported with __enzyme_fwddiff and "
+                               f"__enzyme_autodiff, not {callee}", call)
+            extra["width"] = known
     width = extra.get("width", 1)
     for param in fn.args:
         value = take("the value", param)
@@ -290,6 +306,10 @@ def _call_markers(rest: list, mode: str, call, callee: str) -> dict:
             if mode not in ("forward", "reverse"):
                 raise ad_error(f"enzyme_primal_return is supported with __enzyme_fwddiff and __enzyme_autodiff, "
                                f"not {callee}", call)
+        elif name == "enzyme_context":
+            if mode not in ("forward", "reverse"):
+                raise ad_error(f"enzyme_context is supported with __enzyme_fwddiff and __enzyme_autodiff, not "
+                               f"{callee}", call)
         elif (name in ("enzyme_const_return", "enzyme_active_return") and mode == "reverse") or \
                 (name == "enzyme_noret" and mode in ("reverse", "forward")):
             pass  # (enzyme_noret: the result is not returned, already the default of these two)
@@ -315,6 +335,11 @@ def _call_markers(rest: list, mode: str, call, callee: str) -> dict:
                 raise ad_error(f"enzyme_width must be followed by a constant number of lanes (1 or more) in {callee}",
                                call)
             out["width"] = value.value
+        elif name == "enzyme_context":
+            if not isinstance(value.type, T.PointerType):
+                raise ad_error(f"enzyme_context must be followed by a context (from __enzyme_context) in {callee}",
+                               call)
+            out["context"] = value
         elif name == "enzyme_noret":
             out["noret"] = True
         elif name == "enzyme_primal_return":

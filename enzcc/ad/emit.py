@@ -8,6 +8,21 @@ from enzcc.ir.builder import IRBuilder, const_float, const_zero
 from enzcc.ir.values import ConstantFloat, ConstantSplat, ConstantZero, Value
 
 
+def fail_at_run_time(module, b: IRBuilder, message: str) -> None:
+    """At ``b``: write ``enzcc: message`` to standard error and abort (what a derivative cannot do, found
+    only when it runs)."""
+    from enzcc.ir.values import ConstantInt, ConstantString
+
+    text = f"enzcc: {message}\n".encode()
+    name = module.unique_function_name("__enzcc_message")  # (unique among globals too)
+    ty = T.ArrayType(len(text), T.i8)
+    module.add_global(name, ty, ConstantString(ty, text), constant=True, linkage="private")
+    write = module.get_or_insert_function("write", T.FunctionType(T.i64, (T.i32, T.ptr, T.i64)))
+    b.call(write, [ConstantInt(T.i32, 2), module.global_ref(name), ConstantInt(T.i64, len(text))])
+    b.call(module.get_or_insert_function("abort", T.FunctionType(T.void, ())), [])
+    b.unreachable()
+
+
 def splat(ty: T.Type, x: float) -> Value:
     """The constant ``x`` of a float or float-vector type."""
     if isinstance(ty, T.VectorType):

@@ -13,6 +13,7 @@ no derivative. ``__enzyme_reverse`` is the exception: it continues what its ``__
 
 from __future__ import annotations
 
+from enzcc.ad.context import eligible
 from enzcc.ad.fixed_point import step_name as fixed_point_step
 from enzcc.ad.openmp import forked_function_name
 from enzcc.ir.builder import IRBuilder
@@ -97,9 +98,10 @@ def used_globals(fn, skip_callees: bool = False) -> set[str]:
 class ActiveGlobals:
     """Which globals of a module hold derivatives, and which of them each differentiated function reaches."""
 
-    def __init__(self, module, prepared: dict[str, str]):
+    def __init__(self, module, prepared: dict[str, str], context_functions: set[str] = frozenset()):
         self.names: set[str] = set()
-        """Globals written by some prepared (differentiated) function."""
+        """Globals written by some prepared (differentiated) function, and those a function differentiated
+        with ``enzyme_context`` uses (:mod:`enzcc.ad.context`)."""
         self._calls: dict[str, set[str]] = {}
         """Prepared function -> the original names of the prepared functions it calls."""
         self._uses: dict[str, set[str]] = {}
@@ -113,18 +115,28 @@ class ActiveGlobals:
                                  if isinstance(i, Call) and i.callee_name in prepared}
             self._calls[orig] |= {forked_function_name(i) or fixed_point_step(i) for i in fn.instructions()} & \
                 prepared.keys()
+        self.in_context: set[str] = set()
+        """The globals with derivatives only because a context gives them shadows (read-only ones, pointers)."""
+        for name in context_functions:
+            for symbol in self._used_by(name):
+                if eligible(module, symbol) is not None and symbol not in self.names:
+                    self.names.add(symbol)
+                    self.in_context.add(symbol)
 
     def reached_by(self, name: str) -> list[str]:
         """The active globals the differentiated function ``name`` (or what it calls) uses."""
+        return sorted(self._used_by(name) & self.names)
+
+    def _used_by(self, name: str) -> set[str]:
         seen, stack, out = set(), [name], set()
         while stack:
             f = stack.pop()
             if f in seen or f not in self._uses:
                 continue
             seen.add(f)
-            out |= self._uses[f] & self.names
+            out |= self._uses[f]
             stack += self._calls[f]
-        return sorted(out)
+        return out
 
 
 def active_globals(module) -> set[str]:
@@ -148,11 +160,17 @@ def shadow_global(module, symbol: str, lane: int = 0) -> GlobalRef:
 
 def zero_shadows(b: IRBuilder, module, fn_name: str, width: int = 1) -> None:
     """Before an ``__enzyme_*`` call of ``fn_name``: zero the shadows of the globals it uses."""
+    from enzcc.ad.activity import has_pointer
+    from enzcc.ad.errors import ad_error
+
     info = getattr(module, "enzcc_active_globals", None)
     if info is None:
         return
     dl = module.data_layout
     for symbol in info.reached_by(fn_name):
+        if symbol in info.in_context and has_pointer(module.globals[symbol].value_type):
+            raise ad_error(f"'{fn_name}' reaches global '{symbol}', which holds pointers and has derivatives only "
+                           "in an enzyme_context: differentiate it with enzyme_context here too")
         size = dl.alloc_size(module.globals[symbol].value_type)
         for lane in range(width):
             b.memset(shadow_global(module, symbol, lane), 0, size)

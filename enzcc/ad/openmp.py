@@ -22,12 +22,13 @@ by value (``firstprivate(double)``), vector mode.
 from __future__ import annotations
 
 from enzcc.ad.api import CONST, DUP
+from enzcc.ad.emit import fail_at_run_time
 from enzcc.ad.errors import ad_error
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.function import Function
 from enzcc.ir.instructions import Call, Cast
-from enzcc.ir.values import ConstantInt, ConstantNull, ConstantString, Value
+from enzcc.ir.values import ConstantInt, ConstantNull, Value
 
 #: runtime calls whose order the reverse code mirrors: name -> the call emitted at its place in the reverse sweep
 MIRRORED = {"__kmpc_barrier": "__kmpc_barrier", "__kmpc_critical": "__kmpc_end_critical",
@@ -222,7 +223,7 @@ def _wrappers(module, fn, aug, rev, captured, kinds):
     nth = _i64(b, b.call(nth_fn, []))
     cap = b.load(T.i64, tapes)
     b.cond_br(b.icmp("ugt", nth, cap), bad, ok)
-    _fail(module, IRBuilder.at_end(bad), "an OpenMP parallel region ran with more threads than "
+    fail_at_run_time(module, IRBuilder.at_end(bad), "an OpenMP parallel region ran with more threads than "
                                          "omp_get_max_threads() said")
     b = IRBuilder.at_end(ok)
     r = b.call(aug, [gtid, btid, *rest])
@@ -238,7 +239,7 @@ def _wrappers(module, fn, aug, rev, captured, kinds):
     nth = _i64(b, b.call(nth_fn, []))
     was = b.load(T.i64, b.gep(T.i64, tapes, [ConstantInt(T.i64, 1)]))
     b.cond_br(b.icmp("ne", nth, was), bad, ok)
-    _fail(module, IRBuilder.at_end(bad), "the reverse of an OpenMP parallel region ran with a different "
+    fail_at_run_time(module, IRBuilder.at_end(bad), "the reverse of an OpenMP parallel region ran with a different "
                                          "number of threads than its forward run")
     b = IRBuilder.at_end(ok)
     tape = b.load(T.ptr, b.gep(T.ptr, tapes, [b.add(tid, ConstantInt(T.i64, _HEADER // 8))]))
@@ -260,18 +261,6 @@ def _decl(module, name: str, ret, params) -> Function:
 
 def _i64(b: IRBuilder, v: Value) -> Value:
     return v if v.type == T.i64 else b.sext(v, T.i64)
-
-
-def _fail(module, b: IRBuilder, message: str) -> None:
-    """Write ``enzcc: message`` to standard error and abort."""
-    text = f"enzcc: {message}\n".encode()
-    name = module.unique_function_name("__enzcc_omp_message")  # (unique among globals too)
-    ty = T.ArrayType(len(text), T.i8)
-    module.add_global(name, ty, ConstantString(ty, text), constant=True, linkage="private")
-    write = _decl(module, "write", T.i64, (T.i32, T.ptr, T.i64))
-    b.call(write, [ConstantInt(T.i32, 2), module.global_ref(name), ConstantInt(T.i64, len(text))])
-    b.call(_decl(module, "abort", T.void, ()), [])
-    b.unreachable()
 
 
 # -- floats captured by value ---------------------------------------------------------------------------

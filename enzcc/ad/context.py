@@ -1,0 +1,383 @@
+"""Contexts of global shadows: ``__enzyme_context``, ``__enzyme_shadow``, ``__enzyme_zero_shadows`` and the
+``enzyme_context, ctx`` marker.
+
+Without a context, a global that differentiated code writes has one shadow global, zeroed by each
+``__enzyme_*`` call (:mod:`enzcc.ad.globals`), and a global it only reads has no derivative. A context holds
+shadows the program keeps across calls and reads itself, as codes that keep their state in globals (Fortran's
+COMMON blocks) need:
+
+* ``void *ctx = __enzyme_context(width)`` makes a shadow of every mutable global of the program that holds
+  floating-point values or pointers, ``width`` of each (one per vector lane). Floats start at zero, integers
+  are copies, a pointer into a global points into that global's shadow, a pointer to other memory (the heap)
+  gets a zero-filled allocation of that memory's size (``malloc_usable_size``);
+* ``__enzyme_shadow(ctx, &g.field, lane)`` is the address of the field's shadow (an address in no global of
+  the program stops it with a message);
+* ``__enzyme_zero_shadows(ctx)`` zeroes every float of every shadow and heap shadow allocation;
+* ``__enzyme_autodiff(f, enzyme_context, ctx, ...)`` (or ``__enzyme_fwddiff``): the globals ``f`` uses, read
+  or written, carry derivatives, whose shadows are the context's: copied into the module's shadow globals
+  before the call and back after it, instead of being zeroed. The context's width is the call's vector width.
+
+Not supported, one-line errors: a context with split mode, with a function also differentiated without one
+that reaches a global holding pointers, and derivatives of code that uses a context (nested AD).
+"""
+
+from __future__ import annotations
+
+from enzcc.ad.emit import fail_at_run_time
+from enzcc.ad.errors import ad_error
+from enzcc.ir import types as T
+from enzcc.ir.builder import IRBuilder
+from enzcc.ir.function import Function
+from enzcc.ir.instructions import Alloca, Call, Load, Store
+from enzcc.ir.values import ConstantAggregate, ConstantInt, ConstantNull, Value
+
+CONTEXT, SHADOW, ZERO = "__enzyme_context", "__enzyme_shadow", "__enzyme_zero_shadows"
+MARKER = "enzyme_context"
+
+_MAX_RUNS = 4096
+"""Most runs of floats, integers and pointers per global a context copies field by field."""
+
+
+def is_runtime(name: str | None) -> bool:
+    """A call to the context runtime (defined by :func:`lower`)."""
+    name = name or ""
+    return name.startswith(ZERO) or name.startswith(CONTEXT) or \
+        (name.startswith(SHADOW) and not name.startswith("__enzyme_shadows"))
+
+
+def context_width(v: Value, depth: int = 0) -> int | None:
+    """The width a context value was made with, when the code shows it: ``__enzyme_context(N)`` with a
+    constant ``N``, directly or through a local variable stored once."""
+    if depth > 8:
+        return None
+    if isinstance(v, Call) and (v.callee_name or "").startswith(CONTEXT) and v.args and \
+            isinstance(v.args[0], ConstantInt):
+        return v.args[0].value
+    if isinstance(v, Load) and isinstance(v.pointer, Alloca):
+        stores = [u.user for u in v.pointer.uses if isinstance(u.user, Store) and u.user.pointer is v.pointer]
+        if len(stores) == 1:
+            return context_width(stores[0].value, depth + 1)
+    return None
+
+
+def eligible(module, symbol: str):
+    """The global ``@symbol`` if a context holds a shadow of it: defined here, mutable, holding floats or
+    pointers, not enzcc's or the API's own."""
+    from enzcc.ad.activity import has_float, has_pointer
+
+    gv = module.globals.get(symbol)
+    if gv is None or gv.kind != "global" or gv.is_constant or gv.is_declaration or gv.value_type is None:
+        return None
+    if symbol.startswith(("llvm.", "__enzcc", "enzyme_", "__enzyme_")):
+        return None
+    if not (has_float(gv.value_type) or has_pointer(gv.value_type)):
+        return None
+    return gv
+
+
+# -- calls that use a context ---------------------------------------------------------------------------
+
+def copy_in(b: IRBuilder, module, fn_name: str, ctx: Value, width: int) -> list:
+    """Before a call differentiating ``fn_name`` with context ``ctx``: the context's shadows of the globals
+    it reaches become the module's shadow globals. Returns what :func:`copy_out` needs."""
+    from enzcc.ad.globals import shadow_global
+
+    info = module.enzcc_active_globals
+    shadow = _declare_shadow(module)
+    dl = module.data_layout
+    pairs = []
+    for symbol in info.reached_by(fn_name):
+        size = ConstantInt(T.i64, dl.alloc_size(module.globals[symbol].value_type))
+        for lane in range(width):
+            theirs = b.call(shadow, [ctx, module.global_ref(symbol), ConstantInt(T.i32, lane)])
+            ours = shadow_global(module, symbol, lane)
+            b.memcpy(ours, theirs, size)
+            pairs.append((ours, theirs, size))
+    return pairs
+
+
+def copy_out(b: IRBuilder, pairs: list) -> None:
+    """After the call: the shadow globals back into the context."""
+    for ours, theirs, size in pairs:
+        b.memcpy(theirs, ours, size)
+
+
+def _declare_shadow(module) -> Function:
+    return module.get_or_insert_function(SHADOW, T.FunctionType(T.ptr, (T.ptr, T.ptr, T.i32)))
+
+
+# -- the runtime ---------------------------------------------------------------------------------------
+
+def lower(module) -> int:
+    """Define ``__enzyme_context``, ``__enzyme_shadow`` and ``__enzyme_zero_shadows`` where the program
+    calls them (under whatever name the program declared them: any suffix). Returns how many were defined."""
+    names = [n for n, f in module.functions.items() if f.is_declaration and is_runtime(n)]
+    if not names:
+        return 0
+    rt = _Runtime(module)
+    for name in names:
+        fn = module.functions[name]
+        if name.startswith(CONTEXT):
+            rt.define_context(fn)
+        elif name.startswith(ZERO):
+            rt.define_zero(fn)
+        else:
+            rt.define_shadow(fn)
+    return len(names)
+
+
+class _Runtime:
+    """The context's layout, for the module's eligible globals ``g_0 .. g_{n-1}``: an array of i64 slots:
+    ``[0]`` the width; ``[1 + lane n + i]`` the shadow of ``g_i`` in ``lane``; then, per lane, one heap
+    shadow pointer and its size per pointer field of the globals (in field order)."""
+
+    def __init__(self, module):
+        self.module = module
+        dl = module.data_layout
+        self.globals = [gv for name, gv in sorted(module.globals.items()) if eligible(module, name)]
+        self.runs = [_runs(dl, gv.value_type, gv.name) for gv in self.globals]
+        self.sizes = [dl.alloc_size(gv.value_type) for gv in self.globals]
+        self.nptr = sum(1 for runs in self.runs for kind, _, _ in runs if kind == "ptr")
+        n = len(self.globals)
+        entry = T.StructType((T.ptr, T.i64))
+        self.table_type = T.ArrayType(n, entry)
+        name = module.unique_function_name("__enzcc_ctx_globals")
+        module.add_global(name, self.table_type, ConstantAggregate(self.table_type, [
+            ConstantAggregate(entry, [module.global_ref(gv.name), ConstantInt(T.i64, size)])
+            for gv, size in zip(self.globals, self.sizes)]), constant=True, linkage="private")
+        self.table = module.global_ref(name)
+        # every other global and function defined here: pointers into them get no heap shadow
+        others = [g for s, g in sorted(module.globals.items()) if g.kind == "global" and not g.is_declaration
+                  and g.value_type is not None and g not in self.globals and not s.startswith("llvm.")]
+        self.other_type = T.ArrayType(len(others), entry)
+        name = module.unique_function_name("__enzcc_ctx_static")
+        module.add_global(name, self.other_type, ConstantAggregate(self.other_type, [
+            ConstantAggregate(entry, [module.global_ref(g.name), ConstantInt(T.i64, max(1, dl.alloc_size(g.value_type)))])
+            for g in others]), constant=True, linkage="private")
+        self.others = module.global_ref(name)
+        self.nothers = len(others)
+        self._find = None
+
+    # slots
+    def _slot(self, b: IRBuilder, ctx, index: Value) -> Value:
+        return b.gep(T.i64, ctx, [index])
+
+    def _shadow_slot(self, b, ctx, lane, i: int):
+        n = ConstantInt(T.i64, len(self.globals))
+        return self._slot(b, ctx, b.add(ConstantInt(T.i64, 1 + i), b.mul(lane, n)))
+
+    def _heap_slot(self, b, ctx, width, lane, j: int, size: bool):
+        n = len(self.globals)
+        base = b.add(ConstantInt(T.i64, 1), b.mul(width, ConstantInt(T.i64, n)))
+        k = b.add(b.mul(lane, ConstantInt(T.i64, self.nptr)), ConstantInt(T.i64, j))
+        if size:
+            k = b.add(k, b.mul(width, ConstantInt(T.i64, self.nptr)))
+        return self._slot(b, ctx, b.add(base, k))
+
+    def find(self, table, count: int, tag: str) -> Function:
+        """``find(p)``: the index of the table entry whose memory holds ``p``, or -1."""
+        module = self.module
+        fn = Function(module.unique_function_name(f"__enzcc_ctx_find_{tag}"), T.FunctionType(T.i64, (T.ptr,)),
+                      ["p"])
+        fn.linkage = "internal"
+        module.add_function(fn)
+        (p,) = fn.args
+        entry, loop, hit, miss = (fn.append_block(x) for x in ("entry", "loop", "hit", "miss"))
+        b = IRBuilder.at_end(entry)
+        pi = b.ptrtoint(p, T.i64)
+        b.cond_br(b.icmp("eq", ConstantInt(T.i64, count), ConstantInt(T.i64, 0)), miss, loop)
+        lb = IRBuilder.at_end(loop)
+        i = lb.phi(T.i64, [(ConstantInt(T.i64, 0), entry)])
+        ety = T.StructType((T.ptr, T.i64))
+        base = lb.ptrtoint(lb.load(T.ptr, lb.gep(ety, table, [i])), T.i64)
+        size = lb.load(T.i64, lb.struct_gep(ety, lb.gep(ety, table, [i]), 1))
+        inside = lb.and_(lb.icmp("uge", pi, base), lb.icmp("ult", pi, lb.add(base, size)))
+        nxt = lb.add(i, ConstantInt(T.i64, 1))
+        more = fn.append_block("more")
+        lb.cond_br(inside, hit, more)
+        mb = IRBuilder.at_end(more)
+        mb.cond_br(mb.icmp("eq", nxt, ConstantInt(T.i64, count)), miss, loop)
+        i.add_incoming(nxt, more)
+        IRBuilder.at_end(hit).ret(i)
+        IRBuilder.at_end(miss).ret(ConstantInt(T.i64, -1))
+        return fn
+
+    # __enzyme_context(width)
+    def define_context(self, fn: Function) -> None:
+        module = self.module
+        if not fn.args or not isinstance(fn.args[0].type, T.IntType) or not isinstance(fn.return_type, T.PointerType):
+            raise ad_error(f"{fn.name} must be declared as void *{CONTEXT}(int width)")
+        calloc = module.get_or_insert_function("calloc", T.FunctionType(T.ptr, (T.i64, T.i64)))
+        usable = module.get_or_insert_function("malloc_usable_size", T.FunctionType(T.i64, (T.ptr,)))
+        find_g = self.find(self.table, len(self.globals), "global")
+        find_o = self.find(self.others, self.nothers, "static")
+        n = len(self.globals)
+        entry, head, body, done = (fn.append_block(x) for x in ("entry", "lanes", "lane", "done"))
+        b = IRBuilder.at_end(entry)
+        width = b.sext(fn.args[0], T.i64) if fn.args[0].type != T.i64 else fn.args[0]
+        slots = b.add(ConstantInt(T.i64, 1), b.mul(width, ConstantInt(T.i64, n + 2 * self.nptr)))
+        ctx = b.call(calloc, [slots, ConstantInt(T.i64, 8)])
+        b.store(width, ctx)
+        b.br(head)
+        hb = IRBuilder.at_end(head)
+        lane = hb.phi(T.i64, [(ConstantInt(T.i64, 0), entry)])
+        hb.cond_br(hb.icmp("slt", lane, width), body, done)
+        bb = IRBuilder.at_end(body)
+        shadows = []
+        for i, size in enumerate(self.sizes):
+            s = bb.call(calloc, [ConstantInt(T.i64, 1), ConstantInt(T.i64, max(size, 1))])
+            bb.store(s, self._shadow_slot(bb, ctx, lane, i))
+            shadows.append(s)
+        j = 0
+        for i, (gv, runs) in enumerate(zip(self.globals, self.runs)):
+            g = module.global_ref(gv.name)
+            for kind, off, length in runs:
+                src = bb.gep(T.i8, g, [ConstantInt(T.i64, off)])
+                dst = bb.gep(T.i8, shadows[i], [ConstantInt(T.i64, off)])
+                if kind == "int":
+                    bb.memcpy(dst, src, ConstantInt(T.i64, length))
+                elif kind == "ptr":
+                    bb = self._pointer_field(fn, bb, ctx, width, lane, j, src, dst, shadows, find_g, find_o,
+                                             calloc, usable)
+                    j += 1
+        nxt = bb.add(lane, ConstantInt(T.i64, 1))
+        lane.add_incoming(nxt, bb.block)
+        bb.br(head)
+        IRBuilder.at_end(done).ret(ctx)
+
+    def _pointer_field(self, fn, b, ctx, width, lane, j, src, dst, shadows, find_g, find_o, calloc, usable):
+        """The shadow of one pointer field: into a global's shadow, null, or a zeroed heap allocation."""
+        v = b.load(T.ptr, src)
+        ety = T.StructType((T.ptr, T.i64))
+        k = b.call(find_g, [v])
+        into, other = fn.append_block("into_global"), fn.append_block("not_global")
+        b.cond_br(b.icmp("sge", k, ConstantInt(T.i64, 0)), into, other)
+        ib = IRBuilder.at_end(into)
+        base = ib.load(T.ptr, ib.gep(ety, self.table, [k]))
+        off = ib.sub(ib.ptrtoint(v, T.i64), ib.ptrtoint(base, T.i64))
+        n = ConstantInt(T.i64, len(self.globals))
+        theirs = ib.load(T.ptr, self._slot(ib, ctx, ib.add(ib.add(k, ConstantInt(T.i64, 1)), ib.mul(lane, n))))
+        ib.store(ib.gep(T.i8, theirs, [off]), dst)
+        after = fn.append_block("field_done")
+        ib.br(after)
+        ob = IRBuilder.at_end(other)
+        static = ob.call(find_o, [v])
+        heap, none = fn.append_block("heap"), fn.append_block("no_shadow")
+        ob.cond_br(ob.and_(ob.icmp("ne", v, ConstantNull(T.ptr)), ob.icmp("slt", static, ConstantInt(T.i64, 0))),
+                   heap, none)
+        hb = IRBuilder.at_end(heap)
+        size = hb.call(usable, [v])
+        h = hb.call(calloc, [ConstantInt(T.i64, 1), size])
+        hb.store(h, dst)
+        hb.store(h, self._heap_slot(hb, ctx, width, lane, j, size=False))
+        hb.store(size, self._heap_slot(hb, ctx, width, lane, j, size=True))
+        hb.br(after)
+        IRBuilder.at_end(none).br(after)  # (null, or constant data and functions: no derivative; calloc's null)
+        return IRBuilder.at_end(after)
+
+    # __enzyme_shadow(ctx, addr, lane)
+    def define_shadow(self, fn: Function) -> None:
+        module = self.module
+        if len(fn.args) != 3 or not isinstance(fn.args[2].type, T.IntType):
+            raise ad_error(f"{fn.name} must be declared as void *{SHADOW}(void *context, void *address, int lane)")
+        find_g = self.find(self.table, len(self.globals), "global")
+        ctx, addr, lane = fn.args
+        entry, bad, ok = (fn.append_block(x) for x in ("entry", "bad", "ok"))
+        b = IRBuilder.at_end(entry)
+        lane = b.sext(lane, T.i64) if lane.type != T.i64 else lane
+        k = b.call(find_g, [addr])
+        width = b.load(T.i64, ctx)
+        good = b.and_(b.icmp("sge", k, ConstantInt(T.i64, 0)),
+                      b.and_(b.icmp("sge", lane, ConstantInt(T.i64, 0)), b.icmp("slt", lane, width)))
+        b.cond_br(good, ok, bad)
+        fail_at_run_time(module, IRBuilder.at_end(bad), f"{SHADOW}: the address is not in a global variable of the "
+                                             "program, or the lane is not one of the context's")
+        ob = IRBuilder.at_end(ok)
+        ety = T.StructType((T.ptr, T.i64))
+        base = ob.load(T.ptr, ob.gep(ety, self.table, [k]))
+        off = ob.sub(ob.ptrtoint(addr, T.i64), ob.ptrtoint(base, T.i64))
+        n = ConstantInt(T.i64, len(self.globals))
+        theirs = ob.load(T.ptr, self._slot(ob, ctx, ob.add(ob.add(k, ConstantInt(T.i64, 1)), ob.mul(lane, n))))
+        ob.ret(ob.gep(T.i8, theirs, [off]))
+
+    # __enzyme_zero_shadows(ctx)
+    def define_zero(self, fn: Function) -> None:
+        if len(fn.args) != 1:
+            raise ad_error(f"{fn.name} must be declared as void {ZERO}(void *context)")
+        (ctx,) = fn.args
+        entry, head, body, done = (fn.append_block(x) for x in ("entry", "lanes", "lane", "done"))
+        b = IRBuilder.at_end(entry)
+        width = b.load(T.i64, ctx)
+        b.br(head)
+        hb = IRBuilder.at_end(head)
+        lane = hb.phi(T.i64, [(ConstantInt(T.i64, 0), entry)])
+        hb.cond_br(hb.icmp("slt", lane, width), body, done)
+        bb = IRBuilder.at_end(body)
+        for i, runs in enumerate(self.runs):
+            s = bb.load(T.ptr, self._shadow_slot(bb, ctx, lane, i))
+            for kind, off, length in runs:
+                if kind == "float":
+                    bb.memset(bb.gep(T.i8, s, [ConstantInt(T.i64, off)]), 0, ConstantInt(T.i64, length))
+        for j in range(self.nptr):
+            h = bb.load(T.ptr, self._heap_slot(bb, ctx, width, lane, j, size=False))
+            size = bb.load(T.i64, self._heap_slot(bb, ctx, width, lane, j, size=True))
+            bb.memset(h, 0, size)  # (size 0 where there is none)
+        nxt = bb.add(lane, ConstantInt(T.i64, 1))
+        lane.add_incoming(nxt, bb.block)
+        bb.br(head)
+        IRBuilder.at_end(done).ret_void()
+
+
+def _runs(dl, ty, name: str) -> list[tuple[str, int, int]]:
+    """``ty``'s bytes as runs (kind, offset, length), kind ``float``, ``int`` or ``ptr`` (one per pointer);
+    padding belongs to no run."""
+    out: list[list] = []
+
+    def add(kind, off, length):
+        if out and out[-1][0] == kind and kind != "ptr" and out[-1][1] + out[-1][2] == off:
+            out[-1][2] += length
+        else:
+            out.append([kind, off, length])
+        if len(out) > _MAX_RUNS:
+            raise ad_error(f"global '{name}' has too many separate fields for an enzyme_context")
+
+    def walk(t, base):
+        if isinstance(t, T.ArrayType):
+            step = dl.alloc_size(t.element)
+            if _uniform(t.element) and step == dl.store_size(t.element):
+                kind = _kind(_scalar(t.element))
+                if kind != "ptr":
+                    add(kind, base, step * t.count)
+                    return
+            for i in range(t.count):
+                walk(t.element, base + i * step)
+        elif isinstance(t, (T.StructType, T.NamedStructType)):
+            layout = dl.struct_layout(t)
+            for off, elem in zip(layout.offsets, t.elements):
+                walk(elem, base + off)
+        elif isinstance(t, T.VectorType):
+            add(_kind(t.element), base, dl.store_size(t))
+        else:
+            add(_kind(t), base, dl.store_size(t))
+
+    walk(ty, 0)
+    return [tuple(r) for r in out]
+
+
+def _scalar(t):
+    while isinstance(t, (T.ArrayType, T.VectorType)):
+        t = t.element
+    return t
+
+
+def _uniform(t) -> bool:
+    return isinstance(_scalar(t), (T.FloatType, T.IntType, T.PointerType)) and \
+        not isinstance(t, (T.StructType, T.NamedStructType))
+
+
+def _kind(t) -> str:
+    return "float" if isinstance(t, T.FloatType) else "ptr" if isinstance(t, T.PointerType) else "int"
+
+
+__all__ = ["CONTEXT", "MARKER", "SHADOW", "ZERO", "context_width", "copy_in", "copy_out", "eligible",
+           "is_runtime", "lower"]
