@@ -34,7 +34,10 @@ from enzcc.ir.values import (Argument, Constant, ConstantInt, ConstantPoison, Co
 INACTIVE_CALLS = {"printf", "fprintf", "puts", "putchar", "fputs", "fflush", "abort", "exit", "free", "fwrite",
                   "time", "clock", "rand", "srand", "assert", "__assert_fail", "omp_get_thread_num", "sprintf",
                   "snprintf", "__cxa_guard_acquire", "__cxa_guard_release", "_ZdlPv", "_ZdaPv", "_ZdlPvm",
-                  "malloc_usable_size"}
+                  "malloc_usable_size", "strlen", "strnlen", "strcmp", "strncmp", "memcmp", "bcmp",
+                  "_ZSt11_Hash_bytesPKvmm", "_ZSt15_Fnv_hash_bytesPKvmm"}
+#: const member functions of std::string (size, data, compare, find...): they read characters only
+STRING_QUERY_PREFIXES = ("_ZNKSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEE",)
 #: C++ output streams (std::ostream members, std::operator<< for text, std::endl): they only print
 OUTPUT_STREAM_PREFIXES = ("_ZNSo", "_ZStlsISt11char_traitsIcE", "_ZSt16__ostream_insertIcSt11char_traitsIcE",
                           "_ZSt4endlIcSt11char_traitsIcE", "_ZSt5flushIcSt11char_traitsIcE",
@@ -59,7 +62,8 @@ def is_inactive_call(name: str) -> bool:
     """Library calls that never carry derivatives (output, time, exit...), or whose effect on memory was made
     an ordinary store when the function was prepared (input: :data:`enzcc.ad.prepare.INPUT_CALLS`), or whose
     work on shadows is done in the forward code (:mod:`enzcc.ad.mirror`)."""
-    return name in INACTIVE_CALLS or name.startswith(OUTPUT_STREAM_PREFIXES) or name in INPUT_CALLS or \
+    return name in INACTIVE_CALLS or name.startswith(OUTPUT_STREAM_PREFIXES + STRING_QUERY_PREFIXES) or \
+        name in INPUT_CALLS or \
         name.startswith(mirror.INACTIVE_PREFIXES) or mirror.is_mirrored(name) or \
         name.startswith(OPENMP_INACTIVE_PREFIXES) or is_iter(name)
 

@@ -341,6 +341,30 @@ int main(void) { report("g", g(2.0)); report("d", __enzyme_autodiff((void *)f, 2
 
 
 @pytest.mark.parametrize("opt", ["-O0", "-O2"])
+def test_string_functions_carry_no_derivative(enzcc, opt):
+    """strlen, strcmp, memcmp on a name stored next to a value with a derivative (the same memory object):
+    their results are integers that choose what is computed."""
+    src = r"""
+typedef struct { char name[8]; double v; } item;
+__attribute__((noinline)) static double f(item *it, const char *other) {
+  double r = it->v;
+  if (strcmp(it->name, "square") == 0) r = r * r;
+  if (memcmp(it->name, other, strlen(it->name)) != 0) r += strlen(other) * it->v;
+  return r;
+}
+int main(void) {
+  item it = {"square", 1.3}, dit = {"", 0};
+  volatile const char *o = "cube";
+  __enzyme_autodiff((void *)f, enzyme_dup, &it, &dit, enzyme_const, (const char *)o);
+  report("ad.d", dit.v);
+  report("an.d", 2 * 1.3 + 4);
+  return 0;
+}
+"""
+    assert_close(build_and_run(enzcc, src, opt), "ad.", "an.", rel=1e-14)
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O2"])
 def test_math_call_whose_result_reaches_no_output(enzcc, opt):
     """sin(x) only feeds an integer conversion: it is inactive, so no rule is needed and nothing flows back."""
     src = r"""
