@@ -30,6 +30,8 @@ from enzcc.ir.parser import parse_module
 from enzcc.ir.values import ConstantInt, GlobalRef
 
 ENZYME_PREFIX = "__enzyme_"
+#: functions a program defines for Enzyme's floating-point profiling to call (not supported: an error)
+PROFILING_HOOKS = ("enzymeLogGrad", "enzymeLogValue", "enzymeLogError")
 
 
 def differentiate_text(text: str, target_machine=None, inline: str = "auto") -> tuple[str, int]:
@@ -72,6 +74,13 @@ def _differentiate_text(text: str, target_machine, inline: str) -> tuple[str, in
         lowered = lower_iterations(module) + lower_fixed_points(module) + lower_contexts(module)
         return (str(module), 1) if lowered else (text, 0)
     module.enzcc_inline = inline
+    for name, fn in module.functions.items():  # Enzyme calls them from derivatives when defined (FPOpt builds)
+        hook = next((h for h in PROFILING_HOOKS if name in (h, f"_Z{len(h)}{h}") or
+                     name.startswith(f"_Z{len(h)}{h}")), None)
+        if hook is not None and not fn.is_declaration:
+            raise ad_error(f"{hook} is defined: Enzyme's floating-point profiling hooks (enzymeLogGrad, "
+                           "enzymeLogValue, enzymeLogError) are not supported by enzcc; derivatives would never "
+                           "call it", calls[0])
     requests = [parse_call(c, module) for c in calls if not (c.callee_name or "").startswith(BATCH)]
     prep_names: dict[str, str] = {}
     todo = [dc.fn for dc in requests]

@@ -212,6 +212,17 @@ int main() { return __enzyme_fwdsplit((void *)sq, 1.0, 1.0, (void *)0) > 0; }
     assert proc.returncode != 0
     err = proc.stderr.strip().splitlines()
     assert len(err) == 1 and "__enzyme_fwdsplit" in err[0] and "not supported" in err[0], proc.stderr
+    # Enzyme's profiling hook, defined (a mangled C++ name): derivatives would never call it
+    enzcc.write("log.cpp", PRELUDE + r"""
+int calls;
+void enzymeLogGrad(double grad, const char *op, const char *callee, const char *mod, const char *fn, unsigned b,
+                   unsigned i) { ++calls; }
+double f(double x) { return x * x; }
+int main() { return enzyme::get<0>(enzyme::get<0>(enzyme::autodiff<enzyme::Reverse>(f, enzyme::Active<double>{1.0}))) > 0; }
+""")
+    proc = enzcc("-O2", "log.cpp", "-o", "log", check=False, cmd="enzcc++")
+    err = proc.stderr.strip().splitlines()
+    assert proc.returncode != 0 and len(err) == 1 and "enzymeLogGrad is defined" in err[0], proc.stderr
 
 
 def test_header_is_for_cxx_only(enzcc):
