@@ -21,6 +21,7 @@ from enzcc.ad.context import MARKER as CONTEXT_MARKER, copy_in, copy_out, is_run
     lower as lower_contexts
 from enzcc.ad.fixed_point import is_fixed_point, lower as lower_fixed_points, step_name as fixed_point_step
 from enzcc.ad.iters import advance as advance_iterations, is_iter, lower as lower_iterations
+from enzcc.ad.outline import is_set_fixed_point, lower as lower_marks, outline_marked_loops
 from enzcc.ad.openmp import forked_function_name
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
@@ -71,7 +72,8 @@ def _differentiate_text(text: str, target_machine, inline: str) -> tuple[str, in
             what = f"'{target.symbol}'" if isinstance(target, GlobalRef) else "its function"
             raise ad_error(f"cannot differentiate {what}: nested AD must not be recursive, and this "
                            f"function reaches this {call.callee_name} call itself", call)
-        lowered = lower_iterations(module) + lower_fixed_points(module) + lower_contexts(module)
+        lowered = lower_iterations(module) + lower_marks(module) + lower_fixed_points(module) + \
+            lower_contexts(module)
         return (str(module), 1) if lowered else (text, 0)
     module.enzcc_inline = inline
     for name, fn in module.functions.items():  # Enzyme calls them from derivatives when defined (FPOpt builds)
@@ -110,11 +112,15 @@ def _differentiate_text(text: str, target_machine, inline: str) -> tuple[str, in
     # (nested AD follows the tape's memory) or the code runs on a GPU
     module.enzcc_reuse_tape = len(calls) == len(every) and \
         not (module.triple or "").startswith(("nvptx", "amdgcn", "spir"))
-    count = differentiate_module(module, prep_names)
+    steps = {}  # loops marked by __enzyme_set_fixed_point, outlined into step functions (kept: called)
+    for name in list(prep_names.values()):
+        steps.update((s, s) for s in outline_marked_loops(module, module.functions[name]))
+    count = differentiate_module(module, {**prep_names, **steps})
     for name in prep_names.values():
         del module.functions[name]
     if len(calls) == len(every):  # the last round: no more derivatives of these functions
         lower_iterations(module)
+        lower_marks(module)
         lower_fixed_points(module)
         lower_contexts(module)
     return str(module), count
@@ -131,7 +137,7 @@ def _enzyme_calls(module: Module) -> list[Call]:
         for inst in fn.instructions():
             if isinstance(inst, Call) and (inst.callee_name or "").startswith(ENZYME_PREFIX) and \
                     not is_iter(inst.callee_name) and not is_fixed_point(inst.callee_name) and \
-                    not is_context_runtime(inst.callee_name):
+                    not is_context_runtime(inst.callee_name) and not is_set_fixed_point(inst.callee_name):
                 calls.append(inst)
     return calls
 

@@ -52,6 +52,13 @@ def is_allocation(call) -> bool:
     return name in hints_of(module).allocators
 
 
+def runs_program_code(call) -> bool:
+    """A call through which the program's own code gets the arguments: a call that was not inlined
+    (:func:`is_user_call`), an OpenMP fork (the region's function) or ``__enzyme_fixed_point`` (the step)."""
+    name = call.callee_name or ""
+    return is_user_call(call) or name == "__kmpc_fork_call" or name.startswith("__enzyme_fixed_point")
+
+
 def is_user_call(call) -> bool:
     """A call to a function with a body that was not inlined (a recursive call): differentiated by calling the
     callee's derived functions. (Functions the user gave hints about are not: they were kept on purpose.)"""
@@ -203,7 +210,7 @@ class Activity:
                 work.append(inst.operands[0])
             elif isinstance(inst, Store) and id(inst.pointer) in self.active_ptrs and has_float(inst.value.type):
                 work.append(inst.value)
-            elif isinstance(inst, Call) and (is_user_call(inst) or routine(inst.callee_name)) and \
+            elif isinstance(inst, Call) and (runs_program_code(inst) or routine(inst.callee_name)) and \
                     (any(id(a) in self.active_ptrs for a in inst.args) or self.reaches_active_globals(inst)):
                 work += [a for a in inst.args if has_float(a.type)]  # the callee may store them in that memory
         while work:
@@ -402,7 +409,7 @@ class Activity:
                         holds = True
                     elif isinstance(u, Call) and u.callee_name and (u.callee_name.startswith(("llvm.memcpy",
                                                                                                "llvm.memmove"))
-                                                                     or is_user_call(u) or routine(u.callee_name)
+                                                                     or runs_program_code(u) or routine(u.callee_name)
                                                                      or is_mirrored(u.callee_name)
                                                                      or (u.callee_name == "posix_memalign"
                                                                          and use.index == 1)):
@@ -416,7 +423,8 @@ class Activity:
         return out
 
 
-__all__ = ["Activity", "ALLOCATORS", "has_float", "has_pointer", "is_allocation", "is_user_call"]
+__all__ = ["Activity", "ALLOCATORS", "has_float", "has_pointer", "is_allocation", "is_user_call",
+           "runs_program_code"]
 
 
 def _accesses_floats(p: Value) -> bool:

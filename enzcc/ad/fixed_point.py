@@ -19,7 +19,8 @@ The convergence test: the squared 2-norm of the state's adjoint (of the change o
 ``enzyme_fp_reduction`` (default 1e-12) times its value after the first iteration, or grows again after five;
 at most ``enzyme_fp_max_iters`` iterations (default 1000, 0 for no limit); or ``enzyme_fp_control``'s
 ``int control(double *cumul, double *reduction)`` decides, called with ``*cumul = -1`` first and then with each
-squared norm. ``__enzyme_set_fixed_point`` (a loop marked from inside) is not supported: a one-line error.
+squared norm. ``__enzyme_set_fixed_point`` marks a loop from inside; :mod:`enzcc.ad.outline` turns it into
+this call.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ FIXED_POINT = "__enzyme_fixed_point"
 _STATE, _REDUCTION, _MAX_ITERS, _CONTROL, _REGION = ("enzyme_fp_state", "enzyme_fp_reduction",
                                                      "enzyme_fp_max_iters", "enzyme_fp_control",
                                                      "enzyme_checkpoint_region")
+FLAG_MARKER = "enzyme_fp_outlined_flag"
+"""enzcc's own marker (a loop outlined from ``__enzyme_set_fixed_point``): the pointer to :attr:`FixedPoint.flag`."""
 
 
 def is_fixed_point(name: str | None) -> bool:
@@ -61,6 +64,9 @@ class FixedPoint:
     control: Value | None = None
     args: list[Value] = field(default_factory=list)
     """What the step gets after the iteration index."""
+    flag: Value | None = None
+    """A loop outlined from ``__enzyme_set_fixed_point`` (:mod:`enzcc.ad.outline`): an ``i8`` the adjoint and
+    tangent iterations set to 1, so that its step runs the loop's body even where the loop's test would stop."""
 
 
 def step_name(call) -> str | None:
@@ -110,6 +116,8 @@ def parse(call: Call, module) -> FixedPoint:
             if not isinstance(m.type, T.IntType):
                 raise ad_error("__enzyme_fixed_point: enzyme_fp_max_iters takes an integer", call)
             fp.max_iters = _i64(b, m)
+        elif marker == FLAG_MARKER:
+            fp.flag = take("the flag")
         elif marker == _CONTROL:
             c = take("the function after enzyme_fp_control")
             if not isinstance(c.type, T.PointerType):
@@ -192,6 +200,16 @@ def state_types(mode, fp: FixedPoint) -> list[T.FloatType]:
     return out
 
 
+def drop_inactive_states(mode, fp: FixedPoint) -> None:
+    """An outlined loop's carried values without derivatives (a tolerance it tightens) are kept, not iterated
+    to convergence: they move from the states to the kept regions."""
+    if fp.flag is None:
+        return
+    act = mode.activity
+    fp.regions += [s for s in fp.states if not act.is_active_ptr(s[0])]
+    fp.states = [s for s in fp.states if act.is_active_ptr(s[0])]
+
+
 def step_kinds(mode, fp: FixedPoint) -> tuple[str, ...]:
     """The step's argument activity: pointers to memory with derivatives are ``dup``."""
     act = mode.activity
@@ -220,6 +238,7 @@ def augment(mode, inst: Call):
     through the loop)."""
     module = mode.module
     fp = parse(inst, module)
+    drop_inactive_states(mode, fp)
     kinds = step_kinds(mode, fp)
     b = IRBuilder.before(inst)
     last = solve(module, fp, b)
@@ -264,11 +283,12 @@ def _adjoint_body(module, fn, fp, kinds, aug, rev, nargs, nshadows, nkept, types
     snap = next(it)
     kept = [(next(it), next(it)) for _ in range(nkept)]
     states = [(next(it), next(it)) for _ in types]
-    reduction, max_iters, control = next(it), next(it), next(it)
+    reduction, max_iters, control, flag = next(it), next(it), next(it), next(it)
 
     entry = fn.append_block("entry")
     b = IRBuilder.at_end(entry)
     cur = _snapshot(module, b, kept)  # the memory as the reverse sweep found it
+    _set_flag(fp, b, flag, True)
     loop = _Loop(module, fn, b, reduction, max_iters, control)
 
     lb = loop.body
@@ -286,6 +306,7 @@ def _adjoint_body(module, fn, fp, kinds, aug, rev, nargs, nshadows, nkept, types
     for s, n in states:
         d.memset(s, 0, n)
     _restore(module, d, kept, cur)
+    _set_flag(fp, d, flag, False)
     free = module.get_or_insert_function("free", T.FunctionType(T.void, (T.ptr,)))
     d.call(free, [cur])
     d.call(free, [snap])
@@ -298,6 +319,7 @@ def forward(mode, inst: Call) -> None:
     """Forward mode: the loop, then the tangent of one step iterated at the converged state."""
     module = mode.module
     fp = parse(inst, module)
+    drop_inactive_states(mode, fp)
     kinds = step_kinds(mode, fp)
     b = IRBuilder.before(inst)
     last = solve(module, fp, b)
@@ -326,7 +348,7 @@ def _tangent_body(module, fn, fp, kinds, F, nargs, nshadows, nkept, types) -> No
     shadows = [next(it) for _ in range(nshadows)]
     kept = [(next(it), next(it)) for _ in range(nkept)]
     states = [(next(it), next(it)) for _ in types]
-    reduction, max_iters, control = next(it), next(it), next(it)
+    reduction, max_iters, control, flag = next(it), next(it), next(it), next(it)
     call_args, sh = [last], iter(shadows)
     for a, k in zip(args, kinds[1:]):
         call_args.append(a)
@@ -339,6 +361,7 @@ def _tangent_body(module, fn, fp, kinds, F, nargs, nshadows, nkept, types) -> No
     prev = _snapshot(module, b, states)  # the states' tangents before each pass
     for s, n in states:
         b.memset(s, 0, n)  # the initial guess's tangent has no effect
+    _set_flag(fp, b, flag, True)
     loop = _Loop(module, fn, b, reduction, max_iters, control)
 
     lb = loop.body
@@ -354,6 +377,7 @@ def _tangent_body(module, fn, fp, kinds, F, nargs, nshadows, nkept, types) -> No
 
     d = loop.done
     _restore(module, d, kept, snap)
+    _set_flag(fp, d, flag, False)
     free = module.get_or_insert_function("free", T.FunctionType(T.void, (T.ptr,)))
     d.call(free, [snap])
     d.call(free, [prev])
@@ -442,7 +466,14 @@ class _Loop:
 def _options(fp: FixedPoint, P) -> list[Value]:
     return [P(fp.reduction) if fp.reduction is not None else ConstantFloat(T.f64, -1.0),
             P(fp.max_iters) if fp.max_iters is not None else ConstantInt(T.i64, -1),
-            P(fp.control) if fp.control is not None else ConstantNull(T.ptr)]
+            P(fp.control) if fp.control is not None else ConstantNull(T.ptr),
+            P(fp.flag) if fp.flag is not None else ConstantNull(T.ptr)]
+
+
+def _set_flag(fp: FixedPoint, b: IRBuilder, flag: Value, on: bool) -> None:
+    """Store ``on`` into an outlined loop's flag (:attr:`FixedPoint.flag`)."""
+    if fp.flag is not None:
+        b.store(ConstantInt(T.i8, int(on)), flag)
 
 
 def _snapshot(module, b: IRBuilder, regions) -> Value:

@@ -126,8 +126,9 @@ def prepare(fn: Function) -> None:
         unified = fn.append_block("ret.unified")
         b = IRBuilder.at_end(unified)
         phi = None
-        if not isinstance(fn.return_type, T.VoidType):
-            phi = b.phi(fn.return_type)
+        value = rets[0].terminator.operands[0] if rets[0].terminator.operands else None
+        if value is not None:  # (the primal's result: a derivative made from its body may return another type)
+            phi = b.phi(value.type)
         for r in rets:
             term = r.terminator
             if phi is not None:

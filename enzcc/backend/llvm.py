@@ -151,9 +151,13 @@ def target_machine(triple: str, opt_level: int, cpu: str | None = None, features
                                         reloc="pic" if pic else "static", codemodel="small")
 
 
-def optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, level: int, vectorize: bool = True) -> None:
-    """Run LLVM's default per-module pipeline at ``-O<level>`` (new pass manager)."""
+def optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, level: int, vectorize: bool = True,
+             unroll: bool = True) -> None:
+    """Run LLVM's default per-module pipeline at ``-O<level>`` (new pass manager); ``unroll=False``: no loop
+    unrolling at all (loops marked as fixed-point iterations must stay loops until AD)."""
     pto = llvm.create_pipeline_tuning_options(speed_level=max(0, min(level, 3)))
+    if not unroll:
+        pto.loop_unrolling = False
     if not vectorize:
         # before AD: scalar loops; vectorization comes after AD. Loops of constant trip count are still fully
         # unrolled, but no runtime or partial unrolling (remainder loops would add control flow to reverse).

@@ -220,8 +220,10 @@ def run_pipeline(mod: llvm.ModuleRef, opts: PipelineOptions, tm: llvm.TargetMach
             L.optimize(mod, tm, opts.opt_level)
         return mod
     with TIMES.stage("optimize", f"-O{opts.opt_level}"):
-        # before AD, keep loops scalar: vectorization comes in the run after AD
-        L.optimize(mod, tm, opts.opt_level, vectorize=not needs_ad)
+        # before AD, keep loops scalar: vectorization comes in the run after AD; a loop marked by
+        # __enzyme_set_fixed_point must stay a loop (none is unrolled in such a module before AD)
+        marked = needs_ad and any(L.value_name(f).startswith("__enzyme_set_fixed_point") for f in mod.functions)
+        L.optimize(mod, tm, opts.opt_level, vectorize=not needs_ad, unroll=not marked)
     with TIMES.stage("ad", where):
         mod, changed = ad_stage(mod, opts, where, tm)
     if changed:

@@ -196,13 +196,88 @@ int main(void) { double z = 0, dz = 0; __enzyme_autodiff((void *)f, &z, &dz); re
 """, "'step' takes (i64, ptr): the iteration index, then the arguments given after the markers")
 
 
-def test_set_fixed_point_is_refused(enzcc):
+# __enzyme_set_fixed_point: loops marked from inside (outlined into a step), tested in the header or the
+# latch, carrying locals (an error, a count, a tolerance it tightens), the iteration inlined with a scratch
+# array on the caller's stack, and a constant trip count the optimizer would otherwise unroll
+MARKED = r"""
+#include <stdint.h>
+void __enzyme_set_fixed_point(double reduction, int64_t max_iters, void *control, ...);
+extern int enzyme_dup;
+#define N 3
+double u[N], q[N];
+long count;
+static double iterate(double *tmp, double tol) {
+  double err = 0;
+  for (int k = 0; k < N; k++) tmp[k] = 0.3 * sin(u[k] + 0.4 * u[(k + 2) % N]) + q[k] * q[(k + 1) % N];
+  for (int k = 0; k < N; k++) { err = fmax(err, fabs(tmp[k] - u[k])); u[k] = tmp[k]; }
+  return err > tol ? err : 0;
+}
+static void setup(const double *x) { for (int k = 0; k < N; k++) { u[k] = 0; q[k] = x[k]; } }
+static double loss(void) { double s = 0; for (int k = 0; k < N; k++) s += u[k] * u[k] * q[k] + cos(u[k]); return s; }
+#define MARK(on) if (on) __enzyme_set_fixed_point(1e-30, (int64_t)-1, (void *)0, u, (int64_t)sizeof u)
+#define HEADER(name, on) static double name(const double *x) { \
+    setup(x); double tmp[N], err = 1, tol = 1e-6; long n = 0; \
+    while (err > 0) { MARK(on); err = iterate(tmp, tol); tol = fmax(tol * 0.1, 1e-15); n++; } \
+    count = n; return loss(); }
+#define LATCH(name, on) static double name(const double *x) { \
+    setup(x); double tmp[N], err; do { MARK(on); err = iterate(tmp, 1e-15); } while (err > 0); return loss(); }
+#define COUNTED(name, on) static double name(const double *x) { \
+    setup(x); double tmp[N]; for (int i = 0; i < 60; i++) { MARK(on); iterate(tmp, 0); } return loss(); }
+HEADER(header_plain, 0) HEADER(header_fp, 1)
+LATCH(latch_plain, 0) LATCH(latch_fp, 1)
+COUNTED(counted_plain, 0) COUNTED(counted_fp, 1)
+static long n0;
+static double u0[N];
+static void report_pair(const char *name, const double *d0, const double *d) {
+  char key[32];
+  for (int k = 0; k < N; k++) {
+    snprintf(key, 32, "fp.%s%d", name, k); report(key, d[k]);
+    snprintf(key, 32, "plain.%s%d", name, k); report(key, d0[k]);
+    snprintf(key, 32, "same_u.%s%d", name, k); report(key, u[k] == u0[k]);
+  }
+  snprintf(key, 32, "same_count.%s", name); report(key, count == n0);
+}
+#define compare(name, plain, fp) { \
+    double x[N] = {0.3, -0.2, 0.5}, d0[N] = {0}, d[N] = {0}; \
+    __enzyme_autodiff((void *)plain, enzyme_dup, x, d0); \
+    n0 = count; for (int k = 0; k < N; k++) u0[k] = u[k]; \
+    __enzyme_autodiff((void *)fp, enzyme_dup, x, d); \
+    report_pair(name, d0, d); }
+int main(void) {
+  compare("header", header_plain, header_fp);
+  compare("latch", latch_plain, latch_fp);
+  compare("counted", counted_plain, counted_fp);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", OPTS)
+def test_loops_marked_with_set_fixed_point(enzcc, opt):
+    v = build_and_run(enzcc, MARKED, opt)
+    assert_close(v, "fp.", "plain.", rel=1e-12, abs_=1e-13)
+    assert all(x == 1 for k, x in v.items() if k.startswith("same_")), v
+
+
+def test_set_fixed_point_outside_a_loop_is_refused(enzcc):
+    _refused(enzcc, r"""
+void __enzyme_set_fixed_point(double, int64_t, void *, ...);
+double f(double *z) { __enzyme_set_fixed_point(1e-12, (int64_t)-1, (void *)0, z, (int64_t)8); *z = cos(*z); return *z; }
+int main(void) { double z = 0, dz = 0; __enzyme_autodiff((void *)f, &z, &dz); return 0; }
+""", "__enzyme_set_fixed_point must be in the body of the loop it marks")
+
+
+def test_set_fixed_point_in_a_loop_with_two_exits_is_refused(enzcc):
     _refused(enzcc, r"""
 void __enzyme_set_fixed_point(double, int64_t, void *, ...);
 double f(double *z) {
-  for (int i = 0; i < 50; i++) { __enzyme_set_fixed_point(1e-12, (int64_t)-1, (void *)0, z, (int64_t)8);
-                                 *z = 0.5 * cos(*z); }
+  for (int i = 0; i < 50; i++) {
+    __enzyme_set_fixed_point(1e-12, (int64_t)-1, (void *)0, z, (int64_t)8);
+    double t = 0.5 * cos(*z);
+    if (fabs(t - *z) < 1e-14) break;
+    *z = t;
+  }
   return *z;
 }
 int main(void) { double z = 0, dz = 0; __enzyme_autodiff((void *)f, &z, &dz); return 0; }
-""", "__enzyme_set_fixed_point is not supported by enzcc")
+""", "must have one latch and one exit")

@@ -212,3 +212,37 @@ int main(void) {
 def test_parallel_region_writing_a_global(enzcc, opt):
     v = build_and_run(enzcc, GLOBAL, opt, extra=("-fopenmp",))
     assert_close(v, "ad.", "an.", rel=1e-12, abs_=1e-12)
+
+
+# a local array the function itself never touches outside its parallel regions: it holds values with
+# derivatives, so it has a shadow (it used to be taken for memory without derivatives: a gradient of zero)
+SCRATCH = r"""
+double f(double *a, int n) {
+  double tmp[64];
+  #pragma omp parallel for
+  for (int i = 0; i < n; i++) tmp[i] = a[i] * a[i];
+  #pragma omp parallel for
+  for (int i = 0; i < n; i++) a[i] = tmp[n - 1 - i] * 2;
+  double s = 0;
+  for (int i = 0; i < n; i++) s += a[i] * (i + 1);
+  return s;
+}
+int main(void) {
+  double a[8], da[8] = {0}, b[8], db[8] = {0}, t[8];
+  for (int i = 0; i < 8; i++) { a[i] = b[i] = 0.5 + i; t[i] = i == 2; }
+  __enzyme_autodiff((void *)f, a, da, 8);
+  /* s = sum_i 2 a[7-i]^2 (i+1): ds/da[j] = 4 a[j] (8-j) */
+  for (int j = 0; j < 8; j++) {
+    char k[16]; snprintf(k, 16, "ad.%d", j); report(k, da[j]); snprintf(k, 16, "an.%d", j); report(k, 4 * (0.5 + j) * (8 - j));
+  }
+  report("ad.fwd", __enzyme_fwddiff((void *)f, b, t, 8));  /* tangent along b[2] */
+  report("an.fwd", 4 * 2.5 * 6);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O2"])
+def test_local_array_used_only_inside_parallel_regions(enzcc, opt):
+    v = build_and_run(enzcc, SCRATCH, opt, extra=("-fopenmp",))
+    assert_close(v, "ad.", "an.", rel=1e-12, abs_=1e-12)

@@ -28,6 +28,9 @@ extern int enzyme_fp_control;
 extern int enzyme_checkpoint_region;
 
 void __enzyme_fixed_point(void *step, ...);
+/* inside a loop: marks it as the fixed-point iteration (a negative reduction or max_iters, or a null control,
+   for the defaults), then (state, bytes) pairs and enzyme_checkpoint_region pairs */
+void __enzyme_set_fixed_point(double reduction, int64_t max_iters, void *control, ...);
 
 #ifdef __cplusplus
 }
