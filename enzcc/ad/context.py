@@ -152,7 +152,8 @@ class _Runtime:
         self.other_type = T.ArrayType(len(others), entry)
         name = module.unique_function_name("__enzcc_ctx_static")
         module.add_global(name, self.other_type, ConstantAggregate(self.other_type, [
-            ConstantAggregate(entry, [module.global_ref(g.name), ConstantInt(T.i64, max(1, dl.alloc_size(g.value_type)))])
+            ConstantAggregate(entry, [module.global_ref(g.name),
+                                      ConstantInt(T.i64, max(1, dl.alloc_size(g.value_type)))])
             for g in others]), constant=True, linkage="private")
         self.others = module.global_ref(name)
         self.nothers = len(others)

@@ -316,5 +316,5 @@ def carries_float(param: Value) -> bool:
     return False
 
 
-__all__ = ["MIRRORED", "atomic_add", "augment_fork", "check_body", "forked_function_name", "is_private", "mirror", "outlined_function",
-           "reverse_fork"]
+__all__ = ["MIRRORED", "atomic_add", "augment_fork", "check_body", "forked_function_name", "is_private", "mirror",
+           "outlined_function", "reverse_fork"]

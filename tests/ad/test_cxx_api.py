@@ -218,7 +218,10 @@ int calls;
 void enzymeLogGrad(double grad, const char *op, const char *callee, const char *mod, const char *fn, unsigned b,
                    unsigned i) { ++calls; }
 double f(double x) { return x * x; }
-int main() { return enzyme::get<0>(enzyme::get<0>(enzyme::autodiff<enzyme::Reverse>(f, enzyme::Active<double>{1.0}))) > 0; }
+int main() {
+  auto r = enzyme::autodiff<enzyme::Reverse>(f, enzyme::Active<double>{1.0});
+  return enzyme::get<0>(enzyme::get<0>(r)) > 0;
+}
 """)
     proc = enzcc("-O2", "log.cpp", "-o", "log", check=False, cmd="enzcc++")
     err = proc.stderr.strip().splitlines()

@@ -233,7 +233,9 @@ int main(void) {
   __enzyme_autodiff((void *)f, a, da, 8);
   /* s = sum_i 2 a[7-i]^2 (i+1): ds/da[j] = 4 a[j] (8-j) */
   for (int j = 0; j < 8; j++) {
-    char k[16]; snprintf(k, 16, "ad.%d", j); report(k, da[j]); snprintf(k, 16, "an.%d", j); report(k, 4 * (0.5 + j) * (8 - j));
+    char k[16];
+    snprintf(k, 16, "ad.%d", j); report(k, da[j]);
+    snprintf(k, 16, "an.%d", j); report(k, 4 * (0.5 + j) * (8 - j));
   }
   report("ad.fwd", __enzyme_fwddiff((void *)f, b, t, 8));  /* tangent along b[2] */
   report("an.fwd", 4 * 2.5 * 6);
@@ -246,3 +248,56 @@ int main(void) {
 def test_local_array_used_only_inside_parallel_regions(enzcc, opt):
     v = build_and_run(enzcc, SCRATCH, opt, extra=("-fopenmp",))
     assert_close(v, "ad.", "an.", rel=1e-12, abs_=1e-12)
+
+
+# reverse mode: a non-inlined recursive function called in a region, a chunked static schedule, collapse(2),
+# regions inside a loop (a tape block per fork); the worst relative error against central differences
+MORE = r"""__attribute__((noinline)) static double g(double v, int depth) { return depth == 0 ? sin(v) : v * g(v * 0.5, depth - 1); }
+double f(double *a, double *w, int n, int steps) {
+  double s = 0;
+  for (int t = 0; t < steps; t++) {          /* a parallel region inside a loop: one tape block per fork */
+    #pragma omp parallel for schedule(static, 2)
+    for (int i = 0; i < n; i++) a[i] = g(a[i], 2) + w[0] * a[i];   /* a non-inlined recursive callee */
+    #pragma omp parallel for collapse(2)
+    for (int i = 0; i < 4; i++) for (int j = 0; j < 4; j++) w[1 + i * 4 + j] += a[(i + j) % n] * 0.1;
+  }
+  for (int i = 0; i < n; i++) s += a[i];
+  for (int i = 1; i < 17; i++) s += w[i] * w[i];
+  return s;
+}
+int main(void) {
+  enum { N = 10 };
+  double a0[N], w0[17], a[N], w[17], da[N] = {0}, dw[17] = {0}, h = 1e-6;
+  for (int i = 0; i < N; i++) a0[i] = 0.1 * i + 0.05;
+  for (int i = 0; i < 17; i++) w0[i] = 0.3 - 0.01 * i;
+  for (int i = 0; i < N; i++) a[i] = a0[i];
+  for (int i = 0; i < 17; i++) w[i] = w0[i];
+  __enzyme_autodiff((void *)f, a, da, w, dw, N, 3);
+  double worst = 0;
+  for (int k = 0; k < N + 1; k++) {
+    double up, dn;
+    for (int i = 0; i < N; i++) a[i] = a0[i];
+    for (int i = 0; i < 17; i++) w[i] = w0[i];
+    if (k < N) a[k] += h; else w[0] += h;
+    up = f(a, w, N, 3);
+    for (int i = 0; i < N; i++) a[i] = a0[i];
+    for (int i = 0; i < 17; i++) w[i] = w0[i];
+    if (k < N) a[k] -= h; else w[0] -= h;
+    dn = f(a, w, N, 3);
+    double fd = (up - dn) / (2 * h), ad = k < N ? da[k] : dw[0];
+    double e = fabs(fd - ad) / (1e-6 + fabs(fd));
+    if (e > worst) worst = e;
+  }
+  report("worst", worst);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O2"])
+def test_reverse_mode_regions_in_a_loop_with_calls_and_schedules(enzcc, opt):
+    v = build_and_run(enzcc, MORE, opt, extra=("-fopenmp",))
+    assert v["worst"] < 1e-7, v
+    for n in ("1", "3"):
+        out = enzcc.run("./t", env={"OMP_NUM_THREADS": n}).stdout
+        assert float(out.split()[-1]) < 1e-7, out
