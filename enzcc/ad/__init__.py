@@ -22,7 +22,7 @@ from enzcc.ad.context import MARKER as CONTEXT_MARKER, copy_in, copy_out, is_run
 from enzcc.ad.fixed_point import is_fixed_point, lower as lower_fixed_points, step_name as fixed_point_step
 from enzcc.ad.iters import advance as advance_iterations, is_iter, lower as lower_iterations
 from enzcc.ad.outline import is_set_fixed_point, lower as lower_marks, outline_marked_loops
-from enzcc.ad.openmp import forked_function_name
+from enzcc.ad.openmp import forked_function_name, reductions_as_critical
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.instructions import Call, Invoke, Load
@@ -190,6 +190,7 @@ def _make_prepared_copy(module: Module, fn) -> str:
     copy = new_derivative_function(module, fn, f"__enzcc_prep_{fn.name}", [a.type for a in fn.args],
                                    fn.return_type, [a.name for a in fn.args])
     clone_body(fn, copy)
+    reductions_as_critical(copy)
     prepare(copy)
     advance_iterations(copy)
     return copy.name

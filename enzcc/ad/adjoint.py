@@ -50,7 +50,7 @@ OUTPUT_STREAM_PREFIXES = ("_ZNSo", "_ZStlsISt11char_traitsIcE", "_ZSt16__ostream
 #: the OpenMP runtime's bookkeeping (thread numbers, loop bounds of a thread, barriers, critical, single and
 #: master sections): it moves integers only; the derivative code of a parallel region runs in the same threads,
 #: inside the same sections (``__kmpc_fork_call`` itself, and the reverse of barriers and critical sections:
-#: :mod:`enzcc.ad.openmp`; reductions are refused)
+#: :mod:`enzcc.ad.openmp`, which also turns reductions into critical sections)
 OPENMP_INACTIVE_PREFIXES = ("__kmpc_for_static_init_", "__kmpc_for_static_fini", "__kmpc_global_thread_num",
                             "__kmpc_barrier", "__kmpc_critical", "__kmpc_end_critical", "__kmpc_dispatch_init_",
                             "__kmpc_dispatch_next_", "__kmpc_dispatch_fini_", "__kmpc_push_num_threads",

@@ -14,9 +14,14 @@ thread of the team. In reverse mode:
   synchronisation of the primal is mirrored: a barrier stays a barrier, a critical section's end becomes its
   start and its start its end, so what the primal did under a lock its reverse does under the same lock.
 
-What is not handled is a one-line error: loops with a dynamic or guided schedule (a thread's iterations differ
-from one fork to the next), reductions (``reduction(+: x)``), ``single``/``master`` sections, a float captured
-by value (``firstprivate(double)``), vector mode.
+A ``reduction(op: x)`` clause is differentiated as what it computes: in the copy a derivative is made from,
+each thread combines its copy into ``x`` under the clause's lock, like a critical section
+(:func:`reductions_as_critical`).
+
+What is not handled is a one-line error: in reverse mode, loops with a dynamic or guided schedule (a thread's
+iterations differ from one fork to the next) and critical sections (or reductions) that do more than add to a
+shared value (their reverse would depend on the order the threads entered them); a float captured by value
+(``firstprivate(double)``); vector mode.
 """
 
 from __future__ import annotations
@@ -77,8 +82,9 @@ def outlined_function(module, inst: Call):
 
 def check_body(module, fn, reverse: bool) -> None:
     """Refuse what enzcc does not differentiate in a parallel region's function ``fn`` (and what it calls):
-    reductions (the runtime combines the threads' copies out of sight), and in reverse mode iterations handed
-    out at run time (which the reverse sweep cannot replay)."""
+    a reduction left as the runtime's (the threads' copies combined out of sight: :func:`reductions_as_critical`
+    rewrites them in the copies derivatives are made from), and in reverse mode iterations handed out at run
+    time (which the reverse sweep cannot replay) and critical sections whose reverse depends on the order."""
     seen, stack = set(), [fn]
     while stack:
         f = stack.pop()
@@ -96,9 +102,109 @@ def check_body(module, fn, reverse: bool) -> None:
                 raise ad_error("reverse mode through an OpenMP loop with a dynamic, guided or runtime schedule "
                                "is not supported (a thread's iterations are not the same in the reverse "
                                "sweep); use schedule(static)", i)
+            if reverse and name == "__kmpc_critical":
+                _check_critical_section(i)
             callee = module.functions.get(name)
             if callee is not None:
                 stack.append(callee)
+
+
+def _check_critical_section(start: Call) -> None:
+    """In reverse mode the threads run the reverse of a critical section in another order than they ran it:
+    right for additions to shared values (``x = x + e``, with ``e`` not read from ``x``: the adjoint of ``x``
+    passes through unchanged), wrong for anything else that reads a value the section writes (``x = x * e``).
+    Such a section is refused."""
+    from enzcc.ad.memory import base_object
+    from enzcc.ir.instructions import BinaryOp, Load, Store
+
+    insts, seen, work = [], set(), [(start.parent, start.parent.index_of(start) + 1)]
+    while work:  # the instructions from the start of the section to its ends
+        block, k = work.pop()
+        for inst in block.instructions[k:]:
+            if isinstance(inst, Call) and inst.callee_name == "__kmpc_end_critical":
+                break
+            insts.append(inst)
+        else:
+            for succ in block.successors:
+                if id(succ) not in seen:
+                    seen.add(id(succ))
+                    work.append((succ, 0))
+    shared_stores = [i for i in insts if isinstance(i, Store) and isinstance(i.value.type, T.FloatType) and
+                     not is_private(None, i.pointer)]
+    written = {id(base_object(i.pointer)) for i in shared_stores}
+    accumulations = set()
+    for load in insts:
+        if not (isinstance(load, Load) and isinstance(load.type, T.FloatType) and
+                id(base_object(load.pointer)) in written):
+            continue
+        def only_user(v):  # the single user of v, through float conversions (a float sum kept in double)
+            while True:
+                users = [u.user for u in v.uses]
+                if len(users) != 1:
+                    return v, None
+                if isinstance(users[0], Cast) and users[0].opcode in ("fpext", "fptrunc"):
+                    v = users[0]
+                    continue
+                return v, users[0]
+
+        value, op = only_user(load)
+        ok = isinstance(op, BinaryOp) and sum(1 for x in op.operands if x is value) == 1 and \
+            (op.opcode == "fadd" or (op.opcode == "fsub" and op.operands[0] is value))
+        if ok:
+            _, store = only_user(op)
+            ok = isinstance(store, Store) and store.pointer is load.pointer
+        if not ok:
+            raise ad_error(_ORDER_DEPENDENT, load)
+        accumulations.add(id(store))
+    for store in shared_stores:  # (x = e: the last thread's e is the one with the derivative)
+        if id(store) not in accumulations:
+            raise ad_error(_ORDER_DEPENDENT, store)
+
+
+_ORDER_DEPENDENT = ("reverse mode through an OpenMP critical section (or a reduction clause) that does more than add "
+                    "to a shared value (x = x + e) is not supported: its reverse would depend on the order the "
+                    "threads entered it")
+
+
+def reductions_as_critical(fn) -> None:
+    """A ``reduction(op: x)`` clause ends each thread's share with ``r = __kmpc_reduce[_nowait](...)`` and a
+    switch on ``r``: 1 = combine this thread's copy into ``x`` (up to ``__kmpc_end_reduce[_nowait]``), 2 = combine
+    it atomically, 0 = the runtime did it through the clause's combiner, out of sight. In a copy a derivative
+    is made from, every thread combines its copy itself under the clause's lock: the call becomes
+    ``__kmpc_critical`` with ``r = 1``, its end ``__kmpc_end_critical`` (and the barrier of a reduction that waits),
+    so the reverse of the combination runs under the same lock, as for a critical section."""
+    from enzcc.ir.instructions import Br, Switch
+
+    module = fn.module
+    calls = [i for i in fn.instructions() if isinstance(i, Call) and (i.callee_name or "").startswith(_REDUCE)]
+    for call in calls:
+        name = call.callee_name
+        b = IRBuilder.before(call)
+        if name in ("__kmpc_reduce", "__kmpc_reduce_nowait"):
+            loc, gtid, lock = call.args[0], call.args[1], call.args[6]
+            b.call(_decl(module, "__kmpc_critical", T.void, (T.ptr, T.i32, T.ptr)), [loc, gtid, lock])
+            one = ConstantInt(call.type, 1)
+            for use in list(call.uses):
+                user = use.user
+                if isinstance(user, Switch) and user.condition is call:
+                    target = next((blk for v, blk in user.cases if isinstance(v, ConstantInt) and v.value == 1),
+                                  user.default)
+                    IRBuilder.before(user).insert(Br(target))
+                    for succ in dict.fromkeys(user.successors):
+                        if succ is not target:
+                            for phi in succ.phis():
+                                while user.parent in phi.incoming_blocks:
+                                    phi.remove_incoming(phi.incoming_blocks.index(user.parent))
+                    user.erase()
+            call.replace_all_uses_with(one)
+        elif name in ("__kmpc_end_reduce", "__kmpc_end_reduce_nowait"):
+            loc, gtid, lock = call.args
+            b.call(_decl(module, "__kmpc_end_critical", T.void, (T.ptr, T.i32, T.ptr)), [loc, gtid, lock])
+            if name == "__kmpc_end_reduce":
+                b.call(_decl(module, "__kmpc_barrier", T.void, (T.ptr, T.i32)), [loc, gtid])
+        else:
+            continue
+        call.erase()
 
 
 # -- the forward sweep ---------------------------------------------------------------------------------
@@ -118,7 +224,7 @@ def augment_fork(mode, inst: Call):
     info = getattr(module, "enzcc_active_globals", None)
     if all(k == CONST for k in kinds) and not (info is not None and info.reached_by(fn.name)):
         return None
-    check_body(module, fn, reverse=True)
+    check_body(module, mode.logic.body_of(fn), reverse=True)
     aug, rev = mode.logic.split_of_call(inst, fn, kinds, False, args=[ConstantNull(T.ptr)] * 2 + captured,
                                         parallel=True)
     aug_wrap, rev_wrap = _wrappers(module, fn, aug, rev, captured, kinds)

@@ -77,16 +77,78 @@ int main(void) { double a[8], da[8]; __enzyme_fwddiff((void *)f, a, da, 1.0, 1.0
 """, "captures a floating-point value by value")
 
 
-def test_reduction_clause_is_refused(enzcc):
-    _refused(enzcc, r"""
+# reduction clauses: each thread combines its copy under the clause's lock (as a critical section), both modes;
+# sums in a parallel for and in an omp for followed by a single section, a product in forward mode
+REDUCTIONS = r"""
 double f(double *a, int n) {
-  double s = 0;
+  double s = 0, t = 0;
   #pragma omp parallel for reduction(+:s)
   for (int i = 0; i < n; i++) s += a[i] * a[i];
-  return s;
+  #pragma omp parallel
+  {
+    #pragma omp for reduction(+:t)
+    for (int i = 0; i < n; i++) t += sin(a[i]) * (i + 1);
+    #pragma omp single
+    t = t * 2;
+  }
+  return s * t;
 }
-int main(void) { double a[8] = {1}, da[8] = {0}; __enzyme_autodiff((void *)f, a, da, 8); return 0; }
-""", "an OpenMP reduction clause (reduction(op: x)) is not supported")
+double g(double *a, int n) {
+  double m = 1;
+  #pragma omp parallel for reduction(*:m)
+  for (int i = 0; i < n; i++) m *= 1 + 0.1 * a[i];
+  return m;
+}
+int main(void) {
+  enum { N = 9 };
+  double a[N], da[N] = {0}, h = 1e-6;
+  for (int i = 0; i < N; i++) a[i] = 0.3 + 0.1 * i;
+  __enzyme_autodiff((void *)f, a, da, N);
+  for (int k = 0; k < N; k++) {
+    double b[N], t[N] = {0};
+    for (int i = 0; i < N; i++) b[i] = a[i];
+    b[k] += h; double up = f(b, N), gu = g(b, N);
+    b[k] -= 2 * h; double dn = f(b, N), gd = g(b, N);
+    b[k] += h; t[k] = 1;
+    char key[16];
+    snprintf(key, 16, "ad.r%d", k); report(key, da[k]);
+    snprintf(key, 16, "fd.r%d", k); report(key, (up - dn) / (2 * h));
+    snprintf(key, 16, "ad.f%d", k); report(key, __enzyme_fwddiff((void *)f, b, t, N));
+    snprintf(key, 16, "fd.f%d", k); report(key, (up - dn) / (2 * h));
+    snprintf(key, 16, "ad.g%d", k); report(key, __enzyme_fwddiff((void *)g, b, t, N));
+    snprintf(key, 16, "fd.g%d", k); report(key, (gu - gd) / (2 * h));
+  }
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O2"])
+def test_reduction_clauses(enzcc, opt):
+    v = build_and_run(enzcc, REDUCTIONS, opt, extra=("-fopenmp",))
+    assert_close(v, "ad.", "fd.", rel=1e-6, abs_=1e-7)
+    for n in ("1", "3"):
+        out = enzcc.run("./t", env={"OMP_NUM_THREADS": n}).stdout
+        w = {k: float(x) for k, x in (line.split() for line in out.splitlines())}
+        assert_close(w, "ad.", "fd.", rel=1e-6, abs_=1e-7)
+
+
+@pytest.mark.parametrize("body", [
+    "#pragma omp parallel for reduction(*:m)\n  for (int i = 0; i < n; i++) m *= 1 + 0.1 * a[i];",
+    "#pragma omp parallel for\n  for (int i = 0; i < n; i++) {\n    double v = a[i] * a[i];\n"
+    "    #pragma omp critical\n    m = v;\n  }",
+], ids=["product", "overwrite"])
+def test_reverse_of_an_order_dependent_critical_section_is_refused(enzcc, body):
+    # the threads would run its reverse in another order than they ran it: a product's adjoint, or which
+    # thread's value was the last one written, depends on it
+    _refused(enzcc, r"""
+double g(double *a, int n) {
+  double m = 1;
+  """ + body + r"""
+  return m;
+}
+int main(void) { double a[8] = {1}, da[8] = {0}; __enzyme_autodiff((void *)g, a, da, 8); return 0; }
+""", "reverse mode through an OpenMP critical section (or a reduction clause) that does more than add")
 
 
 def test_dynamic_schedule_is_refused_in_reverse_mode(enzcc):
