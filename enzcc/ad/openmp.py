@@ -131,7 +131,9 @@ def _check_critical_section(start: Call) -> None:
                     work.append((succ, 0))
     shared_stores = [i for i in insts if isinstance(i, Store) and isinstance(i.value.type, T.FloatType) and
                      not is_private(None, i.pointer)]
-    written = {id(base_object(i.pointer)) for i in shared_stores}
+    # (a shared value the region writes anywhere, read in the section, is read at an order-dependent moment)
+    written = {id(base_object(i.pointer)) for i in start.function.instructions() if isinstance(i, Store) and
+               isinstance(i.value.type, T.FloatType) and not is_private(None, i.pointer)}
     accumulations = set()
     for load in insts:
         if not (isinstance(load, Load) and isinstance(load.type, T.FloatType) and
