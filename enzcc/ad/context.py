@@ -23,7 +23,7 @@ that reaches a global holding pointers, and derivatives of code that uses a cont
 
 from __future__ import annotations
 
-from enzcc.ad.emit import fail_at_run_time
+from enzcc.ad.emit import fail_at_run_time, internal_function, signed_i64
 from enzcc.ad.errors import ad_error
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
@@ -157,7 +157,7 @@ class _Runtime:
             for g in others]), constant=True, linkage="private")
         self.others = module.global_ref(name)
         self.nothers = len(others)
-        self._find = None
+        self._finders: dict[str, Function] = {}
 
     # slots
     def _slot(self, b: IRBuilder, ctx, index: Value) -> Value:
@@ -176,12 +176,11 @@ class _Runtime:
         return self._slot(b, ctx, b.add(base, k))
 
     def find(self, table, count: int, tag: str) -> Function:
-        """``find(p)``: the index of the table entry whose memory holds ``p``, or -1."""
+        """``find(p)``: the index of the table entry whose memory holds ``p``, or -1 (one per table)."""
+        if tag in self._finders:
+            return self._finders[tag]
         module = self.module
-        fn = Function(module.unique_function_name(f"__enzcc_ctx_find_{tag}"), T.FunctionType(T.i64, (T.ptr,)),
-                      ["p"])
-        fn.linkage = "internal"
-        module.add_function(fn)
+        fn = internal_function(module, f"__enzcc_ctx_find_{tag}", T.i64, (T.ptr,), ["p"])
         (p,) = fn.args
         entry, loop, hit, miss = (fn.append_block(x) for x in ("entry", "loop", "hit", "miss"))
         b = IRBuilder.at_end(entry)
@@ -201,6 +200,7 @@ class _Runtime:
         i.add_incoming(nxt, more)
         IRBuilder.at_end(hit).ret(i)
         IRBuilder.at_end(miss).ret(ConstantInt(T.i64, -1))
+        self._finders[tag] = fn
         return fn
 
     # __enzyme_context(width)
@@ -215,7 +215,7 @@ class _Runtime:
         n = len(self.globals)
         entry, head, body, done = (fn.append_block(x) for x in ("entry", "lanes", "lane", "done"))
         b = IRBuilder.at_end(entry)
-        width = b.sext(fn.args[0], T.i64) if fn.args[0].type != T.i64 else fn.args[0]
+        width = signed_i64(b, fn.args[0])
         slots = b.add(ConstantInt(T.i64, 1), b.mul(width, ConstantInt(T.i64, n + 2 * self.nptr)))
         ctx = b.call(calloc, [slots, ConstantInt(T.i64, 8)])
         b.store(width, ctx)
@@ -285,7 +285,7 @@ class _Runtime:
         ctx, addr, lane = fn.args
         entry, bad, ok = (fn.append_block(x) for x in ("entry", "bad", "ok"))
         b = IRBuilder.at_end(entry)
-        lane = b.sext(lane, T.i64) if lane.type != T.i64 else lane
+        lane = signed_i64(b, lane)
         k = b.call(find_g, [addr])
         width = b.load(T.i64, ctx)
         good = b.and_(b.icmp("sge", k, ConstantInt(T.i64, 0)),

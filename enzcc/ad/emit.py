@@ -23,6 +23,21 @@ def fail_at_run_time(module, b: IRBuilder, message: str) -> None:
     b.unreachable()
 
 
+def signed_i64(b: IRBuilder, v: Value) -> Value:
+    """An integer as ``i64``, sign-extended (counts and sizes where a negative value means "the default")."""
+    return v if v.type == T.i64 else b.sext(v, T.i64)
+
+
+def internal_function(module, name: str, ret: T.Type, params, names=None):
+    """A new internal function named ``name`` (made unique) with an empty body."""
+    from enzcc.ir.function import Function
+
+    f = Function(module.unique_function_name(name), T.FunctionType(ret, tuple(params)), names)
+    f.linkage = "internal"
+    module.add_function(f)
+    return f
+
+
 def splat(ty: T.Type, x: float) -> Value:
     """The constant ``x`` of a float or float-vector type."""
     if isinstance(ty, T.VectorType):

@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from enzcc.ad.api import CONST, DUP, marker_symbol, resolve_function
+from enzcc.ad.emit import internal_function, signed_i64
 from enzcc.ad.errors import ad_error
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
@@ -105,7 +106,7 @@ def parse(call: Call, module) -> FixedPoint:
             n = take(f"the size in bytes after {marker}")
             if not isinstance(p.type, T.PointerType) or not isinstance(n.type, T.IntType):
                 raise ad_error(f"__enzyme_fixed_point: {marker} takes a pointer and a size in bytes", call)
-            (fp.states if marker == _STATE else fp.regions).append((p, _i64(b, n)))
+            (fp.states if marker == _STATE else fp.regions).append((p, signed_i64(b, n)))
         elif marker == _REDUCTION:
             r = take("the value after enzyme_fp_reduction")
             if not isinstance(r.type, T.FloatType):
@@ -115,7 +116,7 @@ def parse(call: Call, module) -> FixedPoint:
             m = take("the count after enzyme_fp_max_iters")
             if not isinstance(m.type, T.IntType):
                 raise ad_error("__enzyme_fixed_point: enzyme_fp_max_iters takes an integer", call)
-            fp.max_iters = _i64(b, m)
+            fp.max_iters = signed_i64(b, m)
         elif marker == FLAG_MARKER:
             fp.flag = take("the flag")
         elif marker == _CONTROL:
@@ -147,7 +148,7 @@ def solve(module, fp: FixedPoint, b: IRBuilder) -> Value:
     """The primal loop, at ``b``; returns the index of the last step (the one that said stop)."""
     step = fp.step
     idx = step.args[0].type
-    helper = _function(module, f"__enzcc_fp_solve_{step.name}", idx, [a.type for a in fp.args])
+    helper = internal_function(module, f"__enzcc_fp_solve_{step.name}", idx, [a.type for a in fp.args])
     entry, loop, done = (helper.append_block(n) for n in ("entry", "loop", "done"))
     IRBuilder.at_end(entry).br(loop)
     lb = IRBuilder.at_end(loop)
@@ -270,7 +271,7 @@ def reverse(mode, entry, block, b: IRBuilder) -> None:
     state_shadows = [mode._shadow(p, block, b, snap) for p, _ in fp.states]
     values = ([P(last)] + args + shadows + [P(snap)] + [P(x) for pair in kept for x in pair] +
               [x for s, (_, n) in zip(state_shadows, fp.states) for x in (s, P(n))] + _options(fp, P))
-    helper = _function(module, f"__enzcc_fp_adjoint_{fp.step.name}", T.void, [v.type for v in values])
+    helper = internal_function(module, f"__enzcc_fp_adjoint_{fp.step.name}", T.void, [v.type for v in values])
     _adjoint_body(module, helper, fp, kinds, aug, rev, len(args), len(shadows), len(kept), types)
     b.call(helper, values)
 
@@ -335,7 +336,7 @@ def forward(mode, inst: Call) -> None:
         state_shadows = [mode.shadows.of(p, inst) for p, _ in fp.states]
         values = ([last] + list(fp.args) + shadows + [x for pair in kept for x in pair] +
                   [x for s, (_, n) in zip(state_shadows, fp.states) for x in (s, n)] + _options(fp, lambda v: v))
-        helper = _function(module, f"__enzcc_fp_tangent_{fp.step.name}", T.void, [v.type for v in values])
+        helper = internal_function(module, f"__enzcc_fp_tangent_{fp.step.name}", T.void, [v.type for v in values])
         _tangent_body(module, helper, fp, kinds, F, len(fp.args), len(shadows), len(kept), types)
         b.call(helper, values)
     inst.erase()
@@ -535,17 +536,6 @@ def _sumsq(module, ty: T.FloatType) -> Function:
     r = db.phi(T.f64, [(ConstantFloat(T.f64, 0.0), entry), (nacc, loop)])
     db.ret(r)
     return fn
-
-
-def _function(module, name: str, ret, params) -> Function:
-    f = Function(module.unique_function_name(name), T.FunctionType(ret, tuple(params)))
-    f.linkage = "internal"
-    module.add_function(f)
-    return f
-
-
-def _i64(b: IRBuilder, v: Value) -> Value:
-    return v if v.type == T.i64 else b.sext(v, T.i64)
 
 
 __all__ = ["FIXED_POINT", "augment", "forward", "is_fixed_point", "lower", "parse", "reverse", "step_name"]

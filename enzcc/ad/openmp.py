@@ -27,11 +27,10 @@ shared value (their reverse would depend on the order the threads entered them);
 from __future__ import annotations
 
 from enzcc.ad.api import CONST, DUP
-from enzcc.ad.emit import fail_at_run_time
+from enzcc.ad.emit import fail_at_run_time, internal_function, signed_i64
 from enzcc.ad.errors import ad_error
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
-from enzcc.ir.function import Function
 from enzcc.ir.instructions import Call, Cast
 from enzcc.ir.values import ConstantInt, ConstantNull, Value
 
@@ -233,8 +232,8 @@ def augment_fork(mode, inst: Call):
     shadows = [mode.shadows.of(a, inst) for a, k in zip(captured, kinds[2:]) if k == DUP]
     b = IRBuilder.before(inst)
     pushed = _pushed_threads(inst)
-    cap = _i64(b, pushed.args[2]) if pushed is not None else \
-        _i64(b, b.call(_decl(module, "omp_get_max_threads", T.i32, ()), []))
+    cap = signed_i64(b, pushed.args[2]) if pushed is not None else \
+        signed_i64(b, b.call(_decl(module, "omp_get_max_threads", T.i32, ()), []))
     bytes_ = b.add(b.mul(cap, ConstantInt(T.i64, 8)), ConstantInt(T.i64, _HEADER))
     tapes = b.call(_decl(module, "malloc", T.ptr, (T.i64,)), [bytes_])
     b.store(cap, tapes)
@@ -318,8 +317,8 @@ def _wrappers(module, fn, aug, rev, captured, kinds):
     ndup = sum(1 for k in kinds if k == DUP)
     params = (T.ptr, T.ptr, T.ptr) + tuple(a.type for a in captured) + (T.ptr,) * ndup
     names = ["gtid", "btid", "tapes"] + [f"c{k}" for k in range(len(captured))] + [f"d{k}" for k in range(ndup)]
-    aug_wrap = _function(module, f"__enzcc_omp_augmented_{fn.name}", params, names)
-    rev_wrap = _function(module, f"__enzcc_omp_reverse_{fn.name}", params, names)
+    aug_wrap = internal_function(module, f"__enzcc_omp_augmented_{fn.name}", T.void, params, names)
+    rev_wrap = internal_function(module, f"__enzcc_omp_reverse_{fn.name}", T.void, params, names)
     tid_fn = _decl(module, "omp_get_thread_num", T.i32, ())
     nth_fn = _decl(module, "omp_get_num_threads", T.i32, ())
 
@@ -327,8 +326,8 @@ def _wrappers(module, fn, aug, rev, captured, kinds):
     gtid, btid, tapes, *rest = aug_wrap.args
     entry, bad, ok = (aug_wrap.append_block(n) for n in ("entry", "bad", "ok"))
     b = IRBuilder.at_end(entry)
-    tid = _i64(b, b.call(tid_fn, []))
-    nth = _i64(b, b.call(nth_fn, []))
+    tid = signed_i64(b, b.call(tid_fn, []))
+    nth = signed_i64(b, b.call(nth_fn, []))
     cap = b.load(T.i64, tapes)
     b.cond_br(b.icmp("ugt", nth, cap), bad, ok)
     fail_at_run_time(module, IRBuilder.at_end(bad), "an OpenMP parallel region ran with more threads than "
@@ -343,8 +342,8 @@ def _wrappers(module, fn, aug, rev, captured, kinds):
     gtid, btid, tapes, *rest = rev_wrap.args
     entry, bad, ok = (rev_wrap.append_block(n) for n in ("entry", "bad", "ok"))
     b = IRBuilder.at_end(entry)
-    tid = _i64(b, b.call(tid_fn, []))
-    nth = _i64(b, b.call(nth_fn, []))
+    tid = signed_i64(b, b.call(tid_fn, []))
+    nth = signed_i64(b, b.call(nth_fn, []))
     was = b.load(T.i64, b.gep(T.i64, tapes, [ConstantInt(T.i64, 1)]))
     b.cond_br(b.icmp("ne", nth, was), bad, ok)
     fail_at_run_time(module, IRBuilder.at_end(bad), "the reverse of an OpenMP parallel region ran with a different "
@@ -356,19 +355,8 @@ def _wrappers(module, fn, aug, rev, captured, kinds):
     return aug_wrap, rev_wrap
 
 
-def _function(module, name: str, params, names) -> Function:
-    f = Function(module.unique_function_name(name), T.FunctionType(T.void, tuple(params)), names)
-    f.linkage = "internal"
-    module.add_function(f)
-    return f
-
-
-def _decl(module, name: str, ret, params) -> Function:
+def _decl(module, name: str, ret, params):
     return module.get_or_insert_function(name, T.FunctionType(ret, tuple(params)))
-
-
-def _i64(b: IRBuilder, v: Value) -> Value:
-    return v if v.type == T.i64 else b.sext(v, T.i64)
 
 
 # -- floats captured by value ---------------------------------------------------------------------------

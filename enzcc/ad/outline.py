@@ -17,6 +17,7 @@ the step run the loop's body even where the loop's test would stop it.
 
 from __future__ import annotations
 
+from enzcc.ad.emit import internal_function, signed_i64
 from enzcc.ad.errors import ad_error
 from enzcc.ad.fixed_point import FLAG_MARKER
 from enzcc.ad.api import marker_symbol
@@ -24,7 +25,6 @@ from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.cfg import DominatorTree, LoopInfo
 from enzcc.ir.clone import clone_blocks
-from enzcc.ir.function import Function
 from enzcc.ir.instructions import Call, CondBr, Instruction, Phi
 from enzcc.ir.values import Argument, ConstantInt, ConstantPoison, Value
 
@@ -128,9 +128,7 @@ def _outline(module, fn, mark: Call) -> str:
 
     # the step: step(i, live-ins..., slots..., outs..., flag) -> i32
     params = [T.i64] + [v.type for v in live_ins] + [T.ptr] * (len(slots) + len(outs) + 1)
-    step = Function(module.unique_function_name(f"__enzcc_fp_step_{fn.name}"), T.FunctionType(T.i32, tuple(params)))
-    step.linkage = "internal"
-    module.add_function(step)
+    step = internal_function(module, f"__enzcc_fp_step_{fn.name}", T.i32, params)
     p_live = step.args[1:1 + len(live_ins)]
     p_slots = step.args[1 + len(live_ins):1 + len(live_ins) + len(slots)]
     p_outs = step.args[1 + len(live_ins) + len(slots):-1]
@@ -197,7 +195,7 @@ def _outline(module, fn, mark: Call) -> str:
     fixed = module.get_or_insert_function("__enzyme_fixed_point", T.FunctionType(T.void, (T.ptr,), varargs=True))
     dl = module.data_layout
     cb = IRBuilder.at_end(solved)
-    i64 = lambda v: v if v.type == T.i64 else cb.sext(v, T.i64)  # noqa: E731
+    i64 = lambda v: signed_i64(cb, v)  # noqa: E731
     marks = []  # the call says all of it with markers, so that the copies derivatives are made from say it too
     # the loop's carried floating-point values are state too (the optimizer may keep the state in them): a
     # state without derivatives is only kept (fixed_point.drop_inactive_states)
