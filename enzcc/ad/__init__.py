@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import gc
 
-from enzcc.ad.api import marker_symbol, mode_of, parse_call, resolve_function
+from enzcc.ad.api import calls_named, marker_symbol, mode_of, parse_call, resolve_function
 from enzcc.ad.batch import BATCH, replace_batch
 from enzcc.ad.errors import ADError, ad_error
 from enzcc.ad.globals import used_globals, zero_shadows
@@ -127,19 +127,12 @@ def _differentiate_text(text: str, target_machine, inline: str) -> tuple[str, in
 
 
 def _enzyme_calls(module: Module) -> list[Call]:
+    """The ``__enzyme_*`` entry-point calls (not the markers and runtime calls other modules lower)."""
     if not any(n.startswith(ENZYME_PREFIX) for n in module.functions):
         return []
-    calls = []
-    for fn in list(module.definitions()):
-        text = fn._body_text
-        if text is not None and ENZYME_PREFIX not in text:
-            continue  # not parsed at all: only functions that need work are
-        for inst in fn.instructions():
-            if isinstance(inst, Call) and (inst.callee_name or "").startswith(ENZYME_PREFIX) and \
-                    not is_iter(inst.callee_name) and not is_fixed_point(inst.callee_name) and \
-                    not is_context_runtime(inst.callee_name) and not is_set_fixed_point(inst.callee_name):
-                calls.append(inst)
-    return calls
+    return [c for c in calls_named(module, ENZYME_PREFIX)
+            if not (is_iter(c.callee_name) or is_fixed_point(c.callee_name) or is_context_runtime(c.callee_name)
+                    or is_set_fixed_point(c.callee_name))]
 
 
 def ready_calls(module: Module, calls: list[Call]) -> list[Call]:

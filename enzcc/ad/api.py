@@ -67,6 +67,18 @@ def is_float(ty: T.Type) -> bool:
     return isinstance(ty, T.FloatType) or (isinstance(ty, T.VectorType) and isinstance(ty.element, T.FloatType))
 
 
+def calls_named(module, prefix: str) -> list[Call]:
+    """The calls to functions named ``prefix...`` in the module's definitions (a function not parsed yet is
+    parsed only when its text names such a function)."""
+    out = []
+    for fn in list(module.definitions()):
+        text = fn._body_text
+        if text is not None and prefix not in text:
+            continue
+        out += [i for i in fn.instructions() if isinstance(i, Call) and (i.callee_name or "").startswith(prefix)]
+    return out
+
+
 def marker_symbol(value: Value) -> str | None:
     """The ``enzyme_*`` global an argument passes: its value (``enzyme_dup``, a load) or, as Enzyme also
     accepts, its address (``&enzyme_dup``)."""

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from enzcc.ad.api import CONST, DUP, marker_symbol, resolve_function
+from enzcc.ad.api import CONST, DUP, calls_named, marker_symbol, resolve_function
 from enzcc.ad.emit import internal_function, signed_i64
 from enzcc.ad.errors import ad_error
 from enzcc.ir import types as T
@@ -226,9 +226,23 @@ def step_kinds(mode, fp: FixedPoint) -> tuple[str, ...]:
     return tuple(kinds)
 
 
-def _carries_derivatives(mode, fp: FixedPoint, kinds) -> bool:
+def _begin(mode, inst: Call):
+    """What both modes do first: read the call, emit the primal loop before it. Returns (the fixed point, the
+    step's argument activity, a builder before the call, the index of the last step, whether derivatives flow
+    through the loop)."""
+    fp = parse(inst, mode.module)
+    drop_inactive_states(mode, fp)
+    kinds = step_kinds(mode, fp)
+    b = IRBuilder.before(inst)
+    last = solve(mode.module, fp, b)
     info = getattr(mode.module, "enzcc_active_globals", None)
-    return DUP in kinds or (info is not None and bool(info.reached_by(fp.step.name)))
+    differentiated = DUP in kinds or (info is not None and bool(info.reached_by(fp.step.name)))
+    if differentiated:
+        for p, _ in fp.states:
+            if not mode.activity.is_active_ptr(p):
+                raise ad_error("__enzyme_fixed_point: the state has no derivative while the step's arguments do "
+                               "(pass it to the step too)", inst)
+    return fp, kinds, b, last, differentiated
 
 
 # -- reverse mode -------------------------------------------------------------------------------------
@@ -238,17 +252,9 @@ def augment(mode, inst: Call):
     Returns the call that runs the loop, and the entry :func:`reverse` takes (None when no derivative flows
     through the loop)."""
     module = mode.module
-    fp = parse(inst, module)
-    drop_inactive_states(mode, fp)
-    kinds = step_kinds(mode, fp)
-    b = IRBuilder.before(inst)
-    last = solve(module, fp, b)
+    fp, kinds, b, last, differentiated = _begin(mode, inst)
     entry = None
-    if _carries_derivatives(mode, fp, kinds):
-        for p, _ in fp.states:
-            if not mode.activity.is_active_ptr(p):
-                raise ad_error("__enzyme_fixed_point: the state has no derivative while the step's arguments do "
-                               "(pass it to the step too)", inst)
+    if differentiated:
         kept = kept_memory(module, fp, mode.logic.body_of(fp.step))
         snap = _snapshot(module, b, kept)
         aug, rev = mode.logic.split_of_call(inst, fp.step, kinds, False,
@@ -319,16 +325,8 @@ def _adjoint_body(module, fn, fp, kinds, aug, rev, nargs, nshadows, nkept, types
 def forward(mode, inst: Call) -> None:
     """Forward mode: the loop, then the tangent of one step iterated at the converged state."""
     module = mode.module
-    fp = parse(inst, module)
-    drop_inactive_states(mode, fp)
-    kinds = step_kinds(mode, fp)
-    b = IRBuilder.before(inst)
-    last = solve(module, fp, b)
-    if _carries_derivatives(mode, fp, kinds):
-        for p, _ in fp.states:
-            if not mode.activity.is_active_ptr(p):
-                raise ad_error("__enzyme_fixed_point: the state has no derivative while the step's arguments do "
-                               "(pass it to the step too)", inst)
+    fp, kinds, b, last, differentiated = _begin(mode, inst)
+    if differentiated:
         F = mode.logic.forward_of_call(inst, fp.step, kinds, [ConstantInt(fp.step.args[0].type, 0), *fp.args])
         kept = kept_memory(module, fp, mode.logic.body_of(fp.step))
         types = state_types(mode, fp)
@@ -389,17 +387,11 @@ def _tangent_body(module, fn, fp, kinds, F, nargs, nshadows, nkept, types) -> No
 
 def lower(module) -> int:
     """Replace each remaining ``__enzyme_fixed_point`` call (code that is not differentiated) by its loop."""
-    count = 0
-    for fn in list(module.definitions()):
-        text = fn._body_text
-        if text is not None and FIXED_POINT not in text:
-            continue
-        for inst in [i for i in fn.instructions() if isinstance(i, Call) and is_fixed_point(i.callee_name)]:
-            fp = parse(inst, module)
-            solve(module, fp, IRBuilder.before(inst))
-            inst.erase()
-            count += 1
-    return count
+    calls = calls_named(module, FIXED_POINT)
+    for inst in calls:
+        solve(module, parse(inst, module), IRBuilder.before(inst))
+        inst.erase()
+    return len(calls)
 
 
 # -- helpers -------------------------------------------------------------------------------------------

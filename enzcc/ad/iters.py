@@ -35,16 +35,13 @@ def advance(fn) -> None:
 
 def lower(module) -> int:
     """Replace each remaining ``__enzyme_iter(n, step)`` by ``n``; returns how many there were."""
-    count = 0
-    for fn in list(module.definitions()):
-        text = fn._body_text
-        if text is not None and ITER not in text:
-            continue  # (not parsed: nothing to do)
-        for call in _calls(fn):
-            call.replace_all_uses_with(call.args[0])
-            call.erase()
-            count += 1
-    return count
+    from enzcc.ad.api import calls_named
+
+    calls = [c for c in calls_named(module, ITER) if len(c.args) == 2]
+    for call in calls:
+        call.replace_all_uses_with(call.args[0])
+        call.erase()
+    return len(calls)
 
 
 __all__ = ["ITER", "advance", "is_iter", "lower"]

@@ -20,7 +20,7 @@ from __future__ import annotations
 from enzcc.ad.emit import internal_function, signed_i64
 from enzcc.ad.errors import ad_error
 from enzcc.ad.fixed_point import FLAG_MARKER
-from enzcc.ad.api import marker_symbol
+from enzcc.ad.api import calls_named, marker_symbol
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.cfg import DominatorTree, LoopInfo
@@ -47,15 +47,10 @@ def outline_marked_loops(module, fn) -> list[str]:
 
 def lower(module) -> int:
     """Drop the markers left in code that is not differentiated (the loop runs as written)."""
-    count = 0
-    for f in list(module.definitions()):
-        text = f._body_text
-        if text is not None and SET_FIXED_POINT not in text:
-            continue
-        for inst in [i for i in f.instructions() if isinstance(i, Call) and is_set_fixed_point(i.callee_name)]:
-            inst.erase()
-            count += 1
-    return count
+    calls = calls_named(module, SET_FIXED_POINT)
+    for inst in calls:
+        inst.erase()
+    return len(calls)
 
 
 def _outline(module, fn, mark: Call) -> str:
