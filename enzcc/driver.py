@@ -219,11 +219,13 @@ class Driver:
         """When everything a translation unit differentiates is defined in it, its native object gets the
         derivatives right away, so the object also works with a plain linker. Otherwise AD waits for the link
         (which always redoes it on the whole program); so does split mode, whose augmented primal and reverse
-        calls may sit in different objects and must agree on the tape's layout."""
+        calls may sit in different objects and must agree on the tape's layout, and so does a context of global
+        shadows, whose layout covers the globals of the whole program."""
         from enzcc.ad.errors import MissingBodyError
 
-        if b"__enzyme_augmentfwd" in rec.bitcode or b"__enzyme_reverse" in rec.bitcode:
-            return  # split mode: the tape's layout must come from one derivative, made at the link
+        if any(name in rec.bitcode for name in (b"__enzyme_augmentfwd", b"__enzyme_reverse", b"enzyme_context",
+                                                b"__enzyme_shadow", b"__enzyme_zero_shadows")):
+            return  # split mode, contexts: one layout for the whole program, made at the link
         try:
             data = build([rec], self.pipeline_options([rec]), "object", rec.source)
         except MissingBodyError:

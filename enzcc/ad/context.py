@@ -117,6 +117,7 @@ def lower(module) -> int:
     rt = _Runtime(module)
     for name in names:
         fn = module.functions[name]
+        fn.linkage = "internal"  # (the program's one layout: AD of a program using contexts waits for the link)
         if name.startswith(CONTEXT):
             rt.define_context(fn)
         elif name.startswith(ZERO):

@@ -152,3 +152,37 @@ int main(void) {
     enzcc("-O2", "-w", "r.c", "-lm", "-o", "r")
     r = enzcc.run("./r", check=False)
     assert r.returncode != 0 and "__enzyme_shadow: the address is not in a global variable" in r.stderr, r
+
+
+def test_context_across_separately_compiled_files(enzcc):
+    # the context is made in one object, the global lives in another, the derivative in a third: one layout
+    # for the whole program (AD waits for the link, as in split mode)
+    enzcc.write("g.c", "double g = 2.0;\nint other[4];\ndouble h = 1.0;\n")
+    enzcc.write("f.c", r"""
+extern double g, h;
+double __enzyme_autodiff(void *, ...);
+extern int enzyme_context;
+static double f(double x) { return g * x * x + h; }
+double df(void *ctx, double x) { return __enzyme_autodiff((void *)f, enzyme_context, ctx, x); }
+""")
+    enzcc.write("m.c", r"""
+#include <stdio.h>
+extern double g, h;
+extern void *__enzyme_context(int);
+extern void *__enzyme_shadow(void *, void *, int);
+double df(void *ctx, double x);
+int main(void) {
+  void *ctx = __enzyme_context(1);
+  double *dg = __enzyme_shadow(ctx, &g, 0), *dh = __enzyme_shadow(ctx, &h, 0);
+  printf("dx %g dg %g dh %g\n", df(ctx, 3.0), *dg, *dh);
+  return 0;
+}
+""")
+    for f in ("g", "f", "m"):
+        enzcc("-O2", "-c", f"{f}.c", "-o", f"{f}.o")
+    enzcc("-O2", "g.o", "f.o", "m.o", "-o", "t")
+    assert enzcc.run("./t").stdout.split() == ["dx", "12", "dg", "9", "dh", "1"]
+    # the objects hold no derivatives of their own: a plain linker cannot link them (instead of a context
+    # layout made from f.c's globals alone, which gave dg = 0)
+    r = enzcc.run("clang-22", "g.o", "f.o", "m.o", "-o", "plain", check=False)
+    assert r.returncode != 0 and "undefined reference to `__enzyme_autodiff'" in r.stderr, r
