@@ -22,7 +22,7 @@ from enzcc.ad.context import MARKER as CONTEXT_MARKER, copy_in, copy_out, is_run
 from enzcc.ad.fixed_point import is_fixed_point, lower as lower_fixed_points, step_name as fixed_point_step
 from enzcc.ad.iters import advance as advance_iterations, is_iter, lower as lower_iterations
 from enzcc.ad.outline import is_set_fixed_point, lower as lower_marks, outline_marked_loops
-from enzcc.ad.openmp import forked_function_name, reductions_as_critical
+from enzcc.ad.openmp import capture_floats_by_reference, forked_function_name, reductions_as_critical
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.instructions import Call, Invoke, Load
@@ -112,6 +112,7 @@ def _differentiate_text(text: str, target_machine, inline: str) -> tuple[str, in
     # (nested AD follows the tape's memory) or the code runs on a GPU
     module.enzcc_reuse_tape = len(calls) == len(every) and \
         not (module.triple or "").startswith(("nvptx", "amdgcn", "spir"))
+    capture_floats_by_reference(module, prep_names)
     steps = {}  # loops marked by __enzyme_set_fixed_point, outlined into step functions (kept: called)
     for name in list(prep_names.values()):
         steps.update((s, s) for s in outline_marked_loops(module, module.functions[name]))

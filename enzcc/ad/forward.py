@@ -314,8 +314,8 @@ class ForwardMode:
         loc, _, _, *captured = inst.args
         if self.width > 1:
             raise ad_error("vector mode (enzyme_width) with an OpenMP parallel region is not supported", inst)
-        fn = outlined_function(self.module, inst)
-        check_body(self.module, self.logic.body_of(fn), reverse=False)
+        fn = outlined_function(self.module, inst, self.logic)
+        check_body(self.module, fn, reverse=False)
         kinds = ("const", "const") + tuple(DUP if isinstance(a.type, T.PointerType) and self.activity.is_active_ptr(a)
                                            else "const" for a in captured)
         F = self.logic.forward_of_call(inst, fn, kinds, [ConstantNull(T.ptr), ConstantNull(T.ptr), *captured])

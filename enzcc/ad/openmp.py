@@ -21,7 +21,7 @@ each thread combines its copy into ``x`` under the clause's lock, like a critica
 What is not handled is a one-line error: in reverse mode, loops with a dynamic or guided schedule (a thread's
 iterations differ from one fork to the next) and critical sections (or reductions) that do more than add to a
 shared value (their reverse would depend on the order the threads entered them); a float captured by value
-(``firstprivate(double)``); vector mode.
+in a way :func:`capture_floats_by_reference` does not recognise; vector mode.
 """
 
 from __future__ import annotations
@@ -60,9 +60,10 @@ def forked_function_name(inst) -> str | None:
     return ref.symbol if isinstance(ref, GlobalRef) else None
 
 
-def outlined_function(module, inst: Call):
+def outlined_function(module, inst: Call, logic=None):
     """The function ``__kmpc_fork_call`` ``inst`` runs in each thread (checked: defined here, and no float
-    captured by value)."""
+    captured by value); with ``logic``, the copy derivatives are made from (:func:`capture_floats_by_reference`
+    may have changed its parameters)."""
     from enzcc.ad.api import resolve_function
     from enzcc.ir.values import GlobalRef
 
@@ -71,6 +72,8 @@ def outlined_function(module, inst: Call):
     fn = module.functions.get(ref.symbol) if isinstance(ref, GlobalRef) else None
     if fn is None or fn.is_declaration or len(fn.args) != len(captured) + 2:
         raise ad_error("an OpenMP parallel region whose outlined function is not defined here", inst)
+    if logic is not None:
+        fn = logic.body_of(fn)
     for a, p in zip(captured, fn.args[2:]):
         if not isinstance(a.type, T.PointerType) and (from_float(a) or carries_float(p)):
             raise ad_error(f"an OpenMP parallel region captures a floating-point value by value (argument "
@@ -208,6 +211,48 @@ def reductions_as_critical(fn) -> None:
         call.erase()
 
 
+def capture_floats_by_reference(module, prepared: dict[str, str]) -> None:
+    """clang passes a floating-point value captured by value (``firstprivate(x)`` of a ``double``) to a parallel
+    region's function as an integer holding its bits, which carries no derivative. In the copies derivatives
+    are made from (``prepared``: function -> its copy), such a value is passed by reference instead: the
+    forking function stores it into a local of its own and passes the local's address, the region's function
+    reads the bits from there. Each thread still makes its own copy; the derivative now flows through the
+    local, whose shadow the threads' adjoints are added to."""
+    from enzcc.ir.instructions import Load
+    from enzcc.ir.values import Argument
+
+    copies = {copy: orig for orig, copy in prepared.items()}
+    for copy in list(copies):
+        caller = module.functions[copy]
+        for call in [i for i in caller.instructions() if forked_function_name(i) in prepared]:
+            region = module.functions[prepared[forked_function_name(call)]]
+            region.blocks  # (parse its body now, before a parameter changes)
+            captured = call.args[3:]
+            if len(region.args) != len(captured) + 2:
+                continue  # (refused later, with the message)
+            for k, (a, p) in enumerate(zip(captured, region.args[2:])):
+                if isinstance(a.type, T.PointerType) or not (from_float(a) or carries_float(p)):
+                    continue
+                if isinstance(a, Cast) and a.opcode == "bitcast" and isinstance(a.value.type, T.FloatType):
+                    value = a.value
+                elif isinstance(a, Load) and from_float(a):
+                    value = None
+                else:
+                    continue  # (refused later: a float captured by value)
+                b = IRBuilder.at_start(caller.entry_block)
+                slot = b.alloca(a.type if value is None else value.type, in_entry=True)
+                sb = IRBuilder.before(call)
+                sb.store(a if value is None else value, slot)
+                call.set_arg(3 + k, slot)
+                # the region's function: the parameter becomes the local's address, read once at entry
+                ref = Argument(T.ptr, p.name, parent=region, index=p.index)
+                region.args[p.index] = ref
+                region.function_type = T.FunctionType(region.return_type,
+                                                      tuple(x.type for x in region.args), region.function_type.varargs)
+                bits = IRBuilder.at_start(region.entry_block).load(p.type, ref)
+                p.replace_all_uses_with(bits)
+
+
 # -- the forward sweep ---------------------------------------------------------------------------------
 
 def augment_fork(mode, inst: Call):
@@ -219,13 +264,13 @@ def augment_fork(mode, inst: Call):
     if mode.width > 1:
         raise ad_error("vector mode (enzyme_width) with an OpenMP parallel region is not supported", inst)
     loc, _, _, *captured = inst.args
-    fn = outlined_function(module, inst)
+    fn = outlined_function(module, inst, mode.logic)
     kinds = (CONST, CONST) + tuple(DUP if isinstance(a.type, T.PointerType) and act.is_active_ptr(a) else CONST
                                    for a in captured)
     info = getattr(module, "enzcc_active_globals", None)
     if all(k == CONST for k in kinds) and not (info is not None and info.reached_by(fn.name)):
         return None
-    check_body(module, mode.logic.body_of(fn), reverse=True)
+    check_body(module, fn, reverse=True)
     aug, rev = mode.logic.split_of_call(inst, fn, kinds, False, args=[ConstantNull(T.ptr)] * 2 + captured,
                                         parallel=True)
     aug_wrap, rev_wrap = _wrappers(module, fn, aug, rev, captured, kinds)
