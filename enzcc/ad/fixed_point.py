@@ -312,12 +312,7 @@ def _adjoint_body(module, fn, fp, kinds, aug, rev, nargs, nshadows, nkept, types
     d = loop.done
     for s, n in states:
         d.memset(s, 0, n)
-    _restore(module, d, kept, cur)
-    _set_flag(fp, d, flag, False)
-    free = module.get_or_insert_function("free", T.FunctionType(T.void, (T.ptr,)))
-    d.call(free, [cur])
-    d.call(free, [snap])
-    d.ret_void()
+    _finish(module, fp, d, kept, cur, flag, [cur, snap])
 
 
 # -- forward mode -------------------------------------------------------------------------------------
@@ -374,13 +369,7 @@ def _tangent_body(module, fn, fp, kinds, F, nargs, nshadows, nkept, types) -> No
         off = lb.add(off, n)
     loop.close(norm)
 
-    d = loop.done
-    _restore(module, d, kept, snap)
-    _set_flag(fp, d, flag, False)
-    free = module.get_or_insert_function("free", T.FunctionType(T.void, (T.ptr,)))
-    d.call(free, [snap])
-    d.call(free, [prev])
-    d.ret_void()
+    _finish(module, fp, loop.done, kept, snap, flag, [snap, prev])
 
 
 # -- the primal, where no derivative is taken -------------------------------------------------------------
@@ -461,6 +450,16 @@ def _options(fp: FixedPoint, P) -> list[Value]:
             P(fp.max_iters) if fp.max_iters is not None else ConstantInt(T.i64, -1),
             P(fp.control) if fp.control is not None else ConstantNull(T.ptr),
             P(fp.flag) if fp.flag is not None else ConstantNull(T.ptr)]
+
+
+def _finish(module, fp: FixedPoint, b: IRBuilder, kept, saved: Value, flag: Value, buffers) -> None:
+    """After the iterations: the kept memory as ``saved`` holds it, the flag down, ``buffers`` freed."""
+    _restore(module, b, kept, saved)
+    _set_flag(fp, b, flag, False)
+    free = module.get_or_insert_function("free", T.FunctionType(T.void, (T.ptr,)))
+    for buf in buffers:
+        b.call(free, [buf])
+    b.ret_void()
 
 
 def _set_flag(fp: FixedPoint, b: IRBuilder, flag: Value, on: bool) -> None:

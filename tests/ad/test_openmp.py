@@ -59,6 +59,14 @@ def test_forward_mode_through_parallel_regions(enzcc, opt):
     assert_close(v, "ad.", "an.", rel=1e-12, abs_=1e-12)
 
 
+def _run_with_threads(enzcc, counts, prefix_a: str, prefix_b: str, rel: float, abs_: float) -> None:
+    """Run the built ./t again with each OMP_NUM_THREADS in ``counts``; its values still match."""
+    for n in counts:
+        out = enzcc.run("./t", env={"OMP_NUM_THREADS": n}).stdout
+        w = {k: float(x) for k, x in (line.split() for line in out.splitlines())}
+        assert_close(w, prefix_a, prefix_b, rel=rel, abs_=abs_)
+
+
 def _refused(enzcc, source: str, message: str) -> None:
     enzcc.write("r.c", PRELUDE + source)
     r = enzcc("-O2", "-fopenmp", "-w", "r.c", "-lm", "-o", "r", check=False)
@@ -96,10 +104,7 @@ int main(void) {
 def test_float_captured_by_value(enzcc, opt):
     v = build_and_run(enzcc, FIRSTPRIVATE, opt, extra=("-fopenmp",))
     assert_close(v, "ad.", "an.", rel=1e-12, abs_=1e-12)
-    for n in ("1", "4"):
-        out = enzcc.run("./t", env={"OMP_NUM_THREADS": n}).stdout
-        w = {k: float(x) for k, x in (line.split() for line in out.splitlines())}
-        assert_close(w, "ad.", "an.", rel=1e-12, abs_=1e-12)
+    _run_with_threads(enzcc, ("1", "4"), "ad.", "an.", 1e-12, 1e-12)
 
 
 # reduction clauses: each thread combines its copy under the clause's lock (as a critical section), both modes;
@@ -152,10 +157,7 @@ int main(void) {
 def test_reduction_clauses(enzcc, opt):
     v = build_and_run(enzcc, REDUCTIONS, opt, extra=("-fopenmp",))
     assert_close(v, "ad.", "fd.", rel=1e-6, abs_=1e-7)
-    for n in ("1", "3"):
-        out = enzcc.run("./t", env={"OMP_NUM_THREADS": n}).stdout
-        w = {k: float(x) for k, x in (line.split() for line in out.splitlines())}
-        assert_close(w, "ad.", "fd.", rel=1e-6, abs_=1e-7)
+    _run_with_threads(enzcc, ("1", "3"), "ad.", "fd.", 1e-6, 1e-7)
 
 
 @pytest.mark.parametrize("body", [
@@ -240,10 +242,7 @@ def test_reverse_mode_through_parallel_regions(enzcc, opt):
     v = build_and_run(enzcc, REVERSE, opt, extra=("-fopenmp",))
     assert_close(v, "ad.", "fd.", rel=1e-6, abs_=1e-6)
     # other team sizes: one thread, and more threads than cores (the adds to `s` from several at once)
-    for n in ("1", "4", "7"):
-        out = enzcc.run("./t", env={"OMP_NUM_THREADS": n}).stdout
-        w = {k: float(x) for k, x in (line.split() for line in out.splitlines())}
-        assert_close(w, "ad.", "fd.", rel=1e-6, abs_=1e-6)
+    _run_with_threads(enzcc, ("1", "4", "7"), "ad.", "fd.", 1e-6, 1e-6)
 
 
 def test_reverse_of_a_region_run_with_another_team_size_stops(enzcc):
