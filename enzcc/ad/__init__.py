@@ -22,6 +22,7 @@ from enzcc.ad.context import MARKER as CONTEXT_MARKER, copy_in, copy_out, is_run
 from enzcc.ad.fixed_point import is_fixed_point, lower as lower_fixed_points, step_name as fixed_point_step
 from enzcc.ad.iters import advance as advance_iterations, is_iter, lower as lower_iterations
 from enzcc.ad.outline import is_set_fixed_point, lower as lower_marks, outline_marked_loops
+from enzcc.ad.typehints import hinted_type, lower as lower_type_hints
 from enzcc.ad.openmp import capture_floats_by_reference, forked_function_name, reductions_as_critical
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
@@ -73,7 +74,7 @@ def _differentiate_text(text: str, target_machine, inline: str) -> tuple[str, in
             raise ad_error(f"cannot differentiate {what}: nested AD must not be recursive, and this "
                            f"function reaches this {call.callee_name} call itself", call)
         lowered = lower_iterations(module) + lower_marks(module) + lower_fixed_points(module) + \
-            lower_contexts(module)
+            lower_contexts(module) + lower_type_hints(module)
         return (str(module), 1) if lowered else (text, 0)
     module.enzcc_inline = inline
     for name, fn in module.functions.items():  # Enzyme calls them from derivatives when defined (FPOpt builds)
@@ -124,6 +125,7 @@ def _differentiate_text(text: str, target_machine, inline: str) -> tuple[str, in
         lower_marks(module)
         lower_fixed_points(module)
         lower_contexts(module)
+        lower_type_hints(module)
     return str(module), count
 
 
@@ -133,7 +135,7 @@ def _enzyme_calls(module: Module) -> list[Call]:
         return []
     return [c for c in calls_named(module, ENZYME_PREFIX)
             if not (is_iter(c.callee_name) or is_fixed_point(c.callee_name) or is_context_runtime(c.callee_name)
-                    or is_set_fixed_point(c.callee_name))]
+                    or is_set_fixed_point(c.callee_name) or hinted_type(c.callee_name) is not None)]
 
 
 def ready_calls(module: Module, calls: list[Call]) -> list[Call]:

@@ -13,6 +13,7 @@ import re
 
 from enzcc.ir import types as T
 from enzcc.ad.errors import ad_error
+from enzcc.ad.typehints import hinted_type
 from enzcc.ir.instructions import Alloca, Call, Cast, GetElementPtr, Load, Store
 from enzcc.ir.values import GlobalRef, Value
 
@@ -53,6 +54,8 @@ class MemoryTypes:
                     self._note(inst.pointer, inst.value.type)
             elif isinstance(inst, Alloca):
                 self._types.setdefault(id(inst), set()).update(_declared_kinds(inst.allocated_type))
+            elif isinstance(inst, Call) and inst.args and hinted_type(inst.callee_name) is not None:
+                self._note(inst.args[0], hinted_type(inst.callee_name))  # (__enzyme_double(p) and the like)
 
     def _note(self, p: Value, ty: T.Type) -> None:
         self._types.setdefault(id(base_object(p)), set()).add(_scalar_kind(ty))

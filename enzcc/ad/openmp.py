@@ -401,6 +401,12 @@ def _wrappers(module, fn, aug, rev, captured, kinds):
 
 
 def _decl(module, name: str, ret, params):
+    """The runtime function ``name``; as the program declared it, if it did (``int omp_get_max_threads();`` in
+    C is variadic: the calls here pass what the runtime takes either way)."""
+    existing = module.functions.get(name)
+    if existing is not None and existing.return_type == ret and \
+            existing.function_type.params == tuple(params)[:len(existing.function_type.params)]:
+        return existing
     return module.get_or_insert_function(name, T.FunctionType(ret, tuple(params)))
 
 

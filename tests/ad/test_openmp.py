@@ -387,3 +387,26 @@ def test_reverse_mode_regions_in_a_loop_with_calls_and_schedules(enzcc, opt):
     for n in ("1", "3"):
         out = enzcc.run("./t", env={"OMP_NUM_THREADS": n}).stdout
         assert float(out.split()[-1]) < 1e-7, out
+
+
+def test_type_hint_in_a_region(enzcc):
+    # Enzyme's type hints (__enzyme_double(p): p points to a double) are taken as accesses of that type and
+    # removed; the program declares omp_get_max_threads itself, K&R style (variadic in C)
+    v = build_and_run(enzcc, r"""
+extern int omp_get_max_threads();
+void __enzyme_double(void *);
+void f(double *a, double in, int n) {
+  #pragma omp parallel for firstprivate(in)
+  for (int i = 0; i < n; i++) { a[i] = in * a[i]; in = 0; __enzyme_double(&in); }
+}
+int main(void) {
+  double a[20], da[20];
+  for (int i = 0; i < 20; i++) { a[i] = 1; da[i] = 1; }
+  report("ad.d", __enzyme_autodiff((void *)f, a, da, 2.0, 20));
+  report("an.d", omp_get_max_threads() < 20 ? omp_get_max_threads() : 20);  /* each thread's first a[i] */
+  f(a, 3.0, 20);  /* the primal, hints and all */
+  report("ad.p", a[0]); report("an.p", 6.0);
+  return 0;
+}
+""", "-O2", extra=("-fopenmp",))
+    assert_close(v, "ad.", "an.", rel=1e-12, abs_=1e-12)

@@ -1,0 +1,32 @@
+"""Enzyme's type hints: ``__enzyme_double(p)``, ``__enzyme_float(p)``, ``__enzyme_integer(p, bytes)``,
+``__enzyme_pointer(p)`` say what the memory ``p`` points to holds. enzcc's memory types
+(:class:`enzcc.ad.memory.MemoryTypes`) take them as an access of that type; the calls carry no derivative and are
+removed from the program (:func:`lower`).
+"""
+
+from __future__ import annotations
+
+from enzcc.ir import types as T
+
+#: hint function -> the type the memory holds
+TYPE_HINTS = {"__enzyme_double": T.f64, "__enzyme_float": T.f32, "__enzyme_integer": T.i64,
+              "__enzyme_pointer": T.ptr}
+
+
+def hinted_type(name: str | None):
+    """The type a call to hint ``name`` (any suffix, as for the other API names) says its memory holds."""
+    name = name or ""
+    return next((ty for hint, ty in TYPE_HINTS.items() if name.startswith(hint)), None)
+
+
+def lower(module) -> int:
+    """Remove the hint calls left in the program."""
+    from enzcc.ad.api import calls_named
+
+    calls = [c for c in calls_named(module, "__enzyme_") if hinted_type(c.callee_name) is not None]
+    for call in calls:
+        call.erase()
+    return len(calls)
+
+
+__all__ = ["TYPE_HINTS", "hinted_type", "lower"]
