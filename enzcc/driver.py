@@ -163,10 +163,10 @@ class Driver:
         return proc.returncode
 
     def passthrough(self) -> int:
-        extra = []
-        if any(i.lang in ("c", "c++") for i in self.inv.inputs):  # (-E, -M, -fsyntax-only...: enzcc's headers)
-            from enzcc.frontends.clang import INCLUDE_DIR
-            extra = ["-idirafter", INCLUDE_DIR]
+        from enzcc.frontends.clang import include_args
+
+        # (-E, -M, -fsyntax-only...: enzcc's headers are found as in a compile)
+        extra = next((include_args(i.lang) for i in self.inv.inputs if include_args(i.lang)), [])
         return subprocess.run([self._native_driver(), *self._own_flags_removed(), *extra]).returncode
 
     # -- compiling one source ---------------------------------------------------------------------

@@ -73,9 +73,7 @@ def _differentiate_text(text: str, target_machine, inline: str) -> tuple[str, in
             what = f"'{target.symbol}'" if isinstance(target, GlobalRef) else "its function"
             raise ad_error(f"cannot differentiate {what}: nested AD must not be recursive, and this "
                            f"function reaches this {call.callee_name} call itself", call)
-        lowered = lower_iterations(module) + lower_marks(module) + lower_fixed_points(module) + \
-            lower_contexts(module) + lower_type_hints(module)
-        return (str(module), 1) if lowered else (text, 0)
+        return (str(module), 1) if _lower_api_calls(module) else (text, 0)
     module.enzcc_inline = inline
     for name, fn in module.functions.items():  # Enzyme calls them from derivatives when defined (FPOpt builds)
         hook = next((h for h in PROFILING_HOOKS if name in (h, f"_Z{len(h)}{h}") or
@@ -121,12 +119,19 @@ def _differentiate_text(text: str, target_machine, inline: str) -> tuple[str, in
     for name in prep_names.values():
         del module.functions[name]
     if len(calls) == len(every):  # the last round: no more derivatives of these functions
-        lower_iterations(module)
-        lower_marks(module)
-        lower_fixed_points(module)
-        lower_contexts(module)
-        lower_type_hints(module)
+        _lower_api_calls(module)
     return str(module), count
+
+
+#: ``__enzyme_*`` functions that are not entry points: (is a call to one, replace what is left of them once no
+#: more derivatives are made), in the order they are replaced (markers of fixed-point loops before the loops)
+_LOWERED_API = ((is_iter, lower_iterations), (is_set_fixed_point, lower_marks), (is_fixed_point, lower_fixed_points),
+                (is_context_runtime, lower_contexts), (lambda name: hinted_type(name) is not None, lower_type_hints))
+
+
+def _lower_api_calls(module) -> int:
+    """Replace the calls of :data:`_LOWERED_API` left in the module; returns how many there were."""
+    return sum(lower(module) for _, lower in _LOWERED_API)
 
 
 def _enzyme_calls(module: Module) -> list[Call]:
@@ -134,8 +139,7 @@ def _enzyme_calls(module: Module) -> list[Call]:
     if not any(n.startswith(ENZYME_PREFIX) for n in module.functions):
         return []
     return [c for c in calls_named(module, ENZYME_PREFIX)
-            if not (is_iter(c.callee_name) or is_fixed_point(c.callee_name) or is_context_runtime(c.callee_name)
-                    or is_set_fixed_point(c.callee_name) or hinted_type(c.callee_name) is not None)]
+            if not any(lowered(c.callee_name) for lowered, _ in _LOWERED_API)]
 
 
 def ready_calls(module: Module, calls: list[Call]) -> list[Call]:

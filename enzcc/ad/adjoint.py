@@ -269,8 +269,6 @@ class AdjointGenerator:
             insts = self.orig_insts[id(block)]
             for i, inst in enumerate(insts):
                 if isinstance(inst, Call) and is_fixed_point(inst.callee_name):
-                    if self.width > 1:
-                        raise ad_error("vector mode (enzyme_width) with __enzyme_fixed_point is not supported", inst)
                     anchor, entry = fixed_point.augment(self, inst)
                     insts[i] = anchor
                     self.user_calls[id(anchor)] = ("fixed_point", entry)

@@ -230,6 +230,8 @@ def _begin(mode, inst: Call):
     """What both modes do first: read the call, emit the primal loop before it. Returns (the fixed point, the
     step's argument activity, a builder before the call, the index of the last step, whether derivatives flow
     through the loop)."""
+    if mode.width > 1:
+        raise ad_error("vector mode (enzyme_width) with __enzyme_fixed_point is not supported", inst)
     fp = parse(inst, mode.module)
     drop_inactive_states(mode, fp)
     kinds = step_kinds(mode, fp)

@@ -295,8 +295,6 @@ class ForwardMode:
             self._tangent_of_fork_call(inst)
             return
         if is_fixed_point(name) and self.logic is not None:
-            if self.width > 1:
-                raise ad_error("vector mode (enzyme_width) with __enzyme_fixed_point is not supported", inst)
             fixed_point.forward(self, inst)
             return
         if is_inactive_call(name):

@@ -23,8 +23,13 @@ ATTRIBUTE_DEFINES = [f'-D{a}=annotate("{a}")' for a in ENZYME_ATTRIBUTES] + \
 INCLUDE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "include")
 
 
+def include_args(lang: str | None) -> list[str]:
+    """Where a compile of ``lang`` finds enzcc's headers."""
+    return ["-idirafter", INCLUDE_DIR] if lang in ("c", "c++") else []
+
+
 def _include_args(req: CompileRequest) -> list[str]:
-    return ["-idirafter", INCLUDE_DIR] if req.lang in ("c", "c++") else []
+    return include_args(req.lang)
 
 
 def _x_args(req: CompileRequest) -> list[str]:
