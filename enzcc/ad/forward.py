@@ -306,16 +306,12 @@ class ForwardMode:
         captured...)`` in every thread of a parallel region. It forks the outlined function's forward derivative
         instead, each captured pointer to memory with derivatives followed by its shadow: the tangent code runs
         in the same threads and loop chunks as the primal it belongs to."""
-        from enzcc.ad.openmp import check_body, outlined_function
+        from enzcc.ad.openmp import check_body, region
         from enzcc.ir.values import ConstantInt, ConstantNull
 
         loc, _, _, *captured = inst.args
-        if self.width > 1:
-            raise ad_error("vector mode (enzyme_width) with an OpenMP parallel region is not supported", inst)
-        fn = outlined_function(self.module, inst, self.logic)
+        fn, kinds = region(self, inst)
         check_body(self.module, fn, reverse=False)
-        kinds = ("const", "const") + tuple(DUP if isinstance(a.type, T.PointerType) and self.activity.is_active_ptr(a)
-                                           else "const" for a in captured)
         F = self.logic.forward_of_call(inst, fn, kinds, [ConstantNull(T.ptr), ConstantNull(T.ptr), *captured])
         args = []
         for a, k in zip(captured, kinds[2:]):

@@ -82,6 +82,18 @@ def outlined_function(module, inst: Call, logic=None):
     return fn
 
 
+def region(mode, inst: Call):
+    """For fork ``inst`` in derivative ``mode``: the region's function (the copy derivatives are made from) and
+    the activity of its parameters (the thread ids, then each captured value: ``dup`` for pointers to memory
+    with derivatives). Vector mode is refused."""
+    if mode.width > 1:
+        raise ad_error("vector mode (enzyme_width) with an OpenMP parallel region is not supported", inst)
+    fn = outlined_function(mode.module, inst, mode.logic)
+    kinds = (CONST, CONST) + tuple(DUP if isinstance(a.type, T.PointerType) and mode.activity.is_active_ptr(a)
+                                   else CONST for a in inst.args[3:])
+    return fn, kinds
+
+
 def check_body(module, fn, reverse: bool) -> None:
     """Refuse what enzcc does not differentiate in a parallel region's function ``fn`` (and what it calls):
     a reduction left as the runtime's (the threads' copies combined out of sight: :func:`reductions_as_critical`
@@ -260,13 +272,8 @@ def augment_fork(mode, inst: Call):
     function's augmented primal. Returns the entry :func:`reverse_fork` takes, or None when no derivative
     flows through the region."""
     module = mode.module
-    act = mode.activity
-    if mode.width > 1:
-        raise ad_error("vector mode (enzyme_width) with an OpenMP parallel region is not supported", inst)
     loc, _, _, *captured = inst.args
-    fn = outlined_function(module, inst, mode.logic)
-    kinds = (CONST, CONST) + tuple(DUP if isinstance(a.type, T.PointerType) and act.is_active_ptr(a) else CONST
-                                   for a in captured)
+    fn, kinds = region(mode, inst)
     info = getattr(module, "enzcc_active_globals", None)
     if all(k == CONST for k in kinds) and not (info is not None and info.reached_by(fn.name)):
         return None
@@ -464,4 +471,4 @@ def carries_float(param: Value) -> bool:
 
 
 __all__ = ["MIRRORED", "atomic_add", "augment_fork", "check_body", "forked_function_name", "is_private", "mirror",
-           "outlined_function", "reverse_fork"]
+           "outlined_function", "region", "reverse_fork"]
