@@ -63,6 +63,17 @@ def write_atomically(path: str, data: bytes, mode: int | None = None) -> None:
             os.chmod(tmp, mode)
 
 
+def mentions_enzyme(path: str) -> bool:
+    """Whether the source's own text names Enzyme (``__enzyme_autodiff``, ``enzyme::autodiff``, the
+    ``<enzyme/...>`` headers): such a translation unit most likely differentiates something. (One whose calls
+    come from a header alone is found in its bitcode, at the cost of a native compile thrown away.)"""
+    try:
+        with open(path, "rb") as fh:
+            return b"enzyme" in fh.read()
+    except OSError:  # (stdin, or unreadable: the frontend reports it)
+        return False
+
+
 def build(*args, **kwargs):
     """The orchestrator (:func:`enzcc.backend.pipeline.build`), imported on first use: a compile that
     differentiates nothing never loads LLVM into this process."""
@@ -208,6 +219,18 @@ class Driver:
             with TIMES.stage("frontend", inp.path):
                 fe.compile(req)
             return []
+        if mentions_enzyme(inp.path):
+            # most likely differentiates: the bitcode alone, and the object made from the derivative (clang's
+            # own optimization and code generation of the primal would be thrown away)
+            with TIMES.stage("frontend", inp.path):
+                bitcode = fe.bitcode_with_dependencies(req)
+            if bitcode is not None:
+                rec = self.record_for(req, bitcode)
+                if b"__enzyme_" not in rec.bitcode or not self._differentiate_translation_unit(rec, out_obj):
+                    with TIMES.stage("codegen", inp.path):
+                        fe.codegen(req, rec.bitcode)
+                E.embed(out_obj, [rec], self.workdir)
+                return [rec]
         with TIMES.stage("frontend", inp.path):
             rec = self.record_for(req, fe.compile_with_bitcode(req))
         if b"__enzyme_" in rec.bitcode:
@@ -215,23 +238,24 @@ class Driver:
         E.embed(out_obj, [rec], self.workdir)
         return [rec]
 
-    def _differentiate_translation_unit(self, rec: E.BitcodeRecord, out_obj: str) -> None:
+    def _differentiate_translation_unit(self, rec: E.BitcodeRecord, out_obj: str) -> bool:
         """When everything a translation unit differentiates is defined in it, its native object gets the
         derivatives right away, so the object also works with a plain linker. Otherwise AD waits for the link
         (which always redoes it on the whole program); so does split mode, whose augmented primal and reverse
         calls may sit in different objects and must agree on the tape's layout, and so does a context of global
-        shadows, whose layout covers the globals of the whole program."""
+        shadows, whose layout covers the globals of the whole program. Returns whether it wrote the object."""
         from enzcc.ad.errors import MissingBodyError
 
         if any(name in rec.bitcode for name in (b"__enzyme_augmentfwd", b"__enzyme_reverse", b"enzyme_context",
                                                 b"__enzyme_shadow", b"__enzyme_zero_shadows")):
-            return  # split mode, contexts: one layout for the whole program, made at the link
+            return False  # split mode, contexts: one layout for the whole program, made at the link
         try:
             data = build([rec], self.pipeline_options([rec]), "object", rec.source)
         except MissingBodyError:
-            return
+            return False
         with open(out_obj, "wb") as fh:
             fh.write(data)
+        return True
 
     def default_object_name(self, inp: Input) -> str:
         return os.path.splitext(os.path.basename(inp.path))[0] + ".o"

@@ -73,6 +73,35 @@ def test_one_clang_run_gives_clangs_machine_code_and_the_bitcode(enzcc):
     assert r.returncode == 0 and r.stderr == ""
 
 
+def test_a_source_that_differentiates_is_compiled_from_its_bitcode_alone(enzcc):
+    """A source naming Enzyme most likely differentiates: clang makes its bitcode only (its own optimization and
+    code generation would be thrown away for the derivative's). Its warnings show once, its dependency file
+    names the object, and the object holds the derivative (a plain clang link runs it). One that names Enzyme
+    but differentiates nothing gets clang's own machine code, made from that bitcode."""
+    enzcc.write("inc/h.h", "#define K 3.0\n")
+    enzcc.write("src/f.c", '#include "h.h"\n#include <stdio.h>\ndouble __enzyme_autodiff(void *, ...);\n'
+                'static double sq(double x) { int unused; return K * x * x; }\n'
+                'int main(void) { printf("%.3f\\n", __enzyme_autodiff((void *)sq, 2.0)); return 0; }\n')
+    enzcc.cwd.joinpath("obj").mkdir()
+    r = enzcc("-Wall", "-Iinc", "-MMD", "-O2", "--time-report", "-c", "src/f.c", "-o", "obj/f.o")
+    assert r.stderr.count("unused variable 'unused'") == 1
+    assert "codegen" in r.stderr + r.stdout
+    assert (enzcc.cwd / "obj/f.d").read_text().startswith("obj/f.o: src/f.c inc/h.h")
+    enzcc.run("clang-22", "obj/f.o", "-o", "plain")
+    assert enzcc.run("./plain").stdout == "12.000\n"
+    assert len(E.records_in_object((enzcc.cwd / "obj/f.o").read_bytes(), "f.o")) == 1
+
+    enzcc.write("g.c", "/* no enzyme here */\n#include <math.h>\n"
+                "double g(double *x, int n) { double s = 0;\n"
+                "  for (int i = 0; i < n; i++) s += sin(x[i]) * x[i]; return s; }\n")
+    for opt in ("-O0", "-O2"):
+        enzcc(opt, "-g", "-c", "g.c", "-o", "e.o")
+        enzcc.run("clang-22", opt, "-g", "-c", "g.c", "-o", "c.o")
+        code = [enzcc.run("llvm-objdump-22", "-dr", o).stdout.split("\n", 2)[2] for o in ("e.o", "c.o")]
+        assert code[0] == code[1], opt
+        assert len(E.records_in_object((enzcc.cwd / "e.o").read_bytes(), "e.o")) == 1
+
+
 def test_a_link_without_ad_is_a_native_link(enzcc):
     """No __enzyme_* call anywhere: the objects' own machine code is linked, nothing is rebuilt (also for
     sources compiled by the link itself, from the bitcode already made)."""

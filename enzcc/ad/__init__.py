@@ -26,7 +26,8 @@ from enzcc.ad.typehints import hinted_type, lower as lower_type_hints
 from enzcc.ad.openmp import capture_floats_by_reference, forked_function_name, reductions_as_critical
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
-from enzcc.ir.instructions import Call, Invoke, Load
+from enzcc.ir.dce import remove_dead_instructions
+from enzcc.ir.instructions import Alloca, Call, Invoke, Load
 from enzcc.ir.module import SYMBOL_REF, Module
 from enzcc.ir.parser import parse_module
 from enzcc.ir.values import ConstantInt, GlobalRef
@@ -104,9 +105,14 @@ def _differentiate_text(text: str, target_machine, inline: str) -> tuple[str, in
                     not module.functions[inst.callee_name].is_declaration and \
                     inst.callee_name not in protected:
                 todo.append(module.functions[inst.callee_name])  # not inlined (--ad-inline): called
-    text = _simplify(str(module), list(prep_names.values()), target_machine)
-    module = parse_module(text)
-    module.enzcc_inline = inline
+    copies = [module.functions[name] for name in prep_names.values()]
+    if all(_straight_line(fn) for fn in copies):
+        for fn in copies:  # (nothing for SROA or CFG simplification: the text's round trip through LLVM is skipped)
+            remove_dead_instructions(fn)
+    else:
+        text = _simplify(str(module), list(prep_names.values()), target_machine)
+        module = parse_module(text)
+        module.enzcc_inline = inline
     # tape buffers pass from one call to the next, unless this round's derivatives are differentiated again
     # (nested AD follows the tape's memory) or the code runs on a GPU
     module.enzcc_reuse_tape = len(calls) == len(every) and \
@@ -189,11 +195,21 @@ def _make_prepared_copy(module: Module, fn) -> str:
 
     copy = new_derivative_function(module, fn, f"__enzcc_prep_{fn.name}", [a.type for a in fn.args],
                                    fn.return_type, [a.name for a in fn.args])
-    clone_body(fn, copy)
+    if not fn.is_parsed and [a.name for a in copy.args] == [a.name for a in fn.args]:
+        # the same text parsed as the copy's body: the primal itself is never parsed, and is printed back
+        # from its text (large generated functions: a third less parsing and printing)
+        copy._body_text, copy._body_line = fn._body_text, fn._body_line
+    else:
+        clone_body(fn, copy)
     reductions_as_critical(copy)
     prepare(copy)
     advance_iterations(copy)
     return copy.name
+
+
+def _straight_line(fn) -> bool:
+    """Whether ``fn`` is one block without stack slots (generated straight-line code, once optimized)."""
+    return len(fn.blocks) == 1 and not any(isinstance(i, Alloca) for i in fn.blocks[0].instructions)
 
 
 def _simplify(text: str, names: list[str], tm) -> str:

@@ -15,11 +15,13 @@ import os
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.instructions import Alloca, GetElementPtr, Instruction, Load, Phi, Store
-from enzcc.ir.values import ConstantInt
+from enzcc.ir.values import ConstantInt, ConstantPoison
 
 #: carried values from which the function's reverse code reads them from memory (``ENZCC_SPILL_THRESHOLD``
 #: overrides it, for tests and tuning)
 THRESHOLD = 2000
+#: accesses that share one load of the buffer's address
+GROUP = 64
 
 
 def spill_crossing_values(G, primal_blocks: list, once_blocks: list, exit_block) -> int:
@@ -53,7 +55,12 @@ def spill_crossing_values(G, primal_blocks: list, once_blocks: list, exit_block)
     free = G.module.get_or_insert_function("free", T.FunctionType(T.void, (T.ptr,)))
     entry = G.entry_block
     first = next(i for i in entry.instructions if not isinstance(i, (Phi, Alloca)))
-    buf = IRBuilder.before(first).call(malloc, [ConstantInt(T.i64, size)])
+    b = IRBuilder.before(first)
+    buf = b.call(malloc, [ConstantInt(T.i64, size)])
+    # the accesses take the buffer's address from a volatile slot, anew every GROUP of them: one register
+    # used by every access made LLVM's two-address pass quadratic (8,000 statements: 10 s of 18 s)
+    slot = b.alloca(T.ptr, in_entry=True)
+    b.store(buf, slot, volatile=True)
     IRBuilder.before(exit_block.terminator).call(free, [buf])
 
     # new instructions are collected per anchor and each block is rebuilt once (inserting them one by one
@@ -61,8 +68,12 @@ def spill_crossing_values(G, primal_blocks: list, once_blocks: list, exit_block)
     before: dict[int, list] = {}
     after: dict[int, list] = {}
 
-    def address(v) -> Instruction:
-        return GetElementPtr(T.i8, buf, [ConstantInt(T.i64, offsets[id(v)])], flags=["inbounds"])
+    geps: set[int] = set()
+
+    def address(v) -> Instruction:  # (its base is set when the blocks are rebuilt, in program order)
+        gep = GetElementPtr(T.i8, ConstantPoison(T.ptr), [ConstantInt(T.i64, offsets[id(v)])], flags=["inbounds"])
+        geps.add(id(gep))
+        return gep
 
     for v in carried.values():
         gep = address(v)
@@ -90,6 +101,16 @@ def spill_crossing_values(G, primal_blocks: list, once_blocks: list, exit_block)
             rebuilt += before.get(id(inst), ())
             rebuilt.append(inst)
             rebuilt += after.get(id(inst), ())
+        with_bases, base, count = [], None, 0
+        for inst in rebuilt:
+            if id(inst) in geps:
+                if base is None or count == GROUP:
+                    base, count = Load(T.ptr, slot, None, True), 0
+                    with_bases.append(base)
+                inst.set_operand(0, base)
+                count += 1
+            with_bases.append(inst)
+        rebuilt = with_bases
         for inst in rebuilt:
             inst.parent = block
         block.instructions[:] = rebuilt

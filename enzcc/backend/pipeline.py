@@ -7,6 +7,7 @@ unoptimized linked module instead, for comparison.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
 import llvmlite.binding as llvm
@@ -100,16 +101,18 @@ def _enzyme_names(mod: llvm.ModuleRef) -> set[str]:
 
 
 def enzyme_callers(mod: llvm.ModuleRef, first_only: bool = False) -> list[str]:
-    """Names of the functions that call an ``__enzyme_*`` entry point (``first_only``: stop at the first)."""
+    """Names of the functions that call an ``__enzyme_*`` entry point (``first_only``: stop at the first).
+    Read from each function's text, where a callee is the only symbol followed by its arguments' ``(``:
+    walking the instructions through llvmlite costs several calls into LLVM per instruction."""
     targets = _enzyme_names(mod)
     if not targets:
         return []
+    callee = re.compile("@(?:" + "|".join(
+        sorted((re.escape(n) + r"\(" for n in targets), reverse=True) +
+        [r'"' + re.escape(n.replace("\\", "\\5C").replace('"', "\\22")) + r'"\(' for n in targets]) + ")")
     out = []
     for fn in mod.functions:
-        if fn.is_declaration:
-            continue
-        if any(ins.opcode in ("call", "invoke") and (ops := list(ins.operands)) and L.value_name(ops[-1]) in targets
-               for block in fn.blocks for ins in block.instructions):
+        if not fn.is_declaration and callee.search(str(fn).partition("{\n")[2]):  # (the body, not the define line)
             out.append(L.value_name(fn))
             if first_only:
                 break
@@ -215,10 +218,10 @@ def run_pipeline(mod: llvm.ModuleRef, opts: PipelineOptions, tm: llvm.TargetMach
             L.promote_locals(mod, tm, enzyme_callers(mod))
     if opts.ad_mode == "before-opt":
         with TIMES.stage("ad", where):
-            mod, _ = ad_stage(mod, opts, where, tm)
+            mod, changed = ad_stage(mod, opts, where, tm)
         with TIMES.stage("optimize", f"-O{opts.opt_level} after AD"):
             L.optimize(mod, tm, opts.opt_level)
-        return mod
+        return split_blocks(mod, where) if changed else mod
     with TIMES.stage("optimize", f"-O{opts.opt_level}"):
         # before AD, keep loops scalar: vectorization comes in the run after AD; a loop marked by
         # __enzyme_set_fixed_point must stay a loop (none is unrolled in such a module before AD)
@@ -231,7 +234,27 @@ def run_pipeline(mod: llvm.ModuleRef, opts: PipelineOptions, tm: llvm.TargetMach
     if changed:
         with TIMES.stage("optimize", f"-O{opts.opt_level} after AD"):
             L.optimize(mod, tm, opts.opt_level)
+        mod = split_blocks(mod, where)
     return mod
+
+
+def split_blocks(mod: llvm.ModuleRef, where: str) -> llvm.ModuleRef:
+    """The module with its very large blocks split for code generation (derivatives of long straight-line
+    code: :mod:`enzcc.backend.split_blocks`); the same module when it has none."""
+    from enzcc.backend.split_blocks import split_large_blocks
+
+    with TIMES.stage("codegen", "large blocks split"):
+        text = split_large_blocks(L.module_text(mod, where))
+        if text is None:
+            return mod
+        try:
+            split = L.llvm.parse_assembly(text)
+            split.verify()
+        except Exception as exc:
+            raise EnzccError("internal error: splitting large blocks made invalid LLVM IR: "
+                             f"{L._first_line(exc)} (please report this with the source that triggered it)") \
+                from None
+        return split
 
 
 def codegen(mod: llvm.ModuleRef, tm: llvm.TargetMachine, kind: str) -> bytes:

@@ -66,6 +66,13 @@ class Frontend:
         self.compile(req)
         return self.bitcode(req)
 
+    def bitcode_with_dependencies(self, req: CompileRequest) -> bytes | None:
+        """The bitcode only, with the diagnostics and dependency files of the real compile, for a source that
+        is expected to differentiate something (its native object is then made from the derivative, and the
+        real compile's optimization and code generation would be thrown away); None when this frontend cannot
+        (the caller then uses :meth:`compile_with_bitcode`)."""
+        return None
+
     def codegen(self, req: CompileRequest, bitcode: bytes) -> None:
         """The native object at ``req.out_obj`` for a source whose bitcode was made by :meth:`bitcode` (links
         that differentiate nothing). Here: the real compile again."""

@@ -68,10 +68,10 @@ class ClangFrontend(Frontend):
         cmd += ["-c", req.src, "-o", req.out_obj]
         run(cmd, tool="clang")
 
-    def bitcode(self, req: CompileRequest) -> bytes:
+    def bitcode(self, req: CompileRequest, dependencies: bool = False) -> bytes:
         out = req.tmp(".bc")
         cmd = [self.driver(req), *_x_args(req), *ATTRIBUTE_DEFINES, *req.compile_args, *req.lang_args,
-               *_include_args(req), f"-O{min(req.level, 3)}"]
+               *_include_args(req), *(dependency_args(req) if dependencies else []), f"-O{min(req.level, 3)}"]
         if req.level == 0:
             cmd += ["-Xclang", "-disable-O0-optnone"]
         else:
@@ -80,6 +80,10 @@ class ClangFrontend(Frontend):
         run(cmd, capture=not req.show_diagnostics, tool="clang")
         with open(out, "rb") as fh:
             return fh.read()
+
+    def bitcode_with_dependencies(self, req: CompileRequest) -> bytes:
+        req.show_diagnostics = True
+        return self.bitcode(req, dependencies=True)
 
     def compile_with_bitcode(self, req: CompileRequest) -> bytes:
         """One clang run: the real compile, which also puts the module as it was before optimization into the
