@@ -14,12 +14,27 @@ or zero.
 
 from __future__ import annotations
 
-from enzcc.ir.instructions import Alloca, Load, Store
+from enzcc.ir.instructions import Alloca, BinaryOp, Load, Store
 from enzcc.ir.values import ConstantFloat, ConstantZero
 
 
 def _is_zero(v) -> bool:
     return isinstance(v, ConstantZero) or (isinstance(v, ConstantFloat) and v.value == 0.0)
+
+
+def _fold_additions_of_zero(load: Load) -> list:
+    """The slot is known to hold zero where ``load`` reads it: each ``fadd load, c`` (an adjoint's first
+    contribution) becomes ``c``. LLVM keeps ``x + 0.0`` without fast-math flags (it is ``+0.0`` when ``x`` is
+    ``-0.0``), so these additions would stay in the derivative; as a contribution ``-0.0`` and ``+0.0`` are the
+    same adjoint. Returns the additions, now unused."""
+    out = []
+    for use in list(load.uses):
+        add = use.user
+        if isinstance(add, BinaryOp) and add.opcode == "fadd" and add.type == load.type and \
+                add.operands[0] is not add.operands[1]:
+            add.replace_all_uses_with(add.operands[1 - use.index])
+            out.append(add)
+    return out
 
 
 def promote_single_block_slots(fn, slots: list[Alloca]) -> int:
@@ -48,6 +63,7 @@ def promote_single_block_slots(fn, slots: list[Alloca]) -> int:
         return 0
     positions: dict[int, dict[int, int]] = {}
     dead_insts = []
+    folded: list = []
     count = 0
     for slot, init, block, accesses in plans:
         pos = positions.get(id(block))
@@ -66,6 +82,8 @@ def promote_single_block_slots(fn, slots: list[Alloca]) -> int:
                     current = const_zero(inst.type)
                 if current.type != inst.type:
                     break  # a slot read as another type: leave it to LLVM
+                if _is_zero(current):
+                    folded += _fold_additions_of_zero(inst)
                 inst.replace_all_uses_with(current)
             else:
                 current = inst.value
@@ -74,6 +92,7 @@ def promote_single_block_slots(fn, slots: list[Alloca]) -> int:
             count += 1
             continue
         # (not promoted: the loads replaced before the break got the value they would have read)
+    dead_insts += folded
     dead = {id(inst) for inst in dead_insts}
     touched = set()
     for inst in dead_insts:

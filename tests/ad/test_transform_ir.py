@@ -326,3 +326,42 @@ def test_branches_and_loop_counts_recomputed_from_induction_variables():
             down[k] -= h
             fd = (_skip_nest(up) - _skip_nest(down)) / (2 * h)
             assert dx[k] == pytest.approx(fd, rel=1e-6, abs=1e-8), (n, k)
+
+
+def test_promoted_adjoint_slots_start_from_their_first_contribution():
+    """An adjoint slot used in one reverse block becomes SSA values (enzcc.ad.promote); where the slot still
+    holds its zero, ``adjoint + c`` is ``c`` (LLVM would keep ``fadd x, 0.0``, which is not ``x`` for -0.0)."""
+    from enzcc.ad.promote import promote_single_block_slots
+    from enzcc.ir.instructions import Alloca
+
+    mod = parse_module(HEADER + """
+define double @g(double %c, double %e) {
+entry:
+  %s = alloca double
+  store double 0.000000e+00, ptr %s
+  br label %rev
+rev:
+  %l0 = load double, ptr %s
+  %a0 = fadd double %l0, %c
+  store double %a0, ptr %s
+  %l1 = load double, ptr %s
+  %a1 = fadd double %l1, %e
+  store double %a1, ptr %s
+  %t = load double, ptr %s
+  store double 0.000000e+00, ptr %s
+  %u = load double, ptr %s
+  %a2 = fadd double %u, %t
+  store double %a2, ptr %s
+  store double 0.000000e+00, ptr %s
+  ret double %a2
+}
+""")
+    fn = mod.get_function("g")
+    slots = [i for i in fn.instructions() if isinstance(i, Alloca)]
+    assert promote_single_block_slots(fn, slots) == 1
+    body = str(mod).split("define double @g(")[1]
+    assert "alloca" not in body and "load" not in body and "0.000000e+00" not in body
+    assert body.count("fadd") == 1 and "fadd double %c, %e" in body  # (%a0 is %c, %a2 is %t = %a1)
+    engine = _jit(str(mod))
+    g = ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_double, ctypes.c_double)(engine.get_function_address("g"))
+    assert g(1.25, 2.5) == 3.75
