@@ -76,7 +76,7 @@ class DebugRecord:
         for a in args:
             self.args.append(list(a) if isinstance(a, (list, tuple)) else a)
         for v in self.values():
-            v._debug_users.append(self)
+            v._add_debug_user(self)
 
     def values(self) -> list[Value]:
         """All values referenced by the record."""
@@ -97,7 +97,7 @@ class DebugRecord:
                 self.args[i] = [new if x is old else x for x in a]
         while self in old._debug_users:
             old._debug_users.remove(self)
-        new._debug_users.append(self)
+        new._add_debug_user(self)
 
     def detach(self) -> None:
         """Forget the values this record refers to (before deleting it)."""

@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Use:
     """One operand slot of an instruction that reads a value."""
 
@@ -59,7 +59,15 @@ class Value:
         self._name: str | None = None
         self.name = name
         self._uses: list[Use] = []
-        self._debug_users: list["DebugRecord"] = []
+
+    #: debug records (``#dbg_value`` ...) referring to this value: a list of its own once there is one (most
+    #: values have none, and an empty list per value was a tenth of the IR model's memory on large functions)
+    _debug_users: "list[DebugRecord] | tuple" = ()
+
+    def _add_debug_user(self, record: "DebugRecord") -> None:
+        if not self._debug_users:
+            self._debug_users = []
+        self._debug_users.append(record)
 
     # -- naming -------------------------------------------------------------
     @property
