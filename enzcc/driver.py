@@ -8,13 +8,13 @@ import subprocess
 import sys
 import tempfile
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 
 from enzcc import __version__
 from enzcc.backend import embed as E
 from enzcc.errors import EnzccError
 from enzcc.flags import Input, Invocation
 from enzcc.frontends import CompileRequest, frontend_for
+from enzcc.records import factory, record
 from enzcc.timing import TIMES
 from enzcc.tools import find_tool, run
 
@@ -82,7 +82,7 @@ def build(*args, **kwargs):
     return run_pipeline(*args, **kwargs)
 
 
-@dataclass
+@record
 class LinkItem:
     """One element of the native link line after classification."""
 
@@ -90,7 +90,7 @@ class LinkItem:
     """``flag``, ``native`` (object/archive/library without bitcode), ``bitcode`` (object with bitcode),
     ``archive`` (archive with bitcode members)."""
     value: str
-    records: list[E.BitcodeRecord] = field(default_factory=list)
+    records: list[E.BitcodeRecord] = factory(list)
     keep_native: bool = False
     """For archives: some members have no bitcode, so the archive still goes to the native linker."""
     native_code: bool = True

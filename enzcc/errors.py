@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from enzcc.records import record
 
 
-@dataclass
+@record
 class SourceLocation:
     """Where in user code an error points."""
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import os
 import shlex
-from dataclasses import dataclass, field
 
 from enzcc.errors import EnzccError
+from enzcc.records import factory, record
 
 # Roles of a flag.
 COMPILE = "compile"  # preprocessing / code generation of a source file
@@ -26,7 +26,7 @@ TARGET = "target"    # --target / -target
 ENZCC = "enzcc"      # enzcc's own options
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class FlagSpec:
     """One entry of the flag table."""
 
@@ -192,7 +192,7 @@ def expand_response_files(args: list[str], depth: int = 0) -> list[str]:
 # the parsed command line
 
 
-@dataclass
+@record
 class Input:
     """A file on the command line."""
 
@@ -204,7 +204,7 @@ class Input:
     """The language came from ``-x``."""
 
 
-@dataclass
+@record
 class Invocation:
     """A classified command line."""
 
@@ -218,12 +218,12 @@ class Invocation:
     """Speed level 0..3 from ``-O``; None when not given."""
     opt_flag: str | None = None
     """The -O flag as spelled."""
-    inputs: list[Input] = field(default_factory=list)
-    compile_args: list[str] = field(default_factory=list)
+    inputs: list[Input] = factory(list)
+    compile_args: list[str] = factory(list)
     """Flags for every compile, in order (includes BOTH-role flags)."""
-    dep_args: list[str] = field(default_factory=list)
+    dep_args: list[str] = factory(list)
     """-MD/-MF... for the real compile only."""
-    link_line: list[str | Input] = field(default_factory=list)
+    link_line: list[str | Input] = factory(list)
     """Link flags and inputs in command-line order (order matters for -l and archives)."""
     target: str | None = None
     cpu: str | None = None

@@ -5,14 +5,15 @@ from __future__ import annotations
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+
+from enzcc.records import factory, record
 
 
-@dataclass
+@record
 class StageTimes:
     """Wall-clock seconds spent in each named stage (frontend, link, optimize, ad, codegen, native-link)."""
 
-    entries: list[tuple[str, str, float]] = field(default_factory=list)
+    entries: list[tuple[str, str, float]] = factory(list)
     """(stage, what, seconds) in the order they ran."""
 
     @contextmanager

@@ -19,9 +19,9 @@ from __future__ import annotations
 import json
 import os
 import struct
-from dataclasses import dataclass, field
 
 from enzcc.errors import EnzccError
+from enzcc.records import factory, record
 from enzcc.tools import find_tool, run
 
 SECTION = ".enzcc.bc"
@@ -29,7 +29,7 @@ MAGIC = b"ENZCCBC1"
 _HEAD = struct.Struct("<8sIQ")
 
 
-@dataclass
+@record
 class BitcodeRecord:
     """The bitcode of one translation unit and what is known about how it was produced."""
 
@@ -42,7 +42,7 @@ class BitcodeRecord:
     """Optimization level requested when it was compiled (0..3)."""
     target: str = ""
     """Target triple."""
-    extra: dict = field(default_factory=dict)
+    extra: dict = factory(dict)
     """Other header keys, kept for forward compatibility."""
 
     def header(self) -> dict:
@@ -204,7 +204,7 @@ def records_in_object(data: bytes, where: str) -> list[BitcodeRecord]:
 # ar archives
 
 
-@dataclass
+@record
 class ArchiveMember:
     name: str
     data: bytes

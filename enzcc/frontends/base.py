@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+
+from enzcc.records import factory, record
 
 
-@dataclass
+@record
 class CompileRequest:
     """One source file to compile."""
 
@@ -20,15 +21,15 @@ class CompileRequest:
     """The name the object will finally have (for dependency files)."""
     workdir: str
     """A private temporary directory for intermediate files."""
-    compile_args: list[str] = field(default_factory=list)
+    compile_args: list[str] = factory(list)
     """Preprocessor/compiler flags from the command line, in order."""
-    dep_args: list[str] = field(default_factory=list)
+    dep_args: list[str] = factory(list)
     """-MD/-MF/... flags (real compile only)."""
     opt_level: int | None = None
     opt_flag: str | None = None
     target: str | None = None
     cpu: str | None = None
-    lang_args: list[str] = field(default_factory=list)
+    lang_args: list[str] = factory(list)
     """Flags for this language only (``rustflags``/``fflags`` of enzcc.toml, ``ENZCC_RUSTFLAGS``)."""
     show_diagnostics: bool = False
     """The bitcode compile is the only compile (one-step builds): let its warnings through."""
