@@ -10,7 +10,7 @@ from enzcc.ad.activity import has_float, is_allocation, is_user_call
 from enzcc.ad.api import CONST, DUP, OUT, is_float
 from enzcc.ad.emit import add_values, emit_partial, splat, times, zero
 from enzcc.ad.errors import ad_error, no_rule_error
-from enzcc.ad import blas, custom, fixed_point, mirror, openmp
+from enzcc.ad import blas, custom, fixed_point, mirror, openmp, shadow_reuse
 from enzcc.ad.fixed_point import is_fixed_point
 from enzcc.ad import complex as complex_
 from enzcc.ad.hints import hints_of, rule_name
@@ -396,6 +396,10 @@ class AdjointGenerator:
                         _, dealloc, sources = hints_of(self.module).allocators[name]
                         b.call(self.module.functions[dealloc],
                                [self._primal(shadow if k < 0 else inst.args[k], block, b) for k in sources])
+                        continue
+                    spare = self.shadows.spares.get(id(shadow))
+                    if spare is not None:  # (kept for the next call: enzcc.ad.shadow_reuse)
+                        shadow_reuse.release(b, self.module, spare, self._primal(shadow, block, b))
                         continue
                     free = self.module.get_or_insert_function("free", T.FunctionType(T.void, (T.ptr,)))
                     b.call(free, [self._primal(shadow, block, b)])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from enzcc.ad import shadow_reuse
 from enzcc.ad.activity import ALLOCATORS, has_float, is_allocation
 from enzcc.ad.adjoint import _IGNORED_INTRINSICS
 from enzcc.ad.hints import rule_name
@@ -179,7 +180,8 @@ class CacheUtility:
 
         local = set()
         for inst in self.G.instructions():
-            if isinstance(inst, Alloca) or (isinstance(inst, Call) and is_allocation(inst)):
+            if isinstance(inst, Alloca) or (isinstance(inst, Call) and (is_allocation(inst) or
+                                                                       inst.callee_name == shadow_reuse.TAKE)):
                 local.add(id(inst))
         out: list = []
 
@@ -202,7 +204,8 @@ class CacheUtility:
                 if name.startswith(("llvm.memcpy", "llvm.memmove", "llvm.memset")):
                     if not written(inst.args[0]):
                         return None
-                elif name in ALLOCATORS or name == "free" or name.startswith(_IGNORED_INTRINSICS) or is_iter(name) or \
+                elif name in ALLOCATORS or name in ("free", shadow_reuse.TAKE, shadow_reuse.RELEASE) or \
+                        name.startswith(_IGNORED_INTRINSICS) or is_iter(name) or \
                         self.rules.for_call(rule_name(self.module, name)) is not None:
                     continue
                 else:

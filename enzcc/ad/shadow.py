@@ -7,6 +7,7 @@ are loaded from the shadow memory, and allocations get zero-filled shadow alloca
 
 from __future__ import annotations
 
+from enzcc.ad import shadow_reuse
 from enzcc.ad.activity import ALLOCATORS, Activity, has_pointer, is_allocation
 from enzcc.ad.errors import ad_error
 from enzcc.ad.memory import base_object
@@ -50,6 +51,9 @@ class Shadows:
             self._set(g, shadow_global(fn.module, g.symbol, lane))
         self.allocations: list[tuple[Instruction, Value]] = []
         """(primal allocation call, shadow) for heap allocations in the function."""
+        self.spares: dict[int, Value] = {}
+        """Shadow (by id) -> the spare global its memory goes back to at the end (:mod:`enzcc.ad.shadow_reuse`),
+        for those that are released rather than freed."""
 
     def has(self, v: Value) -> bool:
         return id(v) in self._map
@@ -214,7 +218,11 @@ class Shadows:
             b.memset(s, 0, call.args[1])
         else:
             size = to_i64(b, call.args[0])
-            s = b.call(module.get_or_insert_function("malloc", T.FunctionType(T.ptr, (T.i64,))), [size])
+            if shadow_reuse.reusing(module, self.activity.mode):  # (memory the last call freed, if large enough)
+                s, spare = shadow_reuse.take(b, module, size)
+                self.spares[id(s)] = spare
+            else:
+                s = b.call(module.get_or_insert_function("malloc", T.FunctionType(T.ptr, (T.i64,))), [size])
             b.memset(s, 0, size)
         self.allocations.append((call, s))
         return s

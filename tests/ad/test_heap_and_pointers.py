@@ -297,3 +297,52 @@ def test_pointer_merging_a_constant_table_or_a_new_buffer(enzcc, opt):
         assert v[f"f.3.{i}"] == 2 * x[i] and v[f"ff.3.{i}"] == 2 * x[i]  # s = sum x[i]^2
         assert v[f"g.1.{i}"] == 1.0                                      # s = sum x[i]
         assert v[f"g.3.{i}"] == x[3 - i] + x[3 - i]                      # s = sum x[3-i] x[i]
+
+
+SCRATCH = r"""
+/* a scratch array per call, as an FFT's work arrays: f = sum_i w_i log1p(t_i^2), t = a prefix sum of x^2 */
+double f(const double *x, int n) {
+  double *t = malloc(n * sizeof(double));
+  double acc = 0, s = 0;
+  for (int i = 0; i < n; i++) { acc += x[i] * x[i]; t[i] = acc; }
+  for (int i = 0; i < n; i++) s += (1.0 + 0.1 * i) * log1p(t[i] * t[i]);
+  free(t);
+  return s;
+}
+int main(void) {
+  enum { N = 40 };
+  double x[N];
+  for (int i = 0; i < N; i++) x[i] = 0.05 * (i % 7) - 0.1;
+  char name[32];
+  /* the shadow memory one call frees is the next call's (n grows, shrinks, grows past it again) */
+  int sizes[] = {5, 30, 3, 40, 40};
+  for (int c = 0; c < 5; c++) {
+    int n = sizes[c];
+    double dx[N] = {0};
+    __enzyme_autodiff((void *)f, enzyme_dup, x, dx, enzyme_const, n);
+    for (int j = 0; j < n; j += 3) {
+      double exact = 0, acc = 0;
+      for (int i = 0; i < n; i++) {
+        acc += x[i] * x[i];
+        if (i >= j) exact += (1.0 + 0.1 * i) * 2 * acc / (1 + acc * acc) * 2 * x[j];
+      }
+      snprintf(name, sizeof name, "rev.%d.%d", c, j); report(name, dx[j]);
+      snprintf(name, sizeof name, "exact.%d.%d", c, j); report(name, exact);
+    }
+  }
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O2"])
+def test_shadows_of_scratch_arrays_kept_for_the_next_call(enzcc, opt):
+    """Each call's shadow of a malloc'd array is kept for the next call at that allocation site
+    (enzcc.ad.shadow_reuse): reused when large enough, else freed and allocated anew, zero-filled either way."""
+    v = build_and_run(enzcc, SCRATCH, opt)
+    assert sum(k.startswith("rev.") for k in v) == 2 + 10 + 1 + 14 + 14
+    for k in [k for k in v if k.startswith("rev.")]:
+        e = v["exact." + k[4:]]
+        assert abs(v[k] - e) <= 1e-9 + 1e-9 * abs(e), (k, v[k], e)
+    enzcc(opt, "-S", "t.c", "-o", "t.s")
+    assert "__enzcc_shadow_spare.0" in (enzcc.cwd / "t.s").read_text()
