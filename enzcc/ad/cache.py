@@ -154,6 +154,8 @@ class CacheUtility:
         if load.volatile or load.ordering is not None or self.written_bases is None:
             return False
         base = base_object(load.pointer)
+        if isinstance(base, Call) and id(base) in self._reloadable_allocations():
+            return self._not_written_after(load, base)
         if not isinstance(base, (Argument, GlobalRefType)):
             return False
         for w in self.written_bases:
@@ -164,6 +166,106 @@ class CacheUtility:
             if not (distinct_globals or self._noalias(base) or self._noalias(w)):
                 return False
         return True
+
+    #: allocation functions whose memory can be read again in the reverse sweep (their ``free`` waits for it)
+    _RELOAD_ALLOCATORS = ("malloc", "calloc", "_Znwm", "_Znam")
+    #: users a reloadable allocation's pointers may have: address arithmetic, and calls that only read or
+    #: write the bytes (``free`` included)
+    _POINTER_USERS = (GetElementPtr, Cast, Phi, Select)
+
+    def _reloadable_allocations(self) -> dict:
+        """Heap allocations of the function (by id -> their ``free`` calls) whose bytes a load can read again
+        in the reverse sweep: made once per call (in a block that always runs, outside loops), freed only by
+        ``free`` calls in this function, and whose pointers (and the addresses computed from them) go nowhere
+        else: loaded from, stored to (not stored as values), ``memset``/``memcpy``/``memmove``, freed. Their
+        ``free`` calls move to the end of the reverse sweep (:meth:`_defer_frees`). Not in split mode or in
+        OpenMP regions."""
+        if self._reloadable is not None:
+            return self._reloadable
+        self._reloadable = {}
+        if self.split or getattr(self, "parallel", False):
+            return self._reloadable
+        for block in self.blocks:
+            if id(block) not in self.always:
+                continue
+            for inst in self.orig_insts[id(block)]:
+                if isinstance(inst, Call) and inst.callee_name in self._RELOAD_ALLOCATORS and \
+                        not isinstance(inst, Invoke):
+                    frees = self._only_accessed(inst)
+                    if frees is not None:
+                        self._reloadable[id(inst)] = frees
+        return self._reloadable
+
+    def _only_accessed(self, alloc: Call) -> list | None:
+        """The ``free`` calls of ``alloc`` when its pointers are only accessed (see
+        :meth:`_reloadable_allocations`), else None. Also notes, for :meth:`_not_written_after`, every
+        instruction that writes its bytes."""
+        primal = {id(i) for b in self.blocks for i in self.orig_insts[id(b)]}
+        frees, writes, seen, work = [], [], {id(alloc)}, [alloc]
+        while work:
+            p = work.pop()
+            for use in p.uses:
+                u = use.user
+                if id(u) not in primal:
+                    continue  # (enzcc's own code: shadows, tape)
+                if isinstance(u, Load) and use.index == 0:
+                    continue
+                if isinstance(u, Store) and use.index == 1:
+                    writes.append(u)
+                elif isinstance(u, self._POINTER_USERS) and not (isinstance(u, Select) and use.index == 0) and \
+                        not (isinstance(u, Cast) and u.opcode not in ("bitcast", "addrspacecast")):
+                    if id(u) not in seen:
+                        seen.add(id(u))
+                        work.append(u)
+                elif isinstance(u, Call) and not isinstance(u, Invoke) and u.callee_name == "free":
+                    if p is not alloc:
+                        return None
+                    frees.append(u)
+                elif isinstance(u, Call) and (u.callee_name or "").startswith(("llvm.memset", "llvm.memcpy",
+                                                                                "llvm.memmove")):
+                    if use.index == 0:
+                        writes.append(u)
+                    elif not (use.index == 1 and not u.callee_name.startswith("llvm.memset")):
+                        return None
+                elif isinstance(u, Call) and (u.callee_name or "").startswith(("llvm.lifetime.", "llvm.dbg.")):
+                    continue
+                else:
+                    return None  # (stored as a value, passed to a call, returned, compared...: it escapes)
+        self._writes_of[id(alloc)] = writes
+        return frees
+
+    def _not_written_after(self, load: Load, alloc: Call) -> bool:
+        """Nothing writes ``alloc``'s bytes after ``load`` (in the same block after it, or in any block reachable
+        from its block): the bytes are still what it read when the reverse sweep runs. Then its ``free`` calls
+        wait for the end of the reverse sweep."""
+        block = load.parent
+        reach = self._reachable.get(id(block))
+        if reach is None:
+            reach, work = set(), list(block.successors)
+            while work:
+                b = work.pop()
+                if id(b) not in reach:
+                    reach.add(id(b))
+                    work.extend(b.successors)
+            self._reachable[id(block)] = reach
+        insts = self.orig_insts[id(block)]
+        after = {id(i) for i in insts[insts.index(load) + 1:]} if load in insts else set()
+        for w in self._writes_of[id(alloc)]:
+            if id(w.parent) in reach or id(w) in after:
+                return False
+        self._deferred[id(alloc)] = alloc
+        return True
+
+    def _defer_frees(self, b: IRBuilder) -> None:
+        """The ``free`` calls of allocations whose bytes the reverse sweep reads again leave the forward sweep;
+        the memory is freed at the end of the reverse sweep instead (``b``: there; once every cache and
+        recomputation is decided)."""
+        free = self.module.get_or_insert_function("free", T.FunctionType(T.void, (T.ptr,)))
+        for key, alloc in self._deferred.items():
+            for call in self._reloadable[key]:
+                if call.parent is not None:
+                    call.erase()
+            b.call(free, [alloc])
 
     def _noalias(self, v: Value) -> bool:
         """``v`` is a parameter of the function being differentiated that the user's function declares

@@ -102,6 +102,15 @@ class ReverseMode(AdjointGenerator, CacheUtility):
         """Blocks whose reverse branches on a recomputed condition (no predecessor index on the tape)."""
         self._recomputed: dict[tuple, Value] = {}
         """(value, reverse block) -> the value recomputed there (reused within the block)."""
+        self._reloadable: dict | None = None
+        """Allocations whose bytes the reverse sweep may read again -> their free calls (see
+        :meth:`_reloadable_allocations`); None until asked."""
+        self._writes_of: dict[int, list] = {}
+        """Allocation -> the instructions that write its bytes."""
+        self._reachable: dict[int, set] = {}
+        """Block -> the blocks reachable from it (for :meth:`_not_written_after`)."""
+        self._deferred: dict[int, Value] = {}
+        """Allocations the reverse sweep reads again: their free calls wait for its end."""
         self._keep: list[Value] = []
 
     # ---------------------------------------------------------------------------------------------
@@ -148,6 +157,7 @@ class ReverseMode(AdjointGenerator, CacheUtility):
             self._reverse_block(b)
         self._emit_exit()
         self._emit_caches()
+        self._defer_frees(IRBuilder.before(self.exit_block.terminator))
         self.tape.finish()
         promote_single_block_slots(G, [s for slots in self.lane_slots for s in slots.values()])
         if not self.split:

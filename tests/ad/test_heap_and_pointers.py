@@ -346,3 +346,44 @@ def test_shadows_of_scratch_arrays_kept_for_the_next_call(enzcc, opt):
         assert abs(v[k] - e) <= 1e-9 + 1e-9 * abs(e), (k, v[k], e)
     enzcc(opt, "-S", "t.c", "-o", "t.s")
     assert "__enzcc_shadow_spare.0" in (enzcc.cwd / "t.s").read_text()
+
+
+READ_THEN_OVERWRITTEN = r"""
+/* t is read (sin loop), then overwritten in place, then read again: the first reads must come from the tape,
+   the last can be read again from t in the reverse sweep, whose free then waits for it */
+double f(const double *x, int n) {
+  double *t = malloc(n * sizeof(double));
+  for (int i = 0; i < n; i++) t[i] = x[i] * x[i];
+  double s = 0;
+  for (int i = 0; i < n; i++) s += sin(t[i]);
+  for (int i = 0; i < n; i++) t[i] = 2 * t[i];
+  for (int i = 0; i < n; i++) s += t[i] * t[i];
+  free(t);
+  return s;
+}
+int main(void) {
+  enum { N = 6 };
+  double x[N] = {0.3, -0.8, 1.1, 0.05, -1.4, 0.7}, dx[N] = {0};
+  char name[32];
+  for (int c = 0; c < 2; c++) {
+    for (int j = 0; j < N; j++) dx[j] = 0;
+    __enzyme_autodiff((void *)f, enzyme_dup, x, dx, enzyme_const, N);
+    for (int j = 0; j < N; j++) {
+      snprintf(name, sizeof name, "rev.%d.%d", c, j); report(name, dx[j]);
+      snprintf(name, sizeof name, "exact.%d.%d", c, j);
+      report(name, cos(x[j] * x[j]) * 2 * x[j] + 16 * x[j] * x[j] * x[j]);
+    }
+  }
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O1", "-O2", "-O3"])
+def test_heap_memory_read_again_only_when_nothing_overwrites_it(enzcc, opt):
+    v = build_and_run(enzcc, READ_THEN_OVERWRITTEN, opt)
+    keys = [k for k in v if k.startswith("rev.")]
+    assert len(keys) == 12
+    for k in keys:
+        e = v["exact." + k[4:]]
+        assert abs(v[k] - e) <= 1e-12 + 1e-12 * abs(e), (k, v[k], e)
