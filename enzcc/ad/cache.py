@@ -54,7 +54,11 @@ class CacheUtility:
             # caching one operand instead of v costs the same and the operand is often needed anyway
             ops = [(op, self._free(op, block, b, 1)) for op in v.operands]
             missing = [op for op, f in ops if f is None]
-            if len(missing) == 1 and not isinstance(missing[0], BasicBlock) and has_float(missing[0].type):
+            # (an address is rebuilt from its cached index: addresses into several arrays share one index,
+            # which may also be narrower than a pointer)
+            if len(missing) == 1 and not isinstance(missing[0], BasicBlock) and \
+                    (has_float(missing[0].type) or
+                     isinstance(v, GetElementPtr) and isinstance(missing[0].type, T.IntType)):
                 c = v.clone()
                 for i, (op, f) in enumerate(ops):
                     c.set_operand(i, f if f is not None else self._primal(op, block, b, depth + 1))
