@@ -61,3 +61,19 @@ class Runner:
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(text)
         return p
+
+
+def jit(text: str):
+    """LLVM's JIT engine for a module's text (parsed and verified); keep it alive while calling into it."""
+    import llvmlite.binding as llvm
+
+    from enzcc.backend.llvm import ensure_initialized
+
+    ensure_initialized()
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    mod = llvm.parse_assembly(text)
+    mod.verify()
+    engine = llvm.create_mcjit_compiler(mod, llvm.Target.from_default_triple().create_target_machine())
+    engine.finalize_object()
+    return engine

@@ -7,8 +7,8 @@ import re
 import llvmlite.binding as llvm
 import pytest
 
-from enzcc.backend import llvm as L
 from enzcc.backend.split_blocks import largest_block, split_large_blocks
+from enzcc_testing import jit
 
 
 def chain(n: int, first: str = "%0") -> list[str]:
@@ -24,17 +24,10 @@ def module(body: str) -> str:
     return "\n".join(["define double @f(double %0, i1 %c) {", body, "}", ""])
 
 
-def jit(text: str):
-    L.ensure_initialized()
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    mod = llvm.parse_assembly(text)
-    mod.verify()
-    tm = llvm.Target.from_default_triple().create_target_machine()
-    engine = llvm.create_mcjit_compiler(mod, tm)
-    engine.finalize_object()
-    f = ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_double, ctypes.c_bool)(engine.get_function_address("f"))
-    return f, engine  # (the engine must outlive the calls)
+def compiled(text: str):
+    """``f`` of the module, compiled by LLVM's JIT (and the engine, which must outlive the calls)."""
+    engine = jit(text)
+    return ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_double, ctypes.c_bool)(engine.get_function_address("f")), engine
 
 
 def test_unnamed_entry_block_split_and_successor_phi_renamed():
@@ -45,8 +38,8 @@ def test_unnamed_entry_block_split_and_successor_phi_renamed():
     assert labels == ["enzcc.split.1", "enzcc.split.2", "enzcc.split.3"]
     assert "phi double [ %v6, %enzcc.split.3 ], [ 0.000000e+00, %x ]" in out
     assert largest_block(out) == 3  # (the last piece: two instructions and the branch)
-    f, engine = jit(out)
-    g, engine0 = jit(text)
+    f, engine = compiled(out)
+    g, engine0 = compiled(text)
     for x, c in ((0.5, True), (2.0, False)):
         assert f(x, c) == g(x, c)
 
@@ -62,8 +55,8 @@ def test_named_blocks_allocas_stay_first_and_nothing_small_is_split():
     entry = out.split("enzcc.split.1:")[0]
     assert "alloca" in entry and "alloca" not in out.split("enzcc.split.1:")[1]
     assert "loop:\n  %w" in out  # (a small block is left as it is)
-    f, engine = jit(out)
-    g, engine0 = jit(text)
+    f, engine = compiled(out)
+    g, engine0 = compiled(text)
     assert f(1.5, True) == g(1.5, True) == 1.5 + 6 + 2 and f(1.5, False) == g(1.5, False)
     assert split_large_blocks(text, limit=100) is None
 
@@ -86,5 +79,5 @@ def test_large_block_limits(n):
     text = module("\n".join(chain(n) + ["  ret double %v" + str(n - 1)]))
     out = split_large_blocks(text)
     assert largest_block(text) == n + 1 and largest_block(out) <= 251
-    f, engine = jit(out)
+    f, engine = compiled(out)
     assert f(0.0, False) == float(n)

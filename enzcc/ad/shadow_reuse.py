@@ -6,8 +6,9 @@ frees the same blocks every call, and glibc gives the memory at the top of its h
 whenever more than its trim threshold (128 KiB) is free there: the next call faults every page in again
 (``bench/fft``: two 64 KB work arrays and their shadows, 10,255 page faults in a run against 527 when the
 memory stays). As with the tape (:mod:`enzcc.ad.tape`), each allocation site keeps the shadow its last call
-freed (up to :data:`KEEP_LIMIT` bytes) in a global of its own, taken and given back with ``atomicrmw xchg``,
-and the next call's shadow there reuses it when it is large enough (zero-filled again, as any shadow).
+freed (up to the tape's :data:`~enzcc.ad.tape.KEEP_LIMIT` bytes) in a global of its own, taken and given back
+with ``atomicrmw xchg``, and the next call's shadow there reuses it when it is large enough (zero-filled
+again, as any shadow).
 
 Only where the module allows tape reuse (``module.enzcc_reuse_tape``: not for derivatives that a later round
 differentiates again, not on GPUs), and only in reverse mode.
@@ -15,18 +16,17 @@ differentiates again, not on GPUs), and only in reverse mode.
 
 from __future__ import annotations
 
+from enzcc.ad.tape import keep_or_free
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.function import Function
-from enzcc.ir.values import ConstantInt, ConstantNull, Value
+from enzcc.ir.values import ConstantNull, Value
 
 SPARE = "__enzcc_shadow_spare"
 TAKE = "__enzcc_shadow_take"
 """The helper that allocates shadow memory (as ``malloc`` does, for the analyses of the derivative)."""
 RELEASE = "__enzcc_shadow_release"
 """The helper that gives it back (as ``free`` does)."""
-KEEP_LIMIT = 64 << 20
-"""Shadows larger than this are freed, not kept."""
 
 
 def reusing(module, mode: str) -> bool:
@@ -89,22 +89,10 @@ def _take_fn(module) -> Function:
 
 def _release_fn(module) -> Function:
     """``release(spare, p)``: p becomes the spare (the one there is freed), or is freed when it is larger than
-    :data:`KEEP_LIMIT`."""
+    the tape's limit (:func:`enzcc.ad.tape.keep_or_free`)."""
     def body(fn):
         spare, p = fn.args
         _, free, usable = _libc(module)
-        entry, keep, freeold, drop, done = (fn.append_block(x) for x in ("entry", "keep", "free_old", "drop", "done"))
-        b = IRBuilder.at_end(entry)
-        small = b.icmp("ule", b.call(usable, [p]), ConstantInt(T.i64, KEEP_LIMIT))
-        b.cond_br(b.and_(small, b.icmp("ne", p, ConstantNull(T.ptr))), keep, drop)
-        k = IRBuilder.at_end(keep)
-        old = k.atomic_rmw("xchg", spare, p, "acq_rel", align=8)
-        k.cond_br(k.icmp("eq", old, ConstantNull(T.ptr)), done, freeold)
-        o = IRBuilder.at_end(freeold)
-        o.call(free, [old])
-        o.br(done)
-        d = IRBuilder.at_end(drop)
-        d.call(free, [p])
-        d.br(done)
-        IRBuilder.at_end(done).ret_void()
+        b = IRBuilder.at_end(fn.append_block("entry"))
+        keep_or_free(fn, b, spare, p, b.call(usable, [p]), free)
     return _helper(module, RELEASE, T.FunctionType(T.void, (T.ptr, T.ptr)), body)

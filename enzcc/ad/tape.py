@@ -206,26 +206,34 @@ class Tape:
         when it is larger than :data:`KEEP_LIMIT`."""
         def body(fn):
             (s,) = fn.args
-            free = self._libc("free", T.FunctionType(T.void, (T.ptr,)))
-            entry, keep, drop = fn.append_block("entry"), fn.append_block("keep"), fn.append_block("drop")
-            freeold, done = fn.append_block("free_old"), fn.append_block("done")
-            b = IRBuilder.at_end(entry)
+            b = IRBuilder.at_end(fn.append_block("entry"))
             buf = b.load(T.ptr, b.struct_gep(STATE, s, 0))
             cap = b.load(T.i64, b.struct_gep(STATE, s, 2))
-            small = b.icmp("ule", cap, ConstantInt(T.i64, KEEP_LIMIT))
-            b.cond_br(b.and_(small, b.icmp("ne", buf, ConstantNull(T.ptr))), keep, drop)
-            k = IRBuilder.at_end(keep)
-            k.store(cap, buf)
-            old = k.atomic_rmw("xchg", self._spare(), buf, "acq_rel", align=8)
-            k.cond_br(k.icmp("eq", old, ConstantNull(T.ptr)), done, freeold)
-            f = IRBuilder.at_end(freeold)
-            f.call(free, [old])
-            f.br(done)
-            d = IRBuilder.at_end(drop)
-            d.call(free, [buf])
-            d.br(done)
-            IRBuilder.at_end(done).ret_void()
+            keep_or_free(fn, b, self._spare(), buf, cap, self._libc("free", T.FunctionType(T.void, (T.ptr,))),
+                         lambda k: k.store(cap, buf))  # (the next take finds the capacity at the start)
         return self._helper("__enzcc_tape_release", T.FunctionType(T.void, (T.ptr,)), body)
+
+
+def keep_or_free(fn: Function, b: IRBuilder, spare: Value, buf: Value, size: Value, free: Function,
+                 before_keeping=None) -> None:
+    """The end of a helper that gives ``buf`` (``size`` bytes, or null) back, emitted at ``b``: it becomes the
+    ``spare`` (the one there meanwhile is freed) when it is not null and at most :data:`KEEP_LIMIT` bytes, else
+    it is freed; then ``ret void``. ``before_keeping(builder)`` emits what comes first when it is kept."""
+    keep, freeold, drop, done = (fn.append_block(x) for x in ("keep", "free_old", "drop", "done"))
+    small = b.icmp("ule", size, ConstantInt(T.i64, KEEP_LIMIT))
+    b.cond_br(b.and_(small, b.icmp("ne", buf, ConstantNull(T.ptr))), keep, drop)
+    k = IRBuilder.at_end(keep)
+    if before_keeping is not None:
+        before_keeping(k)
+    old = k.atomic_rmw("xchg", spare, buf, "acq_rel", align=8)
+    k.cond_br(k.icmp("eq", old, ConstantNull(T.ptr)), done, freeold)
+    f = IRBuilder.at_end(freeold)
+    f.call(free, [old])
+    f.br(done)
+    d = IRBuilder.at_end(drop)
+    d.call(free, [buf])
+    d.br(done)
+    IRBuilder.at_end(done).ret_void()
 
 
 def _store_state(b: IRBuilder, state: Value, buf: Value, capacity: Value) -> list:

@@ -160,13 +160,7 @@ def ad_stage(mod: llvm.ModuleRef, opts: PipelineOptions, where: str, tm=None) ->
                              "(please report this with the source that triggered it)") from None
         if not count:
             return mod, changed
-        try:
-            mod = L.llvm.parse_assembly(text)
-            mod.verify()
-        except Exception as exc:
-            raise EnzccError("internal error: the synthesized derivative is not valid LLVM IR: "
-                             f"{L._first_line(exc)} (please report this with the source that triggered it)") \
-                from None
+        mod = _parse_generated(text, "the synthesized derivative is not valid LLVM IR")
         changed = True
         if not enzyme_callers(mod, first_only=True):
             return mod, True
@@ -247,14 +241,18 @@ def split_blocks(mod: llvm.ModuleRef, where: str) -> llvm.ModuleRef:
         text = split_large_blocks(L.module_text(mod, where))
         if text is None:
             return mod
-        try:
-            split = L.llvm.parse_assembly(text)
-            split.verify()
-        except Exception as exc:
-            raise EnzccError("internal error: splitting large blocks made invalid LLVM IR: "
-                             f"{L._first_line(exc)} (please report this with the source that triggered it)") \
-                from None
-        return split
+        return _parse_generated(text, "splitting large blocks made invalid LLVM IR")
+
+
+def _parse_generated(text: str, problem: str) -> llvm.ModuleRef:
+    """A module from LLVM text enzcc made, verified; invalid text is an internal error saying ``problem``."""
+    try:
+        mod = L.llvm.parse_assembly(text)
+        mod.verify()
+    except Exception as exc:
+        raise EnzccError(f"internal error: {problem}: {L._first_line(exc)} (please report this with the source "
+                         "that triggered it)") from None
+    return mod
 
 
 def codegen(mod: llvm.ModuleRef, tm: llvm.TargetMachine, kind: str) -> bytes:

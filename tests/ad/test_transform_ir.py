@@ -2,15 +2,14 @@
 
 import ctypes
 
-import llvmlite.binding as llvm
 import pytest
 
 from enzcc.ad import differentiate_text
 from enzcc.ad.activity import Activity
 from enzcc.ad.errors import ADError
 from enzcc.ad.memory import MemoryTypes
-from enzcc.backend.llvm import ensure_initialized
 from enzcc.ir.parser import parse_module
+from enzcc_testing import jit
 
 HEADER = """target datalayout = "e-m:e-p270:32:32-p271:32:32-p272:64:64-i64:64-i128:128-f80:128-n8:16:32:64-S128"
 target triple = "x86_64-pc-linux-gnu"
@@ -69,25 +68,13 @@ define void @grad(ptr %x, ptr %dx, i64 %n) {
 """
 
 
-def _jit(text):
-    ensure_initialized()
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    mod = llvm.parse_assembly(text)
-    mod.verify()
-    tm = llvm.Target.from_default_triple().create_target_machine()
-    engine = llvm.create_mcjit_compiler(mod, tm)
-    engine.finalize_object()
-    return engine
-
-
 def test_scalar_reverse_and_forward_transform():
     out, count = differentiate_text(HEADER + POLY)
     assert count == 2
     assert "@__enzyme_autodiff(ptr @f" not in out and "@__enzyme_fwddiff(ptr @f" not in out
     assert "define internal double @diffe_f(" in out and "define internal double @fwddiffe_f(" in out
     assert "__enzcc_tape" not in out  # straight-line code needs no tape
-    engine = _jit(out)
+    engine = jit(out)
     proto = ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_double, ctypes.c_double)
     dfdx = proto(engine.get_function_address("df_dx"))
     ty = proto(engine.get_function_address("tangent_y"))
@@ -99,7 +86,7 @@ def test_scalar_reverse_and_forward_transform():
 def test_loop_uses_the_tape_and_is_exact():
     out, _ = differentiate_text(HEADER + LOOP)
     assert "@__enzcc_tape_reserve" in out and "@__enzcc_tape_pop" in out
-    engine = _jit(out)
+    engine = jit(out)
     grad = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(
         engine.get_function_address("grad"))
     import math
@@ -238,7 +225,7 @@ def test_loads_of_memory_nothing_may_write_are_read_again_not_cached():
     # the loop's record per iteration loses x[i] (8 bytes) when y is noalias
     assert records[""] and max(records["noalias"]) == max(records[""]) - 8, records
     for attr, out in outs.items():
-        engine = _jit(out)
+        engine = jit(out)
         n = 5
         x = (ctypes.c_double * n)(0.3, -1.2, 2.0, 0.7, 1.5)
         dx, y, dy = (ctypes.c_double * n)(), (ctypes.c_double * n)(), (ctypes.c_double * n)(1, 2, 3, 4, 5)
@@ -312,7 +299,7 @@ def test_branches_and_loop_counts_recomputed_from_induction_variables():
     assert " switch " not in out
     # the tape's buffer passes from one call to the next: the calls below grow it past its first size
     assert "call void @__enzcc_tape_take" in out and "call void @__enzcc_tape_release" in out
-    engine = _jit(out)
+    engine = jit(out)
     grad = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(
         engine.get_function_address("grad"))
     for n in (5, 30, 5, 3):  # 30: 900 records, more than the first 4096 bytes
@@ -362,7 +349,7 @@ rev:
     body = str(mod).split("define double @g(")[1]
     assert "alloca" not in body and "load" not in body and "0.000000e+00" not in body
     assert body.count("fadd") == 1 and "fadd double %c, %e" in body  # (%a0 is %c, %a2 is %t = %a1)
-    engine = _jit(str(mod))
+    engine = jit(str(mod))
     g = ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_double, ctypes.c_double)(engine.get_function_address("g"))
     assert g(1.25, 2.5) == 3.75
 
@@ -425,7 +412,7 @@ def test_shadow_memory_kept_for_the_next_call_leaves_argument_loads_recomputable
     assert not any(pushes.values()), pushes
     frees = [label for label, block in zip(pushes, body.split("\n\n")[1:]) if "call void @free(ptr %t)" in block]
     assert len(frees) == 1 and frees[0].startswith("rev.exit"), frees
-    engine = _jit(out)
+    engine = jit(out)
     grad = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                             ctypes.c_int64)(engine.get_function_address("grad"))
     for n in (4, 9, 2, 9):  # (the kept shadow too small, then large enough: zero-filled either way)
