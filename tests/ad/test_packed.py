@@ -10,7 +10,8 @@ from enzcc.ad.errors import ADError
 from enzcc.ad.memory import MemoryTypes
 from enzcc.ad.packed import split_packed_floats
 from enzcc.ir.parser import parse_module
-from tests.ad.test_transform_ir import HEADER, _jit
+from enzcc_testing import jit
+from tests.ad.test_transform_ir import HEADER
 
 # {float lo; float hi;} kept in an i64: built with zext/shl/or, one field replaced through an `and` mask in a
 # branch, merged in a phi, taken apart with trunc and lshr
@@ -101,7 +102,7 @@ def test_packed_web_is_split_into_fields():
 @pytest.mark.parametrize("n", [0, 1])
 def test_gradient_through_packed_fields(n):
     out, _ = differentiate_text(HEADER + PACKED)
-    engine = _jit(out)  # keeps the code alive
+    engine = jit(out)  # keeps the code alive
     grad = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32)(
         engine.get_function_address("grad"))
     a, b = 1.5, -0.75
@@ -118,7 +119,7 @@ def test_floats_copied_as_one_integer_through_a_phi(n, text):
     fn, changed = _split(text, "cp")
     assert changed
     out, _ = differentiate_text(HEADER + text)
-    engine = _jit(out)
+    engine = jit(out)
     grad = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 4, ctypes.c_int32)(engine.get_function_address("grad"))
     x = (ctypes.c_float * 2)(1.5, 2.5)
     dx = (ctypes.c_float * 2)(0.0, 0.0)
@@ -219,7 +220,7 @@ def test_packed_integer_stored_directly():
     fn, changed = _split(PACKED_STORE, "pk")
     assert changed
     out, _ = differentiate_text(HEADER + PACKED_STORE)
-    engine = _jit(out)
+    engine = jit(out)
     grad = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 4)(engine.get_function_address("grad"))
     x = (ctypes.c_float * 2)(1.5, 2.5)
     dx = (ctypes.c_float * 2)(0.0, 0.0)
