@@ -155,12 +155,12 @@ class CacheUtility:
         may write the memory between the two halves."""
         from enzcc.ad.memory import base_object
 
-        if load.volatile or load.ordering is not None or self.written_bases is None:
+        if load.volatile or load.ordering is not None:
             return False
         base = base_object(load.pointer)
         if isinstance(base, Call) and id(base) in self._reloadable_allocations():
-            return self._not_written_after(load, base)
-        if not isinstance(base, (Argument, GlobalRefType)):
+            return self._not_written_after(load, base)  # (no other code can reach its bytes)
+        if self.written_bases is None or not isinstance(base, (Argument, GlobalRefType)):
             return False
         for w in self.written_bases:
             if w is base:
@@ -173,8 +173,8 @@ class CacheUtility:
 
     #: allocation functions whose memory can be read again in the reverse sweep (their ``free`` waits for it)
     _RELOAD_ALLOCATORS = ("malloc", "calloc", "_Znwm", "_Znam")
-    #: users a reloadable allocation's pointers may have: address arithmetic, and calls that only read or
-    #: write the bytes (``free`` included)
+    #: address arithmetic on a reloadable allocation's pointers (its other users: loads, stores to it,
+    #: comparisons, ``free`` and the memory intrinsics)
     _POINTER_USERS = (GetElementPtr, Cast, Phi, Select)
 
     def _reloadable_allocations(self) -> dict:
@@ -212,8 +212,8 @@ class CacheUtility:
                 u = use.user
                 if id(u) not in primal:
                     continue  # (enzcc's own code: shadows, tape)
-                if isinstance(u, Load) and use.index == 0:
-                    continue
+                if isinstance(u, Load) and use.index == 0 or isinstance(u, ICmp):
+                    continue  # (read, or compared: `if (!t) abort();`)
                 if isinstance(u, Store) and use.index == 1:
                     writes.append(u)
                 elif isinstance(u, self._POINTER_USERS) and not (isinstance(u, Select) and use.index == 0) and \

@@ -353,6 +353,7 @@ READ_THEN_OVERWRITTEN = r"""
    the last can be read again from t in the reverse sweep, whose free then waits for it */
 double f(const double *x, int n) {
   double *t = malloc(n * sizeof(double));
+  if (!t) abort();
   for (int i = 0; i < n; i++) t[i] = x[i] * x[i];
   double s = 0;
   for (int i = 0; i < n; i++) s += sin(t[i]);
