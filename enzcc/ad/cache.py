@@ -189,22 +189,23 @@ class CacheUtility:
         self._reloadable = {}
         if self.split or getattr(self, "parallel", False):
             return self._reloadable
+        primal = {id(i) for b in self.blocks for i in self.orig_insts[id(b)]}
         for block in self.blocks:
             if id(block) not in self.always:
                 continue
             for inst in self.orig_insts[id(block)]:
                 if isinstance(inst, Call) and inst.callee_name in self._RELOAD_ALLOCATORS and \
                         not isinstance(inst, Invoke):
-                    frees = self._only_accessed(inst)
+                    frees = self._only_accessed(inst, primal)
                     if frees is not None:
                         self._reloadable[id(inst)] = frees
         return self._reloadable
 
-    def _only_accessed(self, alloc: Call) -> list | None:
+    def _only_accessed(self, alloc: Call, primal: set[int]) -> list | None:
         """The ``free`` calls of ``alloc`` when its pointers are only accessed (see
         :meth:`_reloadable_allocations`), else None. Also notes, for :meth:`_not_written_after`, every
-        instruction that writes its bytes."""
-        primal = {id(i) for b in self.blocks for i in self.orig_insts[id(b)]}
+        instruction that writes its bytes. ``primal``: the ids of the primal's instructions (the others are
+        enzcc's own: shadows, tape)."""
         frees, writes, seen, work = [], [], {id(alloc)}, [alloc]
         while work:
             p = work.pop()
@@ -234,7 +235,7 @@ class CacheUtility:
                 elif isinstance(u, Call) and (u.callee_name or "").startswith(("llvm.lifetime.", "llvm.dbg.")):
                     continue
                 else:
-                    return None  # (stored as a value, passed to a call, returned, compared...: it escapes)
+                    return None  # (stored as a value, passed to a call, returned, made an integer: it escapes)
         self._writes_of[id(alloc)] = writes
         return frees
 
