@@ -19,6 +19,7 @@ from enzcc.ad.hints import hints_of
 from enzcc.ad.inline import invoke_to_call, is_kept_recursive
 from enzcc.ad.context import MARKER as CONTEXT_MARKER, copy_in, copy_out, is_runtime as is_context_runtime, \
     lower as lower_contexts
+from enzcc.ad.checkpoint import is_checkpoint, lower as lower_checkpoints, step_name as checkpoint_step
 from enzcc.ad.fixed_point import is_fixed_point, lower as lower_fixed_points, step_name as fixed_point_step
 from enzcc.ad.iters import advance as advance_iterations, is_iter, lower as lower_iterations
 from enzcc.ad.outline import is_set_fixed_point, lower as lower_marks, outline_marked_loops
@@ -96,7 +97,7 @@ def _differentiate_text(text: str, target_machine, inline: str) -> tuple[str, in
             if isinstance(inst, Call) and is_context_runtime(inst.callee_name):
                 raise ad_error(f"cannot differentiate '{fn.name}': it calls {inst.callee_name}, and derivatives of "
                                "code that uses an enzyme_context (nested AD) are not supported", inst)
-            forked = forked_function_name(inst) or fixed_point_step(inst)
+            forked = forked_function_name(inst) or fixed_point_step(inst) or checkpoint_step(inst)
             if forked in module.functions and not module.functions[forked].is_declaration:
                 todo.append(module.functions[forked])  # an OpenMP parallel region's body, a fixed point's step
             elif isinstance(inst, Call) and is_kept_recursive(inst):
@@ -132,6 +133,7 @@ def _differentiate_text(text: str, target_machine, inline: str) -> tuple[str, in
 #: ``__enzyme_*`` functions that are not entry points: (is a call to one, replace what is left of them once no
 #: more derivatives are made), in the order they are replaced (markers of fixed-point loops before the loops)
 _LOWERED_API = ((is_iter, lower_iterations), (is_set_fixed_point, lower_marks), (is_fixed_point, lower_fixed_points),
+                (is_checkpoint, lower_checkpoints),
                 (is_context_runtime, lower_contexts), (lambda name: hinted_type(name) is not None, lower_type_hints))
 
 

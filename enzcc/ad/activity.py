@@ -54,9 +54,11 @@ def is_allocation(call) -> bool:
 
 def runs_program_code(call) -> bool:
     """A call through which the program's own code gets the arguments: a call that was not inlined
-    (:func:`is_user_call`), an OpenMP fork (the region's function) or ``__enzyme_fixed_point`` (the step)."""
+    (:func:`is_user_call`), an OpenMP fork (the region's function), ``__enzyme_fixed_point`` or a checkpointed
+    loop (the step)."""
     name = call.callee_name or ""
-    return is_user_call(call) or name == "__kmpc_fork_call" or name.startswith("__enzyme_fixed_point")
+    return is_user_call(call) or name == "__kmpc_fork_call" or \
+        name.startswith(("__enzyme_fixed_point", "__enzyme_checkpoint_for", "__enzyme_checkpoint_while"))
 
 
 def is_user_call(call) -> bool:

@@ -10,7 +10,8 @@ from enzcc.ad.activity import has_float, is_allocation, is_user_call
 from enzcc.ad.api import CONST, DUP, OUT, is_float
 from enzcc.ad.emit import add_values, emit_partial, splat, times, zero
 from enzcc.ad.errors import ad_error, no_rule_error
-from enzcc.ad import blas, custom, fixed_point, mirror, openmp, shadow_reuse
+from enzcc.ad import blas, checkpoint, custom, fixed_point, mirror, openmp, shadow_reuse
+from enzcc.ad.checkpoint import is_checkpoint
 from enzcc.ad.fixed_point import is_fixed_point
 from enzcc.ad import complex as complex_
 from enzcc.ad.hints import hints_of, rule_name
@@ -276,6 +277,14 @@ class AdjointGenerator:
                     if entry is not None:
                         self._keep += [entry[0], entry[-1]]
                     continue
+                if isinstance(inst, Call) and is_checkpoint(inst.callee_name):
+                    anchor, entry = checkpoint.augment(self, inst)
+                    insts[i] = anchor
+                    self.user_calls[id(anchor)] = ("checkpoint", entry)
+                    self._keep.append(anchor)
+                    if entry is not None:
+                        self._keep += [entry.state, entry.turn]
+                    continue
                 if isinstance(inst, Call) and inst.callee_name == "__kmpc_fork_call":
                     entry = openmp.augment_fork(self, inst)
                     if entry is not None:
@@ -362,6 +371,9 @@ class AdjointGenerator:
             elif kind == "fixed_point":
                 if entry is not None:
                     fixed_point.reverse(self, entry, block, b)
+            elif kind == "checkpoint":
+                if entry is not None:
+                    checkpoint.reverse(self, entry, block, b)
             else:
                 self._reverse_user_call(entry, block, b)
             return

@@ -12,7 +12,8 @@ from enzcc.ad.api import DUP, DUPNONEED, DiffCall, is_float
 from enzcc.ad.emit import add_values, emit_partial, times, zero
 from enzcc.ad.errors import ad_error, no_rule_error
 from enzcc.ad.memory import memory_types_for
-from enzcc.ad import custom, fixed_point
+from enzcc.ad import checkpoint, custom, fixed_point
+from enzcc.ad.checkpoint import is_checkpoint
 from enzcc.ad.fixed_point import is_fixed_point
 from enzcc.ad.hints import hints_of, rule_name
 from enzcc.ad.prepare import finalize, inactive_functions, new_derivative_function, prepare
@@ -296,6 +297,9 @@ class ForwardMode:
             return
         if is_fixed_point(name) and self.logic is not None:
             fixed_point.forward(self, inst)
+            return
+        if is_checkpoint(name) and self.logic is not None:
+            checkpoint.forward(self, inst)
             return
         if is_inactive_call(name):
             return

@@ -14,6 +14,7 @@ no derivative. ``__enzyme_reverse`` is the exception: it continues what its ``__
 from __future__ import annotations
 
 from enzcc.ad.context import eligible
+from enzcc.ad.checkpoint import step_name as checkpoint_step
 from enzcc.ad.fixed_point import step_name as fixed_point_step
 from enzcc.ad.openmp import forked_function_name
 from enzcc.ir.builder import IRBuilder
@@ -113,8 +114,8 @@ class ActiveGlobals:
             self._uses[orig] = used_globals(fn)
             self._calls[orig] = {i.callee_name for i in fn.instructions()
                                  if isinstance(i, Call) and i.callee_name in prepared}
-            self._calls[orig] |= {forked_function_name(i) or fixed_point_step(i) for i in fn.instructions()} & \
-                prepared.keys()
+            self._calls[orig] |= {forked_function_name(i) or fixed_point_step(i) or checkpoint_step(i)
+                                  for i in fn.instructions()} & prepared.keys()
         self.in_context: set[str] = set()
         """The globals with derivatives only because a context gives them shadows (read-only ones, pointers)."""
         for name in context_functions:

@@ -1,0 +1,572 @@
+"""Checkpointed time loops (``<enzyme/checkpoint.h>``): reverse mode driven by a checkpointing scheme.
+
+``__enzyme_checkpoint_for(step, start, n, enzyme_scheme, scheme, data, [enzyme_checkpoint_region, ptr, bytes,]...
+args...)`` is the loop ``for (j = 0; j < n; j++) step(start + j, args...)``; ``__enzyme_checkpoint_while(step,
+markers..., args...)`` is ``int64_t i = 0; while (step(i++, args...));``. Where no derivative is taken, and in
+forward mode (the tangent of each step, in order), they are those loops.
+
+In reverse mode the loop's steps are not taped all at once. The scheme (a table of C functions, see the header)
+answers, one action at a time, which state to store into which slot, which to restore, which steps to run
+without taping and when to turn around. A snapshot holds the ``enzyme_checkpoint_region`` memory and every
+mutable global the step (or what it calls) uses; the shadows are not part of it (adjoints add up across the
+reverse sweep). The forward sweep (:func:`augment`) asks for actions until the first turn: it then stores the
+state before the last step in the driver's slot -2, runs that step, and stores the final state in slot -1. The
+reverse sweep (:func:`reverse`) restores slot -2 and differentiates the last step, then follows the actions
+(each turn differentiates one step: its augmented primal, then its reverse, so no tape outlives a step) until
+the scheme is done, and restores slot -1: the memory is left as the forward sweep left it.
+
+A step that writes memory a snapshot does not hold (through a pointer argument that no region covers, or a
+pointer it loads) would be recomputed from a wrong state: that is a one-line error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from enzcc.ad.api import CONST, DUP, calls_named, marker_symbol, resolve_function
+from enzcc.ad.emit import fail_at_run_time, internal_function, signed_i64
+from enzcc.ad.errors import ad_error
+from enzcc.ir import types as T
+from enzcc.ir.builder import IRBuilder
+from enzcc.ir.function import Function
+from enzcc.ir.instructions import Alloca, Call, Store
+from enzcc.ir.values import Argument, ConstantExpr, ConstantInt, ConstantNull, ConstantZero, GlobalRef, Value
+
+CHECKPOINT_FOR = "__enzyme_checkpoint_for"
+CHECKPOINT_WHILE = "__enzyme_checkpoint_while"
+_SCHEME, _REGION = "enzyme_scheme", "enzyme_checkpoint_region"
+
+# the header's ABI (ENZYME_CKPT_ABI_VERSION 1): action flags, and the byte offsets of the structures' fields
+_STORE, _RESTORE, _FORWARD, _FIRSTUTURN, _UTURN, _DONE = 1, 2, 3, 4, 5, 7
+_INIT, _NEXT, _STORE_FN, _RESTORE_FN, _SET_NSTEPS, _FINALIZE = 8, 16, 24, 32, 40, 48
+_ACTION_BYTES, _REGION_BYTES = 32, 24
+
+
+def is_checkpoint(name: str | None) -> bool:
+    return (name or "").startswith((CHECKPOINT_FOR, CHECKPOINT_WHILE))
+
+
+@dataclass
+class Checkpoint:
+    """One ``__enzyme_checkpoint_for`` / ``__enzyme_checkpoint_while`` call, understood."""
+
+    call: Call
+    step: Function
+    """``step(i, args...)``; for a while loop it returns whether to go on."""
+    is_while: bool
+    start: Value
+    """The index of the first step (i64; 0 for a while loop)."""
+    n: Value
+    """The number of steps (i64; -1 for a while loop: known when the step says stop)."""
+    scheme: Value
+    """The ``EnzymeCheckpointScheme`` table."""
+    data: Value
+    """What the scheme's ``init`` gets (the reference schemes' ``EnzymeCkptConfig``)."""
+    regions: list[tuple[Value, Value]] = field(default_factory=list)
+    """``enzyme_checkpoint_region``: (pointer, bytes as i64)."""
+    args: list[Value] = field(default_factory=list)
+    """What the step gets after the index."""
+
+    @property
+    def what(self) -> str:
+        return CHECKPOINT_WHILE if self.is_while else CHECKPOINT_FOR
+
+
+def step_name(call) -> str | None:
+    """The step function of a checkpointed loop (None for other instructions)."""
+    if not isinstance(call, Call) or not is_checkpoint(call.callee_name) or not call.args:
+        return None
+    ref = resolve_function(call.args[0])
+    return ref.symbol if isinstance(ref, GlobalRef) else None
+
+
+def parse(call: Call, module) -> Checkpoint:
+    """Read the call's markers; every misuse is a one-line error."""
+    is_while = call.callee_name.startswith(CHECKPOINT_WHILE)
+    what = CHECKPOINT_WHILE if is_while else CHECKPOINT_FOR
+    name = step_name(call)
+    step = module.functions.get(name) if name else None
+    if step is None or step.is_declaration:
+        raise ad_error(f"the step of {what} must be a function defined in the program", call)
+    b = IRBuilder.before(call)
+    args = list(call.args[1:])
+    if is_while:
+        start, n = ConstantInt(T.i64, 0), ConstantInt(T.i64, -1)
+    else:
+        if len(args) < 2 or not all(isinstance(a.type, T.IntType) for a in args[:2]):
+            raise ad_error(f"{what} takes (step, start, number of steps, ...)", call)
+        start, n = signed_i64(b, args[0]), signed_i64(b, args[1])
+        args = args[2:]
+    scheme = data = None
+    regions = []
+    k = 0
+
+    def take(thing: str) -> Value:
+        nonlocal k
+        if k >= len(args):
+            raise ad_error(f"{what}: {thing} is missing", call)
+        k += 1
+        return args[k - 1]
+
+    while k < len(args):
+        marker = marker_symbol(args[k])
+        if marker is None:
+            break
+        k += 1
+        if marker == _SCHEME:
+            scheme, data = take("the scheme after enzyme_scheme"), take("the scheme's data after the scheme")
+            if not isinstance(scheme.type, T.PointerType) or not isinstance(data.type, T.PointerType):
+                raise ad_error(f"{what}: enzyme_scheme takes the scheme and its data (two pointers)", call)
+        elif marker == _REGION:
+            p = take("the pointer after enzyme_checkpoint_region")
+            nbytes = take("the size in bytes after enzyme_checkpoint_region")
+            if not isinstance(p.type, T.PointerType) or not isinstance(nbytes.type, T.IntType):
+                raise ad_error(f"{what}: enzyme_checkpoint_region takes a pointer and a size in bytes", call)
+            regions.append((p, signed_i64(b, nbytes)))
+        else:
+            raise ad_error(f"{marker} is not supported in {what} (known: enzyme_scheme, "
+                           "enzyme_checkpoint_region)", call)
+    if scheme is None:
+        raise ad_error(f"{what} needs its scheme: enzyme_scheme, &scheme, data", call)
+    ck = Checkpoint(call, step, is_while, start, n, scheme, data, regions, args[k:])
+    params = step.args
+    if len(params) != 1 + len(ck.args) or not isinstance(params[0].type, T.IntType) or \
+            any(p.type != a.type for p, a in zip(params[1:], ck.args)):
+        raise ad_error(f"{what}: '{step.name}' takes ({', '.join(str(p.type) for p in params)}): the step's "
+                       f"index, then the arguments given after the markers "
+                       f"({', '.join(str(a.type) for a in ck.args) or 'none'})", call)
+    if is_while and not isinstance(step.return_type, T.IntType):
+        raise ad_error(f"{what}: '{step.name}' must return whether to run another step (an integer)", call)
+    return ck
+
+
+# -- the loop itself -----------------------------------------------------------------------------------------
+
+def _index(b: IRBuilder, ty: T.IntType, i: Value) -> Value:
+    """The i64 step index as the step's index type."""
+    return i if ty == T.i64 else b.trunc(i, ty)
+
+
+def _loop(module, ck: Checkpoint, b: IRBuilder, callee: Function, call_args, name: str) -> Call:
+    """At ``b``: the plain loop, calling ``callee(index, *call_args)`` for each step."""
+    ity = ck.step.args[0].type
+    fn = internal_function(module, f"__enzcc_ckpt_{name}_{ck.step.name}", T.void,
+                           [T.i64, T.i64] + [a.type for a in call_args])
+    start, n, *rest = fn.args
+    entry, head, body, done = (fn.append_block(x) for x in ("entry", "head", "body", "done"))
+    IRBuilder.at_end(entry).br(head)
+    hb = IRBuilder.at_end(head)
+    j = hb.phi(T.i64, [(ConstantInt(T.i64, 0), entry)])
+    nb = IRBuilder.at_end(body)
+    r = nb.call(callee, [_index(nb, ity, nb.add(start, j)), *rest])
+    j1 = nb.add(j, ConstantInt(T.i64, 1))
+    j.add_incoming(j1, body)
+    if ck.is_while:  # (n is -1: the step decides)
+        hb.br(body)
+        go = r if not isinstance(r.type, T.StructType) else nb.extract_value(r, [0])
+        nb.cond_br(nb.icmp("ne", go, ConstantInt(go.type, 0)), head, done)
+    else:
+        hb.cond_br(hb.icmp("slt", j, n), body, done)
+        nb.br(head)
+    IRBuilder.at_end(done).ret_void()
+    return b.call(fn, [ck.start, ck.n, *call_args])
+
+
+def lower(module) -> int:
+    """Replace each remaining checkpointed loop (code that is not differentiated) by its loop."""
+    calls = calls_named(module, CHECKPOINT_FOR) + calls_named(module, CHECKPOINT_WHILE)
+    for inst in calls:
+        ck = parse(inst, module)
+        _loop(module, ck, IRBuilder.before(inst), ck.step, ck.args, "loop")
+        inst.erase()
+    return len(calls)
+
+
+# -- what both modes need ----------------------------------------------------------------------------------
+
+def step_kinds(mode, ck: Checkpoint) -> tuple[str, ...]:
+    """The step's argument activity: pointers to memory with derivatives are ``dup``."""
+    act = mode.activity
+    kinds = [CONST]
+    for a in ck.args:
+        if isinstance(a.type, T.PointerType) and act.is_active_ptr(a):
+            kinds.append(DUP)
+        elif isinstance(a.type, T.FloatType) and act.is_active(a):
+            raise ad_error(f"{ck.what}: a floating-point value with a derivative passed by value to the step is "
+                           "not supported; pass a pointer to it", ck.call)
+        else:
+            kinds.append(CONST)
+    return tuple(kinds)
+
+
+def _begin(mode, inst: Call):
+    if mode.width > 1:
+        raise ad_error(f"vector mode (enzyme_width) with {inst.callee_name} is not supported", inst)
+    ck = parse(inst, mode.module)
+    kinds = step_kinds(mode, ck)
+    info = getattr(mode.module, "enzcc_active_globals", None)
+    differentiated = DUP in kinds or (info is not None and bool(info.reached_by(ck.step.name)))
+    return ck, kinds, differentiated
+
+
+def forward(mode, inst: Call) -> None:
+    """Forward mode: the loop of the steps' tangents (no checkpointing: nothing is taped)."""
+    ck, kinds, differentiated = _begin(mode, inst)
+    b = IRBuilder.before(inst)
+    if not differentiated:
+        _loop(mode.module, ck, b, ck.step, ck.args, "loop")
+    else:
+        F = mode.logic.forward_of_call(inst, ck.step, kinds, [ConstantInt(ck.step.args[0].type, 0), *ck.args])
+        call_args = []
+        for a, k in zip(ck.args, kinds[1:]):
+            call_args.append(a)
+            if k == DUP:
+                call_args.append(mode.shadows.of(a, inst))
+        _loop(mode.module, ck, b, F, call_args, "tangent")
+    inst.erase()
+
+
+# -- reverse mode -------------------------------------------------------------------------------------------
+
+@dataclass
+class _Entry:
+    """What the reverse sweep needs of one checkpointed loop."""
+
+    ck: Checkpoint
+    kinds: tuple
+    aug: Function
+    rev: Function
+    kept: list
+    """The memory a snapshot holds: (pointer, bytes)."""
+    state: Value
+    """The scheme's state (null when its schedule ended in the forward sweep: no steps)."""
+    turn: Value
+    """The first turn's iteration: the number of steps."""
+    anchor: Call
+    """The forward sweep's call (where the step's shadows are taken)."""
+
+
+def augment(mode, inst: Call):
+    """Reverse mode's forward sweep: the schedule up to its first turn. Returns the call that replaces ``inst``
+    and the :class:`_Entry` :func:`reverse` takes (None when no derivative flows through the loop)."""
+    module = mode.module
+    ck, kinds, differentiated = _begin(mode, inst)
+    b = IRBuilder.before(inst)
+    if not differentiated:
+        anchor = _loop(module, ck, b, ck.step, ck.args, "loop")
+        inst.erase()
+        return anchor, None
+    body = mode.logic.body_of(ck.step)
+    kept = kept_memory(module, ck, body)
+    aug, rev = mode.logic.split_of_call(inst, ck.step, kinds, False,
+                                        args=[ConstantInt(ck.step.args[0].type, 0), *ck.args])
+    pairs = [x for pair in kept for x in pair]
+    values = [ck.scheme, ck.data, ck.start, ck.n, *pairs, *ck.args]
+    helper = internal_function(module, f"__enzcc_ckpt_forward_{ck.step.name}", T.StructType((T.ptr, T.i64)),
+                               [v.type for v in values])
+    _forward_sweep(module, helper, ck, len(kept))
+    anchor = b.call(helper, values)
+    state = b.extract_value(anchor, [0])
+    turn = b.extract_value(anchor, [1])
+    inst.erase()
+    return anchor, _Entry(ck, kinds, aug, rev, kept, state, turn, anchor)
+
+
+def reverse(mode, entry: _Entry, block, b: IRBuilder) -> None:
+    """Reverse sweep: the rest of the schedule, each turn differentiating one step."""
+    ck = entry.ck
+    P = lambda v: mode._primal(v, block, b)  # noqa: E731
+    args, shadows = [], []
+    for a, k in zip(ck.args, entry.kinds[1:]):
+        args.append(P(a))
+        if k == DUP:
+            shadows.append(mode._shadow(a, block, b, entry.anchor))
+    pairs = [P(x) for pair in entry.kept for x in pair]
+    values = [P(entry.state), P(entry.turn), P(ck.scheme), P(ck.start), *pairs, *args, *shadows]
+    helper = internal_function(mode.module, f"__enzcc_ckpt_reverse_{ck.step.name}", T.void,
+                               [v.type for v in values])
+    _reverse_sweep(mode.module, helper, entry, len(args), len(shadows))
+    b.call(helper, values)
+
+
+class _Driver:
+    """The parts of a sweep's helper both sweeps share: the scheme's functions, the regions, the action."""
+
+    def __init__(self, module, fn: Function, ck: Checkpoint, scheme: Value, kept: list, b: IRBuilder):
+        self.module, self.fn, self.ck = module, fn, ck
+        self.b = b
+        ptr = lambda off: b.load(T.ptr, b.gep(T.i8, scheme, [ConstantInt(T.i64, off)]))  # noqa: E731
+        self.init, self.next, self.store_fn, self.restore_fn, self.set_nsteps, self.finalize = (
+            ptr(o) for o in (_INIT, _NEXT, _STORE_FN, _RESTORE_FN, _SET_NSTEPS, _FINALIZE))
+        self.regions = b.alloca(T.ArrayType(max(1, len(kept)) * _REGION_BYTES, T.i8))
+        self.total = ConstantInt(T.i64, 0)
+        for k, (p, n) in enumerate(kept):
+            at = lambda off: b.gep(T.i8, self.regions, [ConstantInt(T.i64, k * _REGION_BYTES + off)])  # noqa
+            b.store(p, at(0))
+            b.store(n, at(8))
+            b.store(ConstantInt(T.i32, 0), at(16))
+            b.store(ConstantInt(T.i32, 0), at(20))
+            self.total = b.add(self.total, n)
+        self.nregions = ConstantInt(T.i64, len(kept))
+        self.action = b.alloca(T.ArrayType(_ACTION_BYTES, T.i8))
+
+    def check_scheme(self, scheme: Value) -> None:
+        """The scheme's version, and a store and a restore of its own (save_state/load_state are not used)."""
+        b = self.b
+        ok = b.icmp("eq", b.load(T.i32, scheme), ConstantInt(T.i32, 1))
+        for f in (self.store_fn, self.restore_fn, self.next, self.finalize):
+            ok = b.and_(ok, b.icmp("ne", f, ConstantNull(T.ptr)))
+        good, bad = self.fn.append_block("scheme_ok"), self.fn.append_block("scheme_bad")
+        b.cond_br(ok, good, bad)
+        fail_at_run_time(self.module, IRBuilder.at_end(bad),
+                         f"{self.ck.what}: the scheme is not an EnzymeCheckpointScheme of version 1 with "
+                         "next_action, store, restore and finalize (save_state/load_state are not supported)")
+        b.position_at_end(good)
+
+    def slot(self, b: IRBuilder, fn: Value, slot: Value, step: Value) -> None:
+        """``store`` or ``restore`` of ``slot``."""
+        b.call(fn, [self.state, slot, step, self.regions, self.nregions],
+               function_type=T.FunctionType(T.void, (T.ptr, T.i64, T.i64, T.ptr, T.i64)))
+
+    def ask(self, b: IRBuilder):
+        """``next_action``: (flag, iteration, startiteration, cpnum)."""
+        b.call(self.next, [self.state, self.action], function_type=T.FunctionType(T.void, (T.ptr, T.ptr)))
+        at = lambda off: b.gep(T.i8, self.action, [ConstantInt(T.i64, off)])  # noqa: E731
+        return (b.load(T.i32, self.action), b.load(T.i64, at(8)), b.load(T.i64, at(16)), b.load(T.i64, at(24)))
+
+    def step(self, b: IRBuilder, callee: Value, j: Value, args) -> Value:
+        """Run step ``j`` (counted from 0) of the loop."""
+        i = _index(b, self.ck.step.args[0].type, b.add(self.start, j))
+        return b.call(callee, [i, *args])
+
+    def run_forward(self, b: IRBuilder, first: Value, end: Value, args, head, ended=None) -> None:
+        """Steps ``first`` to ``end - 1`` without taping, then to ``head``; for a while loop whose step says stop,
+        ``ended(builder, steps run)`` instead."""
+        fn = self.fn
+        check, body = fn.append_block("forward"), fn.append_block("forward_step")
+        entry_block = b.block
+        b.br(check)
+        cb = IRBuilder.at_end(check)
+        j = cb.phi(T.i64, [(first, entry_block)])
+        cb.cond_br(cb.icmp("slt", j, end), body, head)
+        sb = IRBuilder.at_end(body)
+        r = self.step(sb, self.ck.step, j, args)
+        j1 = sb.add(j, ConstantInt(T.i64, 1))
+        j.add_incoming(j1, body)
+        if ended is None:
+            sb.br(check)
+        else:
+            stop = fn.append_block("loop_ended")
+            sb.cond_br(sb.icmp("ne", r, ConstantInt(r.type, 0)), check, stop)
+            ended(IRBuilder.at_end(stop), j1)
+
+
+def _forward_sweep(module, fn: Function, ck: Checkpoint, nkept: int) -> None:
+    it = iter(fn.args)
+    scheme, data, start, n = next(it), next(it), next(it), next(it)
+    kept = [(next(it), next(it)) for _ in range(nkept)]
+    args = list(it)
+    b = IRBuilder.at_end(fn.append_block("entry"))
+    d = _Driver(module, fn, ck, scheme, kept, b)
+    d.start = start
+    d.check_scheme(scheme)
+    d.state = b.call(d.init, [data, n, d.total], function_type=T.FunctionType(T.ptr, (T.ptr, T.i64, T.i64)))
+    head = fn.append_block("action")
+    b.br(head)
+    hb = IRBuilder.at_end(head)
+    flag, iteration, first, cpnum = d.ask(hb)
+    store, restore, fwd, turn, done, bad = (fn.append_block(x) for x in
+                                            ("store", "restore", "run", "first_turn", "done", "bad_action"))
+    hb.switch(flag, bad, [(_STORE, store), (_RESTORE, restore), (_FORWARD, fwd), (_FIRSTUTURN, turn),
+                          (_DONE, done)])
+    sb = IRBuilder.at_end(store)
+    d.slot(sb, d.store_fn, cpnum, iteration)
+    sb.br(head)
+    rb = IRBuilder.at_end(restore)
+    d.slot(rb, d.restore_fn, cpnum, iteration)
+    rb.br(head)
+
+    def ended(eb: IRBuilder, steps: Value) -> None:  # a while loop's step said stop: the scheme learns the count
+        has = fn.append_block("set_nsteps")
+        missing = fn.append_block("no_set_nsteps")
+        eb.cond_br(eb.icmp("ne", d.set_nsteps, ConstantNull(T.ptr)), has, missing)
+        fail_at_run_time(module, IRBuilder.at_end(missing),
+                         f"{CHECKPOINT_WHILE}: the scheme has no set_nsteps (it cannot checkpoint while loops)")
+        sb2 = IRBuilder.at_end(has)
+        sb2.call(d.set_nsteps, [d.state, steps], function_type=T.FunctionType(T.void, (T.ptr, T.i64)))
+        sb2.br(head)
+
+    d.run_forward(IRBuilder.at_end(fwd), first, iteration, args, head, ended if ck.is_while else None)
+    tb = IRBuilder.at_end(turn)
+    last = tb.sub(iteration, ConstantInt(T.i64, 1))
+    d.slot(tb, d.store_fn, ConstantInt(T.i64, -2), last)
+    d.step(tb, ck.step, last, args)
+    d.slot(tb, d.store_fn, ConstantInt(T.i64, -1), iteration)
+    pair = tb.insert_value(ConstantZero(T.StructType((T.ptr, T.i64))), d.state, [0])
+    tb.ret(tb.insert_value(pair, iteration, [1]))
+    db = IRBuilder.at_end(done)  # no steps: nothing to reverse
+    db.call(d.finalize, [d.state], function_type=T.FunctionType(T.void, (T.ptr,)))
+    db.ret(ConstantZero(T.StructType((T.ptr, T.i64))))
+    fail_at_run_time(module, IRBuilder.at_end(bad),
+                     f"{ck.what}: the scheme's action in the forward sweep is not store, restore, forward, "
+                     "first turn or done")
+
+
+def _reverse_sweep(module, fn: Function, entry: _Entry, nargs: int, nshadows: int) -> None:
+    ck = entry.ck
+    it = iter(fn.args)
+    state, turn, scheme, start = next(it), next(it), next(it), next(it)
+    kept = [(next(it), next(it)) for _ in entry.kept]
+    args = [next(it) for _ in range(nargs)]
+    shadows = [next(it) for _ in range(nshadows)]
+    eb = IRBuilder.at_end(fn.append_block("entry"))
+    go, out = fn.append_block("reverse"), fn.append_block("exit")
+    eb.cond_br(eb.icmp("eq", state, ConstantNull(T.ptr)), out, go)
+    IRBuilder.at_end(out).ret_void()
+    b = IRBuilder.at_end(go)
+    d = _Driver(module, fn, ck, scheme, kept, b)
+    d.start, d.state = start, state
+
+    def differentiate(gb: IRBuilder, iteration: Value) -> None:
+        """Step ``iteration - 1``, its augmented primal then its reverse (the state after it is left)."""
+        j = gb.sub(iteration, ConstantInt(T.i64, 1))
+        i = _index(gb, ck.step.args[0].type, gb.add(start, j))
+        tape = gb.extract_value(gb.call(entry.aug, [i, *args, *shadows]), [0])
+        gb.call(entry.rev, [i, *args, *shadows, tape])
+
+    d.slot(b, d.restore_fn, ConstantInt(T.i64, -2), b.sub(turn, ConstantInt(T.i64, 1)))
+    differentiate(b, turn)
+    head = fn.append_block("action")
+    b.br(head)
+    hb = IRBuilder.at_end(head)
+    flag, iteration, first, cpnum = d.ask(hb)
+    store, restore, fwd, uturn, done, bad = (fn.append_block(x) for x in
+                                             ("store", "restore", "run", "turn", "done", "bad_action"))
+    hb.switch(flag, bad, [(_STORE, store), (_RESTORE, restore), (_FORWARD, fwd), (_UTURN, uturn),
+                          (_DONE, done)])
+    sb = IRBuilder.at_end(store)
+    d.slot(sb, d.store_fn, cpnum, iteration)
+    sb.br(head)
+    rb = IRBuilder.at_end(restore)
+    d.slot(rb, d.restore_fn, cpnum, iteration)
+    rb.br(head)
+    d.run_forward(IRBuilder.at_end(fwd), first, iteration, args, head)
+    ub = IRBuilder.at_end(uturn)
+    differentiate(ub, iteration)
+    ub.br(head)
+    db = IRBuilder.at_end(done)
+    d.slot(db, d.restore_fn, ConstantInt(T.i64, -1), turn)
+    db.call(d.finalize, [state], function_type=T.FunctionType(T.void, (T.ptr,)))
+    db.ret_void()
+    fail_at_run_time(module, IRBuilder.at_end(bad),
+                     f"{ck.what}: the scheme's action in the reverse sweep is not store, restore, forward, turn "
+                     "or done")
+
+
+# -- what a snapshot holds ---------------------------------------------------------------------------------
+
+def _reached(module, step: Function) -> list[Function]:
+    """The step and the functions with bodies whose address it uses (calls, or passes on: the step of a
+    checkpointed loop inside it), directly or not."""
+    from enzcc.ad.globals import used_globals
+
+    out, todo, seen = [], [step], set()
+    while todo:
+        fn = todo.pop()
+        if fn.name in seen or fn.is_declaration:
+            continue
+        seen.add(fn.name)
+        out.append(fn)
+        todo += [module.functions[sym] for sym in used_globals(fn) if sym in module.functions]
+    return out
+
+
+def kept_memory(module, ck: Checkpoint, body: Function) -> list[tuple[Value, Value]]:
+    """The regions, and every mutable global defined here that the step and its callees use (written or read:
+    a global a step reads may be written later, and the recomputed step must read it as it was). A step that
+    writes memory outside them is refused (:func:`_check_writes`)."""
+    from enzcc.ad.globals import used_globals
+
+    out = list(ck.regions)
+    listed = {base.symbol for base, _ in out if isinstance(base, GlobalRef)}
+    dl = module.data_layout
+    syms = set()
+    for fn in _reached(module, ck.step):
+        syms |= used_globals(fn, skip_callees=True)
+    for sym in sorted(syms):
+        gv = module.globals.get(sym)
+        if gv is None or gv.kind != "global" or gv.is_constant or sym in listed or gv.value_type is None:
+            continue
+        if gv.is_declaration:
+            if _writes_global(module, ck.step, sym):
+                raise ad_error(f"{ck.what}: the step writes the global '{sym}', which is defined in another "
+                               "object: its size is not known here (give it with enzyme_checkpoint_region)",
+                               ck.call)
+            continue
+        out.append((module.global_ref(sym), ConstantInt(T.i64, dl.alloc_size(gv.value_type))))
+    _check_writes(module, ck, body)
+    return out
+
+
+def _base(p: Value) -> Value:
+    """The object a pointer points into, also through constant address arithmetic (``gep (@g, 8)``)."""
+    from enzcc.ad.memory import base_object
+
+    for _ in range(64):
+        p = base_object(p)
+        if not (isinstance(p, ConstantExpr) and p.opcode in ("getelementptr", "bitcast", "addrspacecast")):
+            break
+        p = p.operands[0]
+    return p
+
+
+def _writes_global(module, step: Function, sym: str) -> bool:
+    for fn in _reached(module, step):
+        for ptr in _written_pointers(fn):
+            base = _base(ptr)
+            if isinstance(base, GlobalRef) and base.symbol == sym:
+                return True
+    return False
+
+
+_WRITING_INTRINSICS = ("llvm.memcpy", "llvm.memmove", "llvm.memset")
+
+
+def _written_pointers(fn: Function):
+    """The pointers ``fn`` writes through: stores, and the destination of memcpy/memmove/memset."""
+    for inst in fn.instructions():
+        if isinstance(inst, Store):
+            yield inst.pointer
+        elif isinstance(inst, Call) and (inst.callee_name or "").startswith(_WRITING_INTRINSICS):
+            yield inst.args[0]
+
+
+def _check_writes(module, ck: Checkpoint, body: Function) -> None:
+    """Refuse a step (its prepared copy ``body``) that writes memory a snapshot does not hold: through a pointer
+    argument no region covers, or through a pointer it did not make itself. A pointer passed to a function
+    that was not inlined counts as written."""
+    from enzcc.ad.activity import is_allocation
+
+    covered = {id(_base(p)) for p, _ in ck.regions}
+    params = {id(q): a for a, q in zip(ck.args, body.args[1:])}
+    written = list(_written_pointers(body))
+    for inst in body.instructions():
+        callee = module.functions.get(inst.callee_name) if isinstance(inst, Call) and inst.callee_name else None
+        if callee is not None and not callee.is_declaration:
+            written += [a for a in inst.args if isinstance(a.type, T.PointerType)]
+    for ptr in written:
+        base = _base(ptr)
+        if isinstance(base, (Alloca, GlobalRef)) or (isinstance(base, Call) and is_allocation(base)):
+            continue
+        if isinstance(base, Argument) and id(base) in params and id(_base(params[id(base)])) in covered:
+            continue
+        where = "a pointer it loads or computes"
+        if isinstance(base, Argument) and base in body.args:
+            k = body.args.index(base)
+            where = f"its argument {k + 1}" + (f" ('{base.name}')" if base.name else "")
+        raise ad_error(f"{ck.what}: the step '{ck.step.name}' writes through {where}, whose memory no snapshot "
+                       "holds; pass it as enzyme_checkpoint_region, pointer, bytes", ck.call)
+
+
+__all__ = ["CHECKPOINT_FOR", "CHECKPOINT_WHILE", "augment", "forward", "is_checkpoint", "lower", "parse",
+           "reverse", "step_name"]

@@ -1,0 +1,298 @@
+"""Checkpointed time loops (``<enzyme/checkpoint.h>``), at -O0..-O3: ``__enzyme_checkpoint_for`` and
+``__enzyme_checkpoint_while`` driven by the reference schemes (Revolve, Periodic, StoreAll). Checked against the
+gradient of the same loop without checkpointing (to 1e-12), central differences, and the protocol: each step is
+taped once, Revolve keeps at most its budget of snapshots, the memory after the gradient is what the forward
+pass left (a global the step writes is in the snapshots), forward mode gives the plain loop's tangent, nested
+checkpointed loops, and the one-line errors."""
+
+import pytest
+
+from adharness import PRELUDE, assert_close, build_and_run
+from enzcc_testing import need
+
+pytestmark = need("clang-22", "llvm-objcopy-22")
+
+OPTS = ["-O0", "-O1", "-O2", "-O3"]
+
+FOR_LOOP = r"""
+#include <enzyme/checkpoint.h>
+enum { N = 5 };
+static double glob[N];   /* written by every step: the snapshots must hold it */
+static double kappa = 0.1;
+__attribute__((noinline)) static void step(int64_t i, double *u) {
+  double t[N];
+  for (int k = 0; k < N; k++)
+    t[k] = u[k] + kappa * (u[(k + 1) % N] - 2 * u[k] + u[(k + N - 1) % N]) + 0.01 * sin(glob[k] + 0.1 * (double)i);
+  for (int k = 0; k < N; k++) { glob[k] = 0.9 * glob[k] + 0.1 * t[k] * t[k]; u[k] = t[k]; }
+}
+static double loss(const double *u) {
+  double s = 0;
+  for (int k = 0; k < N; k++) s += u[k] * u[k] + glob[k];
+  return s;
+}
+static double plain(double *u, int64_t n) {
+  for (int64_t i = 0; i < n; i++) step(i, u);
+  return loss(u);
+}
+static double ckpt(double *u, int64_t n, const EnzymeCheckpointScheme *s, EnzymeCkptConfig *c) {
+  __enzyme_checkpoint_for((void *)step, 0, n, enzyme_scheme, s, c, enzyme_checkpoint_region, u,
+                          (int64_t)(N * sizeof(double)), u);
+  return loss(u);
+}
+static void init(double *u) {
+  for (int k = 0; k < N; k++) { u[k] = 1.0 + 0.5 * sin((double)k); glob[k] = 0.25 * k; }
+}
+int main(void) {
+  const EnzymeCheckpointScheme *schemes[3] = {&EnzymeCkptRevolve, &EnzymeCkptPeriodic, &EnzymeCkptStoreAll};
+  const char *names[3] = {"revolve", "periodic", "storeall"};
+  int64_t steps[] = {0, 1, 2, 7, 20};
+  int64_t snaps[] = {1, 2, 3};
+  char key[96];
+  for (unsigned a = 0; a < sizeof steps / sizeof *steps; a++) {
+    int64_t n = steps[a];
+    double u[N], du[N] = {0}, uref[N], gref[N];
+    init(u);
+    __enzyme_autodiff((void *)plain, enzyme_dup, u, du, enzyme_const, n);
+    memcpy(uref, u, sizeof u); memcpy(gref, glob, sizeof glob);
+    for (int k = 0; k < N; k++) {
+      double h = 1e-6, up, dn;
+      init(u); u[k] += h; up = plain(u, n);
+      init(u); u[k] -= h; dn = plain(u, n);
+      snprintf(key, sizeof key, "plain.n%lld.%d", (long long)n, k); report(key, du[k]);
+      snprintf(key, sizeof key, "fd.n%lld.%d", (long long)n, k); report(key, (up - dn) / (2 * h));
+    }
+    for (int s = 0; s < 3; s++)
+      for (unsigned c = 0; c < sizeof snaps / sizeof *snaps; c++) {
+        EnzymeCkptStats stats;
+        EnzymeCkptConfig config = {snaps[c], 0, NULL, 0, &stats};
+        double v[N], dv[N] = {0};
+        memset(&stats, 0, sizeof stats);
+        init(v);
+        __enzyme_autodiff((void *)ckpt, enzyme_dup, v, dv, enzyme_const, n, enzyme_const, schemes[s],
+                          enzyme_const, &config);
+        for (int k = 0; k < N; k++) {
+          snprintf(key, sizeof key, "%s%lld.n%lld.%d", names[s], (long long)snaps[c], (long long)n, k);
+          report(key, dv[k]);
+        }
+        snprintf(key, sizeof key, "state.%s%lld.n%lld", names[s], (long long)snaps[c], (long long)n);
+        report(key, memcmp(v, uref, sizeof v) != 0 || memcmp(glob, gref, sizeof glob) != 0);
+        snprintf(key, sizeof key, "taped.%s%lld.n%lld", names[s], (long long)snaps[c], (long long)n);
+        report(key, (double)(stats.taped_steps - n));
+        snprintf(key, sizeof key, "slots.%s%lld.n%lld", names[s], (long long)snaps[c], (long long)n);
+        report(key, (double)stats.max_slots);
+      }
+    double w[N];
+    init(w);
+    double p = plain(w, n);
+    init(w);
+    EnzymeCkptConfig config = {2, 0, NULL, 0, NULL};
+    snprintf(key, sizeof key, "primal.n%lld", (long long)n);
+    report(key, ckpt(w, n, &EnzymeCkptRevolve, &config) - p);
+  }
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", OPTS)
+def test_checkpoint_for_every_scheme(enzcc, opt):
+    v = build_and_run(enzcc, FOR_LOOP, opt)
+    for n in (0, 1, 2, 7, 20):
+        for name in ("revolve", "periodic", "storeall"):
+            for c in (1, 2, 3):
+                assert_close(v, f"{name}{c}.n{n}.", f"plain.n{n}.", rel=1e-12, abs_=1e-14)
+                assert v[f"state.{name}{c}.n{n}"] == 0, (name, c, n)
+                assert v[f"taped.{name}{c}.n{n}"] == 0, (name, c, n)  # every step taped once
+            assert v[f"slots.revolve{c}.n{n}"] <= c
+        assert_close(v, f"plain.n{n}.", f"fd.n{n}.", rel=1e-6, abs_=1e-7)
+        assert v[f"primal.n{n}"] == 0
+    # with one snapshot and 20 steps, store-all and periodic keep far more than revolve does
+    assert v["slots.storeall1.n20"] >= 19 and v["slots.revolve1.n20"] == 1
+
+
+WHILE_LOOP = r"""
+#include <enzyme/checkpoint.h>
+enum { N = 3 };
+/* p is read by every step: its shadow collects the parameters' gradient */
+__attribute__((noinline)) static int step(int64_t i, double *u, const double *p, int64_t limit) {
+  double t0 = u[0], t1 = u[1], t2 = u[2];
+  u[0] = t0 + 0.1 * sin(t1) * p[0];
+  u[1] = t1 * (1 + 0.05 * t2) + 0.01 * (double)i;
+  u[2] = t2 + 0.1 * t0 * p[1];
+  return i + 1 < limit;
+}
+static double loss(const double *u) { return u[0] * u[1] + u[2] * u[2]; }
+static double plain(double *u, const double *p, int64_t limit) {
+  int64_t i = 0;
+  while (step(i++, u, p, limit)) {
+  }
+  return loss(u);
+}
+static EnzymeCkptStats stats;
+static double ckpt(double *u, const double *p, int64_t limit) {
+  EnzymeCkptConfig config = {0, 0, NULL, 0, &stats};
+  __enzyme_checkpoint_while((void *)step, enzyme_scheme, &EnzymeCkptStoreAll, &config, enzyme_checkpoint_region,
+                            u, (int64_t)(N * sizeof(double)), u, p, limit);
+  return loss(u);
+}
+/* forward mode through a checkpointed for loop: the tangent of each step, in order */
+static double fplain(double *u, const double *p, int64_t n) {
+  for (int64_t i = 0; i < n; i++) step(i, u, p, n);
+  return loss(u);
+}
+static double fckpt(double *u, const double *p, int64_t n) {
+  EnzymeCkptConfig config = {2, 0, NULL, 0, NULL};
+  __enzyme_checkpoint_for((void *)step, 0, n, enzyme_scheme, &EnzymeCkptRevolve, &config,
+                          enzyme_checkpoint_region, u, (int64_t)(N * sizeof(double)), u, p, n);
+  return loss(u);
+}
+int main(void) {
+  char key[64];
+  for (int64_t lim = 1; lim <= 9; lim += 4) {
+    double u[N] = {0.3, 0.7, 1.1}, du[N] = {0}, p[N] = {1.5, -0.5, 0}, dp[N] = {0};
+    double v[N] = {0.3, 0.7, 1.1}, dv[N] = {0}, dq[N] = {0};
+    __enzyme_autodiff((void *)plain, enzyme_dup, u, du, enzyme_dup, p, dp, enzyme_const, lim);
+    __enzyme_autodiff((void *)ckpt, enzyme_dup, v, dv, enzyme_dup, p, dq, enzyme_const, lim);
+    for (int k = 0; k < N; k++) {
+      snprintf(key, sizeof key, "plain.%lld.u%d", (long long)lim, k); report(key, du[k]);
+      snprintf(key, sizeof key, "ckpt.%lld.u%d", (long long)lim, k); report(key, dv[k]);
+      snprintf(key, sizeof key, "plain.%lld.p%d", (long long)lim, k); report(key, dp[k]);
+      snprintf(key, sizeof key, "ckpt.%lld.p%d", (long long)lim, k); report(key, dq[k]);
+    }
+    snprintf(key, sizeof key, "state.%lld", (long long)lim); report(key, memcmp(u, v, sizeof u) != 0);
+    snprintf(key, sizeof key, "taped.%lld", (long long)lim); report(key, (double)stats.taped_steps);
+    double a[N] = {0.3, 0.7, 1.1}, da[N] = {1, 0.5, -2}, b[N] = {0.3, 0.7, 1.1}, db[N] = {1, 0.5, -2};
+    double dpp[N] = {0.25, 1, 0};
+    snprintf(key, sizeof key, "fwd.plain.%lld", (long long)lim);
+    report(key, __enzyme_fwddiff((void *)fplain, enzyme_dup, a, da, enzyme_dup, p, dpp, enzyme_const, lim));
+    snprintf(key, sizeof key, "fwd.ckpt.%lld", (long long)lim);
+    report(key, __enzyme_fwddiff((void *)fckpt, enzyme_dup, b, db, enzyme_dup, p, dpp, enzyme_const, lim));
+  }
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", OPTS)
+def test_checkpoint_while_and_forward_mode(enzcc, opt):
+    v = build_and_run(enzcc, WHILE_LOOP, opt)
+    assert_close(v, "ckpt.", "plain.", rel=1e-12, abs_=1e-14)
+    assert_close(v, "fwd.ckpt.", "fwd.plain.", rel=1e-12, abs_=1e-14)
+    for lim in (1, 5, 9):
+        assert v[f"state.{lim}"] == 0 and v[f"taped.{lim}"] == lim
+        assert any(abs(v[f"ckpt.{lim}.p{k}"]) > 1e-3 for k in range(2))  # (the parameters do get a gradient)
+
+
+NESTED = r"""
+#include <enzyme/checkpoint.h>
+enum { N = 3 };
+/* written by the inner step only: the outer loop's snapshots must hold it too */
+static double drift;
+__attribute__((noinline)) static void step(int64_t i, double *u) {
+  double t0 = u[0], t1 = u[1], t2 = u[2];
+  u[0] = t0 + 0.1 * sin(t1);
+  u[1] = t1 * (1 + 0.05 * t2) + 0.01 * (double)i + 0.2 * drift * drift;
+  u[2] = t2 + 0.1 * t0 * t1;
+  drift = 0.5 * drift + 0.3 * t0;
+}
+typedef struct { int64_t inner; EnzymeCkptConfig *config; } Levels;
+/* a segment of the outer loop is itself a checkpointed loop */
+__attribute__((noinline)) static void segment(int64_t k, double *u, const Levels *l) {
+  __enzyme_checkpoint_for((void *)step, k * l->inner, l->inner, enzyme_scheme, &EnzymeCkptRevolve, l->config,
+                          enzyme_checkpoint_region, u, (int64_t)(N * sizeof(double)), u);
+}
+static double loss(const double *u) { return u[0] * u[1] + u[2] * u[2] + drift; }
+static double plain(double *u, int64_t n) {
+  for (int64_t i = 0; i < n; i++) step(i, u);
+  return loss(u);
+}
+static double nested(double *u, int64_t outer, const Levels *l, EnzymeCkptConfig *oc) {
+  __enzyme_checkpoint_for((void *)segment, 0, outer, enzyme_scheme, &EnzymeCkptPeriodic, oc,
+                          enzyme_checkpoint_region, u, (int64_t)(N * sizeof(double)), u, l);
+  return loss(u);
+}
+int main(void) {
+  char key[64];
+  for (int64_t outer = 0; outer <= 4; outer += 2)
+    for (int64_t inner = 1; inner <= 5; inner += 2) {
+      EnzymeCkptConfig ic = {2, 0, NULL, 0, NULL}, oc = {2, 0, NULL, 0, NULL};
+      Levels l = {inner, &ic};
+      double u[N] = {0.3, 0.7, 1.1}, du[N] = {0}, v[N] = {0.3, 0.7, 1.1}, dv[N] = {0};
+      drift = 0.4;
+      __enzyme_autodiff((void *)plain, enzyme_dup, u, du, enzyme_const, outer * inner);
+      double after = drift;
+      drift = 0.4;
+      __enzyme_autodiff((void *)nested, enzyme_dup, v, dv, enzyme_const, outer, enzyme_const, &l, enzyme_const,
+                        &oc);
+      for (int k = 0; k < N; k++) {
+        snprintf(key, sizeof key, "plain.%lld.%lld.%d", (long long)outer, (long long)inner, k); report(key, du[k]);
+        snprintf(key, sizeof key, "nested.%lld.%lld.%d", (long long)outer, (long long)inner, k); report(key, dv[k]);
+      }
+      snprintf(key, sizeof key, "state.%lld.%lld", (long long)outer, (long long)inner);
+      report(key, memcmp(u, v, sizeof u) != 0 || after != drift);
+    }
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O2"])
+def test_nested_checkpointed_loops(enzcc, opt):
+    v = build_and_run(enzcc, NESTED, opt)
+    assert_close(v, "nested.", "plain.", rel=1e-12, abs_=1e-14)
+    assert all(v[k] == 0 for k in v if k.startswith("state."))
+
+
+def test_checkpoint_without_inlining(enzcc):
+    """The step and what it calls stay functions (--ad-inline=none): the same gradients."""
+    v = build_and_run(enzcc, FOR_LOOP, "-O1", extra=("--ad-inline=none",))
+    for name in ("revolve", "periodic", "storeall"):
+        assert_close(v, f"{name}2.", "plain.", rel=1e-12, abs_=1e-14)
+
+
+ERROR_PREFIX = r"""
+#include <enzyme/checkpoint.h>
+enum { N = 3 };
+static EnzymeCkptConfig config = {2, 0, NULL, 0, NULL};
+"""
+
+ERRORS = {
+    # the step writes u, but no region covers it: a recomputed step would start from a wrong state
+    "uncovered": (r"""
+__attribute__((noinline)) static void step(int64_t i, double *u) { u[i % N] = sin(u[(i + 1) % N]); }
+static double f(double *u, int64_t n) {
+  __enzyme_checkpoint_for((void *)step, 0, n, enzyme_scheme, &EnzymeCkptRevolve, &config, u);
+  return u[0];
+}""", "writes through its argument 2, whose memory no snapshot holds"),
+    "no scheme": (r"""
+__attribute__((noinline)) static void step(int64_t i, double *u) { u[i % N] = sin(u[(i + 1) % N]); }
+static double f(double *u, int64_t n) {
+  __enzyme_checkpoint_for((void *)step, 0, n, enzyme_checkpoint_region, u, (int64_t)sizeof(double) * N, u);
+  return u[0];
+}""", "needs its scheme: enzyme_scheme, &scheme, data"),
+    "signature": (r"""
+__attribute__((noinline)) static void step(int64_t i, double *u, double *w) { u[i % N] = sin(w[0]); }
+static double f(double *u, int64_t n) {
+  __enzyme_checkpoint_for((void *)step, 0, n, enzyme_scheme, &EnzymeCkptRevolve, &config,
+                          enzyme_checkpoint_region, u, (int64_t)sizeof(double) * N, u);
+  return u[0];
+}""", "the step's index, then the arguments given after the markers"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ERRORS))
+def test_checkpoint_errors(enzcc, case):
+    body, message = ERRORS[case]
+    main = r"""
+int main(void) {
+  double u[N] = {1, 2, 3}, du[N] = {0};
+  __enzyme_autodiff((void *)f, enzyme_dup, u, du, enzyme_const, (int64_t)4);
+  printf("%g\n", du[0]);
+  return 0;
+}"""
+    enzcc.write("e.c", PRELUDE + ERROR_PREFIX + body + main)
+    r = enzcc("-O2", "e.c", "-lm", "-o", "e", check=False)
+    assert r.returncode != 0
+    lines = [ln for ln in r.stderr.splitlines() if "error" in ln]
+    assert len(lines) == 1 and message in lines[0], r.stderr
+    assert "Traceback" not in r.stderr
