@@ -19,7 +19,7 @@ from enzcc.ad.hints import hints_of
 from enzcc.ad.inline import invoke_to_call, is_kept_recursive
 from enzcc.ad.context import MARKER as CONTEXT_MARKER, copy_in, copy_out, is_runtime as is_context_runtime, \
     lower as lower_contexts
-from enzcc.ad.checkpoint import is_checkpoint, lower as lower_checkpoints, step_name as checkpoint_step
+from enzcc.ad.checkpoint import DRIVER_MARK, is_checkpoint, lower as lower_checkpoints, step_name as checkpoint_step
 from enzcc.ad.fixed_point import is_fixed_point, lower as lower_fixed_points, step_name as fixed_point_step
 from enzcc.ad.iters import advance as advance_iterations, is_iter, lower as lower_iterations
 from enzcc.ad.outline import is_set_fixed_point, lower as lower_marks, outline_marked_loops
@@ -97,6 +97,10 @@ def _differentiate_text(text: str, target_machine, inline: str) -> tuple[str, in
             if isinstance(inst, Call) and is_context_runtime(inst.callee_name):
                 raise ad_error(f"cannot differentiate '{fn.name}': it calls {inst.callee_name}, and derivatives of "
                                "code that uses an enzyme_context (nested AD) are not supported", inst)
+            if isinstance(inst, Call) and inst.callee_name == DRIVER_MARK:
+                raise ad_error(f"cannot differentiate '{fn.name}': it runs the reverse mode of a checkpointed loop "
+                               "(__enzyme_checkpoint_for/while), and derivatives of that (higher order) are not "
+                               "supported", inst)
             forked = forked_function_name(inst) or fixed_point_step(inst) or checkpoint_step(inst)
             if forked in module.functions and not module.functions[forked].is_declaration:
                 todo.append(module.functions[forked])  # an OpenMP parallel region's body, a fixed point's step

@@ -35,6 +35,9 @@ from enzcc.ir.values import Argument, ConstantExpr, ConstantInt, ConstantNull, C
 CHECKPOINT_FOR = "__enzyme_checkpoint_for"
 CHECKPOINT_WHILE = "__enzyme_checkpoint_while"
 _SCHEME, _REGION = "enzyme_scheme", "enzyme_checkpoint_region"
+DRIVER_MARK = "__enzcc_checkpoint_driver"
+"""Called where a sweep's driver starts, so that a later round of AD (a derivative of this derivative) finds the
+driver after it was inlined, and refuses it; removed by :func:`lower`."""
 
 # the header's ABI (ENZYME_CKPT_ABI_VERSION 1): action flags, and the byte offsets of the structures' fields
 _STORE, _RESTORE, _FORWARD, _FIRSTUTURN, _UTURN, _DONE = 1, 2, 3, 4, 5, 7
@@ -173,13 +176,26 @@ def _loop(module, ck: Checkpoint, b: IRBuilder, callee: Function, call_args, nam
 
 
 def lower(module) -> int:
-    """Replace each remaining checkpointed loop (code that is not differentiated) by its loop."""
+    """Replace each remaining checkpointed loop (code that is not differentiated) by its loop, and remove the
+    drivers' marks."""
     calls = calls_named(module, CHECKPOINT_FOR) + calls_named(module, CHECKPOINT_WHILE)
     for inst in calls:
         ck = parse(inst, module)
         _loop(module, ck, IRBuilder.before(inst), ck.step, ck.args, "loop")
         inst.erase()
+    for inst in calls_named(module, DRIVER_MARK):
+        inst.erase()
+    if DRIVER_MARK in module.functions:
+        module.remove_function(DRIVER_MARK)
     return len(calls)
+
+
+def _mark_driver(module, b: IRBuilder) -> None:
+    mark = module.functions.get(DRIVER_MARK)
+    if mark is None:
+        mark = module.get_or_insert_function(DRIVER_MARK, T.FunctionType(T.void, ()))
+        mark.fn_attrs = ["nounwind", "memory(inaccessiblemem: readwrite)"]
+    b.call(mark, [])
 
 
 # -- what both modes need ----------------------------------------------------------------------------------
@@ -367,6 +383,7 @@ def _forward_sweep(module, fn: Function, ck: Checkpoint, nkept: int) -> None:
     kept = [(next(it), next(it)) for _ in range(nkept)]
     args = list(it)
     b = IRBuilder.at_end(fn.append_block("entry"))
+    _mark_driver(module, b)
     d = _Driver(module, fn, ck, scheme, kept, b)
     d.start = start
     d.check_scheme(scheme)
@@ -424,6 +441,7 @@ def _reverse_sweep(module, fn: Function, entry: _Entry, nargs: int, nshadows: in
     eb.cond_br(eb.icmp("eq", state, ConstantNull(T.ptr)), out, go)
     IRBuilder.at_end(out).ret_void()
     b = IRBuilder.at_end(go)
+    _mark_driver(module, b)
     d = _Driver(module, fn, ck, scheme, kept, b)
     d.start, d.state = start, state
 
@@ -568,5 +586,5 @@ def _check_writes(module, ck: Checkpoint, body: Function) -> None:
                        "holds; pass it as enzyme_checkpoint_region, pointer, bytes", ck.call)
 
 
-__all__ = ["CHECKPOINT_FOR", "CHECKPOINT_WHILE", "augment", "forward", "is_checkpoint", "lower", "parse",
+__all__ = ["CHECKPOINT_FOR", "CHECKPOINT_WHILE", "DRIVER_MARK", "augment", "forward", "is_checkpoint", "lower", "parse",
            "reverse", "step_name"]

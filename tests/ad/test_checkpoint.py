@@ -296,3 +296,36 @@ int main(void) {
     lines = [ln for ln in r.stderr.splitlines() if "error" in ln]
     assert len(lines) == 1 and message in lines[0], r.stderr
     assert "Traceback" not in r.stderr
+
+
+HIGHER_ORDER = r"""
+#include <enzyme/checkpoint.h>
+enum { N = 3 };
+static EnzymeCkptConfig config = {2, 0, NULL, 0, NULL};
+__attribute__((noinline)) static void step(int64_t i, double *u) { u[i % N] = sin(u[(i + 1) % N]) * u[i % N]; }
+static double f(double *u, int64_t n) {
+  __enzyme_checkpoint_for((void *)step, 0, n, enzyme_scheme, &EnzymeCkptRevolve, &config,
+                          enzyme_checkpoint_region, u, (int64_t)sizeof(double) * N, u);
+  return u[0];
+}
+__attribute__((noinline)) static void grad(double *u, double *du, int64_t n) {
+  __enzyme_autodiff((void *)f, enzyme_dup, u, du, enzyme_const, n);
+}
+int main(void) {
+  double u[N] = {1, 2, 3}, v[N] = {1, 0, 0}, du[N] = {0}, hv[N] = {0};
+  __enzyme_fwddiff((void *)grad, enzyme_dup, u, v, enzyme_dup, du, hv, enzyme_const, (int64_t)4);
+  printf("%g\n", hv[0]);
+  return 0;
+}
+"""
+
+
+def test_derivative_of_a_checkpointed_gradient_is_refused(enzcc):
+    """Forward over reverse through the checkpointing driver (its snapshots would need the tangents too): one
+    line, at every level (the driver is found after it was inlined)."""
+    enzcc.write("h.c", PRELUDE + HIGHER_ORDER)
+    for opt in ("-O0", "-O2"):
+        r = enzcc(opt, "h.c", "-lm", "-o", "h", check=False)
+        assert r.returncode != 0
+        lines = [ln for ln in r.stderr.splitlines() if "error" in ln]
+        assert len(lines) == 1 and "derivatives of that (higher order) are not supported" in lines[0], r.stderr
