@@ -63,6 +63,9 @@ class CacheUtility:
                 for i, (op, f) in enumerate(ops):
                     c.set_operand(i, f if f is not None else self._primal(op, block, b, depth + 1))
                 return b.insert(c)
+        paired = self._sincos_partner(v, block, b)
+        if paired is not None:
+            return paired
         c = self.cached.get(id(v))
         if c is None:
             slot = IRBuilder.at_start(self.G.entry_block).alloca(v.type, in_entry=True)
@@ -73,6 +76,20 @@ class CacheUtility:
         load = b.load(v.type, c.slot)
         c.loads.append((load, block))
         return load
+
+    def _sincos_partner(self, v: Value, block: BasicBlock, b: IRBuilder) -> Value | None:
+        """``sin(x)`` (``cos(x)``) with a derivative: recomputed from ``x`` (free, or cached in its place: as many
+        bytes) rather than cached. Its derivative computes ``cos(x)`` (``sin(x)``) in the reverse sweep anyway,
+        and code generation makes the two one ``sincos`` call, which costs little more than either; the forward
+        sweep's call is then removed when only the derivative used it (an output that need not be computed)."""
+        if not isinstance(v, Call) or isinstance(v, Invoke) or id(v) in self.cached or \
+                not (v.callee_name or "").startswith(("llvm.sin.", "llvm.cos.")) or \
+                not self.activity.is_active(v):
+            return None
+        x = self._free(v.args[0], block, b, 1)
+        if x is None:  # (its argument is cached instead: as many bytes)
+            x = self._primal(v.args[0], block, b, 1)
+        return b.call_intrinsic(v.callee_name.rsplit(".", 1)[0], [x], flags=v.fast_math_flags)
 
     #: instructions cheap enough to recompute in the reverse sweep rather than cache
     _RECOMPUTABLE = (BinaryOp, UnaryOp, Cast, ICmp, FCmp, Select, GetElementPtr, ExtractValue, ExtractElement,

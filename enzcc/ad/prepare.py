@@ -90,6 +90,36 @@ def clone_body(primal: Function, target: Function) -> dict:
     return vmap
 
 
+#: libm functions whose LLVM intrinsic computes the same value without setting ``errno``
+_ERRNO_MATH = frozenset(("sin", "cos", "tan", "exp", "exp2", "exp10", "log", "log2", "log10", "pow", "sqrt",
+                         "sinh", "cosh", "tanh", "asin", "acos", "atan", "atan2"))
+
+
+def _math_calls_as_intrinsics(fn: Function, keep) -> None:
+    """In derivative code, calls of libm functions (``sin``, ``sinf``...) become their intrinsics
+    (``llvm.sin.f64``): the same values, without the ``errno`` side effect that keeps LLVM from removing a call
+    whose value only the caller needed (an output the derivative need not compute), or from computing
+    ``sin(x)`` and ``cos(x)`` in one ``sincos`` call. (GPU code keeps its calls, which libdevice resolves.)"""
+    module = fn.module
+    if module is None or (module.triple or "").startswith(("nvptx", "amdgcn", "spir")):
+        return
+    rules = load_rules()
+    for inst in list(fn.instructions()):
+        name = inst.callee_name if isinstance(inst, Call) else None
+        if not name or name in keep or type(inst) is not Call:
+            continue
+        rule = rules.by_c_name.get(name)
+        if rule is None or rule.name not in _ERRNO_MATH or not rule.intrinsic:
+            continue
+        ty = inst.type  # (double or float: not the long double variants)
+        if ty not in (T.f64, T.f32) or any(a.type != ty for a in inst.args) or len(inst.args) != len(rule.args):
+            continue
+        b = IRBuilder.before(inst)
+        new = b.call_intrinsic(rule.intrinsic, list(inst.args), flags=inst.fast_math_flags)
+        inst.replace_all_uses_with(new)
+        inst.erase()
+
+
 def prepare(fn: Function) -> None:
     """Inline user calls, drop debug intrinsics and metadata that would not survive the transform, and give
     the function a single return block."""
@@ -98,6 +128,7 @@ def prepare(fn: Function) -> None:
     keep = hints_of(fn.module).protected()
     policy = getattr(fn.module, "enzcc_inline", "auto")
     inline_all(fn, lambda callee: callee.name not in keep and should_inline(callee, policy))
+    _math_calls_as_intrinsics(fn, keep)
     for inst in list(fn.instructions()):
         for rec in inst.debug_records:
             rec.detach()

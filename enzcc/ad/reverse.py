@@ -39,7 +39,7 @@ from enzcc.ir import types as T
 from enzcc.ir.block import BasicBlock
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.cfg import DominatorTree, LoopInfo, reverse_post_order
-from enzcc.ir.instructions import BinaryOp, Call, CondBr, ICmp, Instruction, Phi
+from enzcc.ir.instructions import BinaryOp, Call, CondBr, GetElementPtr, ICmp, Instruction, Phi, Store
 from enzcc.ir.values import ConstantInt, Value
 from enzcc.ad.adjoint import INACTIVE_CALLS, AdjointGenerator
 from enzcc.ad.cache import CacheUtility, _Cached
@@ -157,6 +157,7 @@ class ReverseMode(AdjointGenerator, CacheUtility):
             self._reverse_block(b)
         self._emit_exit()
         self._emit_caches()
+        self._drop_unneeded_outputs()
         self._defer_frees(IRBuilder.before(self.exit_block.terminator))
         self.tape.finish()
         promote_single_block_slots(G, [s for slots in self.lane_slots for s in slots.values()])
@@ -165,6 +166,31 @@ class ReverseMode(AdjointGenerator, CacheUtility):
                                   self.exit_block)
         finalize(G)
         return G
+
+    def _drop_unneeded_outputs(self) -> None:
+        """``enzyme_dupnoneed``: the primal values stored into that argument's memory need not be computed. Its
+        stores are removed (the values then computed only for them go too) when the argument is ``noalias``
+        (``restrict``: no other pointer reads that memory) and the function only stores through it, never reads
+        it back or passes it on. The reverse sweep, built before, took each store's adjoint from the shadow."""
+        for spec in self.dc.args:
+            if spec.kind != DUPNONEED or not isinstance(spec.param.type, T.PointerType) or \
+                    "noalias" not in spec.param.attrs:
+                continue
+            stores, todo, only_stored = [], [self.G.args[spec.param.index]], True
+            while todo and only_stored:
+                p = todo.pop()
+                for use in p.uses:
+                    u = use.user
+                    if isinstance(u, GetElementPtr) and use.index == 0:
+                        todo.append(u)
+                    elif isinstance(u, Store) and use.index == 1:
+                        stores.append(u)
+                    else:
+                        only_stored = False
+                        break
+            if only_stored:
+                for st in stores:
+                    st.erase()
 
     def _copy_pointer_shadows(self, primal) -> None:
         """A memcpy/memmove of memory that holds pointers (and integers), not floats, copies the shadow memory
