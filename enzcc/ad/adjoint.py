@@ -16,7 +16,7 @@ from enzcc.ad.fixed_point import is_fixed_point
 from enzcc.ad import complex as complex_
 from enzcc.ad.hints import hints_of, rule_name
 from enzcc.ad.iters import is_iter
-from enzcc.ad.typehints import hinted_type
+from enzcc.ad.typehints import is_hint
 from enzcc.ad.logic import call_kinds, check_call_signature
 from enzcc.ad.prepare import INPUT_CALLS, inactive_functions
 from enzcc.ad.shadow import to_i64, usable_size
@@ -67,7 +67,7 @@ def is_inactive_call(name: str) -> bool:
     return name in INACTIVE_CALLS or name.startswith(OUTPUT_STREAM_PREFIXES + STRING_QUERY_PREFIXES) or \
         name in INPUT_CALLS or \
         name.startswith(mirror.INACTIVE_PREFIXES) or mirror.is_mirrored(name) or \
-        name.startswith(OPENMP_INACTIVE_PREFIXES) or is_iter(name) or hinted_type(name) is not None
+        name.startswith(OPENMP_INACTIVE_PREFIXES) or is_iter(name) or is_hint(name)
 
 
 #: intrinsics with nothing to do in the reverse sweep

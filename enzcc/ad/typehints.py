@@ -2,6 +2,11 @@
 ``__enzyme_pointer(p)`` say what the memory ``p`` points to holds. enzcc's memory types
 (:class:`enzcc.ad.memory.MemoryTypes`) take them as an access of that type; the calls carry no derivative and are
 removed from the program (:func:`lower`).
+
+``__enzyme_ptr_size_hint(p, bytes, flags)`` says how many bytes ``p`` points to. Enzyme reads it to find what a
+loop annotated for checkpointing writes; enzcc does not checkpoint annotated loops (clang drops the annotation,
+with its warning, and the loop is differentiated whole, with the same gradient), so the hint has no use: the call
+carries no derivative and is removed like the others.
 """
 
 from __future__ import annotations
@@ -19,14 +24,22 @@ def hinted_type(name: str | None):
     return next((ty for hint, ty in TYPE_HINTS.items() if name.startswith(hint)), None)
 
 
+SIZE_HINT = "__enzyme_ptr_size_hint"
+
+
+def is_hint(name: str | None) -> bool:
+    """A type hint or ``__enzyme_ptr_size_hint``."""
+    return hinted_type(name) is not None or (name or "").startswith(SIZE_HINT)
+
+
 def lower(module) -> int:
     """Remove the hint calls left in the program."""
     from enzcc.ad.api import calls_named
 
-    calls = [c for c in calls_named(module, "__enzyme_") if hinted_type(c.callee_name) is not None]
+    calls = [c for c in calls_named(module, "__enzyme_") if is_hint(c.callee_name)]
     for call in calls:
         call.erase()
     return len(calls)
 
 
-__all__ = ["TYPE_HINTS", "hinted_type", "lower"]
+__all__ = ["SIZE_HINT", "TYPE_HINTS", "hinted_type", "is_hint", "lower"]

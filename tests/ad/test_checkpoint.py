@@ -329,3 +329,52 @@ def test_derivative_of_a_checkpointed_gradient_is_refused(enzcc):
         assert r.returncode != 0
         lines = [ln for ln in r.stderr.splitlines() if "error" in ln]
         assert len(lines) == 1 and "derivatives of that (higher order) are not supported" in lines[0], r.stderr
+
+
+ANNOTATED = r"""
+enum { N = 4 };
+void __enzyme_ptr_size_hint(void *, size_t, size_t);
+/* a loop annotated for checkpointing (Enzyme-MLIR's spelling) whose state is behind a pointer argument, with
+   its extent given by __enzyme_ptr_size_hint: enzcc differentiates the loop whole (clang drops the annotation,
+   with a warning), so the gradient is the plain loop's */
+__attribute__((noinline)) static void run(double *u, long n) {
+  __enzyme_ptr_size_hint(u, N * sizeof(double), 0);
+  __attribute__((enzyme_checkpointing_enable("binomial", 3)))
+  for (long i = 0; i < n; i++) {
+    double t0 = u[0];
+    for (int k = 0; k < N - 1; k++) u[k] = u[k] + 0.1 * sin(u[k + 1]) * (double)(i + 1);
+    u[N - 1] = u[N - 1] * (1 + 0.05 * t0);
+  }
+}
+static double f(const double *x, long n) {
+  double u[N];
+  for (int k = 0; k < N; k++) u[k] = x[k];
+  run(u, n);
+  double r = 0;
+  for (int k = 0; k < N; k++) r += u[k] * u[k];
+  return r;
+}
+int main(void) {
+  double x[N] = {0.3, 0.7, 1.1, 1.5}, dx[N] = {0}, h = 1e-6;
+  __enzyme_autodiff((void *)f, enzyme_dup, x, dx, enzyme_const, 6L);
+  for (int k = 0; k < N; k++) {
+    double xp[N], xm[N];
+    memcpy(xp, x, sizeof x); memcpy(xm, x, sizeof x); xp[k] += h; xm[k] -= h;
+    char key[16];
+    snprintf(key, sizeof key, "ad.%d", k); report(key, dx[k]);
+    snprintf(key, sizeof key, "fd.%d", k); report(key, (f(xp, 6) - f(xm, 6)) / (2 * h));
+  }
+  double v[N] = {1, 0, -1, 0.5};
+  report("fwd", __enzyme_fwddiff((void *)f, enzyme_dup, x, v, enzyme_const, 6L));
+  report("dot", dx[0] - dx[2] + 0.5 * dx[3]);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O2"])
+def test_ptr_size_hint_and_loop_annotation(enzcc, opt):
+    """``__enzyme_ptr_size_hint`` is accepted (no derivative; removed) in reverse and forward mode."""
+    v = build_and_run(enzcc, ANNOTATED, opt)
+    assert_close(v, "ad.", "fd.", rel=1e-6, abs_=1e-7)
+    assert abs(v["fwd"] - v["dot"]) <= 1e-12 * abs(v["dot"])
