@@ -57,7 +57,7 @@ __all__ = ["EnzccBuildError", "PrototypeError", "SecondOrderError", "ShapeError"
 #: bumped whenever the generated wrapper or the build command changes meaning (part of the cache key)
 WRAPPER_ABI = 3
 #: bumped whenever the generated code changes without changing the ABI (part of the cache key)
-WRAPPER_REVISION = 2
+WRAPPER_REVISION = 3
 
 _CTYPES = {"float32": ctypes.c_float, "float64": ctypes.c_double}
 _C_NAMES = {"float32": "float", "float64": "double"}
@@ -683,6 +683,42 @@ def wrapper_source(name: str, params: Sequence[Param], *, prototype: bool, secon
                        f"void *const *enzcc_ta, void *const *enzcc_td) {{\n"
                        + "".join(s + "\n" for s in pre) + call + "\n}")
 
+        # forward over forward: the JVP as a function of its arguments (each differentiable input and output
+        # followed by its tangent), then its forward derivative with respect to the inputs and their tangents
+        fparams, fargs = [], []
+        for p in params:
+            v = f"p{p.index}"
+            if p.differentiable:
+                fparams += [f"const {T[p.name]} *{v}", f"const {T[p.name]} *d{v}"]
+                fargs += [("int", "enzyme_dup"), (f"const {T[p.name]} *", v), (f"const {T[p.name]} *", f"d{v}")]
+            elif p.kind == "out":
+                fparams += [f"{T[p.name]} *{v}", f"{T[p.name]} *d{v}"]
+                fargs += [("int", "enzyme_dup"), (f"{T[p.name]} *", v), (f"{T[p.name]} *", f"d{v}")]
+            else:
+                ty = "int64_t" if p.kind == "int" else f"const {T[p.name]} *"
+                fparams.append(f"{ty} {v}")
+                fargs += [("int", "enzyme_const"), (ty, v)]
+        decl, call = enzyme_call(f"__enzyme_fwddiff_enzcc_{name}_jvp2", shim, fargs)
+        lines.append(decl)
+        lines.append(f"static void {name}_enzcc_jvp_call({', '.join(fparams)}) {{\n{call}\n}}")
+        args = []
+        for p in params:
+            if p.differentiable:
+                args += [("int", "enzyme_dup"), (f"const {T[p.name]} *", a(p)),
+                         (f"const {T[p.name]} *", f"(const {T[p.name]} *)enzcc_ta[{p.index}]"),
+                         ("int", "enzyme_dup"), (f"const {T[p.name]} *", f"(const {T[p.name]} *)enzcc_d[{p.index}]"),
+                         (f"const {T[p.name]} *", f"(const {T[p.name]} *)enzcc_td[{p.index}]")]
+            elif p.kind == "out":
+                args += [("int", "enzyme_dup"), (f"{T[p.name]} *", a(p)), (f"{T[p.name]} *", ptr("enzcc_ta", p)),
+                         ("int", "enzyme_dup"), (f"{T[p.name]} *", ptr("enzcc_d", p)),
+                         (f"{T[p.name]} *", ptr("enzcc_td", p))]
+            else:
+                args += [("int", "enzyme_const"), ("int64_t" if p.kind == "int" else f"const {T[p.name]} *", a(p))]
+        decl, call = enzyme_call(f"__enzyme_fwddiff_enzcc_{name}_jvp_jvp", f"{name}_enzcc_jvp_call", args)
+        lines.append(decl)
+        entries.append(f"ENZCC_EXPORT void {name}_enzcc_jvp_jvp(void *const *enzcc_a, void *const *enzcc_d, "
+                       f"void *const *enzcc_ta, void *const *enzcc_td) {{\n" + call + "\n}")
+
     head = ["#include <stddef.h>", "#include <stdint.h>",
             '#define ENZCC_EXPORT __attribute__((visibility("default")))']
     return "\n".join(head + lines + entries + ["#ifdef __cplusplus", "}", "#endif", ""])
@@ -826,7 +862,8 @@ def _load_library(path: Path) -> ctypes.CDLL:
 # --- the compiled kernel --------------------------------------------------------------------------------------
 
 
-_ENTRIES = {"primal": 1, "vjp": 2, "jvp": 2, "vjp_jvp": 4}
+_ENTRIES = {"primal": 1, "vjp": 2, "jvp": 2, "vjp_jvp": 4, "jvp_jvp": 4}
+_SECOND_ORDER = ("vjp_jvp", "jvp_jvp")
 
 
 class CompiledKernel:
@@ -879,19 +916,21 @@ class CompiledKernel:
                 return
             path, _ = _build(self._build, second_order=True)
             self._second_library = path
-            self._bind_entry(_load_library(path), "vjp_jvp")
+            lib = _load_library(path)
+            for entry in _SECOND_ORDER:
+                self._bind_entry(lib, entry)
 
     def address(self, entry: str) -> int:
-        """The C address of ``NAME_enzcc_<entry>`` (entry: primal, vjp, jvp, vjp_jvp)."""
+        """The C address of ``NAME_enzcc_<entry>`` (entry: primal, vjp, jvp, vjp_jvp, jvp_jvp)."""
         if entry not in _ENTRIES:
             raise ValueError(f"unknown entry point {entry!r}: one of {', '.join(_ENTRIES)}")
-        if entry == "vjp_jvp":
+        if entry in _SECOND_ORDER:
             self._ensure_second_order()
         return self._addresses[entry]
 
     def call(self, entry: str, a, d=None, ta=None, td=None) -> None:
         """Call an entry point with arrays of addresses (ints, 0 = NULL), one per C parameter."""
-        if entry == "vjp_jvp":
+        if entry in _SECOND_ORDER:
             self._ensure_second_order()
         fn = self._fns[entry]
         n = len(self.params)

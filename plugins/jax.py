@@ -18,8 +18,10 @@ entry), emitted by the primal's JVP rule and linear in the tangents; ``enzcc_vjp
 transpose of ``enzcc_tangent``, so ``jax.grad`` runs the primal once and enzcc's reverse pass once; and
 ``enzcc_vjp_tangent`` (the ``_vjp_jvp`` entry, a second library built on first use), the JVP of
 ``enzcc_vjp``, for forward-over-reverse second derivatives (``jax.hessian``, ``jax.jvp`` of ``jax.grad``),
-and its transpose for reverse over reverse (``jax.jacrev`` of ``jax.grad``). Forward over forward, reverse
-over forward and third derivatives raise NotImplementedError. ``jax.vmap`` becomes one custom call whose
+and its transpose for reverse over reverse (``jax.jacrev`` of ``jax.grad``); and ``enzcc_tangent_tangent``
+(the ``_jvp_jvp`` entry, in the same second library), the JVP of ``enzcc_tangent``, for forward over forward
+(``jax.jacfwd`` of ``jax.jacfwd``, ``jax.jvp`` of ``jax.jvp``), and its transpose for reverse over forward
+(``jax.grad`` through ``jax.jvp``). Third derivatives raise NotImplementedError. ``jax.vmap`` becomes one custom call whose
 handler loops over the batch (arguments without a batch axis are shared, not copied).
 
 Arrays are C-contiguous of the declared dtype (float32 for ``float``; float64 for ``double``, which needs
@@ -149,11 +151,12 @@ class Layout:
         return jax.core.ShapedArray(tuple(batch) + tuple(self.shapes[i]), np.dtype(self.dtypes[i]))
 
     def entry(self, mode: str) -> int:
-        """The address of the entry point a primitive calls ('primal', 'tangent', 'vjp', 'vjp_tangent')."""
-        if mode == "vjp_tangent":
+        """The address of the entry point a primitive calls ('primal', 'tangent', 'vjp', 'vjp_tangent',
+        'tangent_tangent')."""
+        if mode in ("vjp_tangent", "tangent_tangent"):
             if self.kernel is None:
                 raise NotImplementedError(f"{self.name}: no second-order entry point")
-            return self.kernel.address("vjp_jvp")
+            return self.kernel.address("vjp_jvp" if mode == "vjp_tangent" else "jvp_jvp")
         return {"primal": self.primal, "tangent": self.jvp, "vjp": self.vjp}[mode]
 
 
@@ -193,6 +196,8 @@ def _attrs(layout: Layout, entry: int, arrays: list[list[tuple[int, int]]], zero
 # enzcc_tangent(*inputs, *tangents) -> output tangents     NAME_enzcc_jvp; linear in the tangents
 # enzcc_vjp(*inputs, *seeds) -> input gradients            NAME_enzcc_vjp; the transpose of enzcc_tangent
 # enzcc_vjp_tangent(*inputs, *seeds, *their tangents)      NAME_enzcc_vjp_jvp; the JVP of enzcc_vjp
+# enzcc_tangent_tangent(*inputs, *tangents, *input directions, *tangent directions) -> second output tangents
+#                                                          NAME_enzcc_jvp_jvp; the JVP of enzcc_tangent
 #
 # inputs are the input arrays and float scalars in C order; tangents those of the differentiable (non-const)
 # ones. Every primitive takes the parameters layout (Layout), batch (the shape of the jax.vmap axes, outermost
@@ -205,7 +210,9 @@ primal_p = Primitive("enzcc_primal")
 tangent_p = Primitive("enzcc_tangent")
 vjp_p = Primitive("enzcc_vjp")
 vjp_tangent_p = Primitive("enzcc_vjp_tangent")
-for _p in (primal_p, tangent_p, vjp_p, vjp_tangent_p):
+tangent_tangent_p = Primitive("enzcc_tangent_tangent")
+_PRIMITIVES = (primal_p, tangent_p, vjp_p, vjp_tangent_p, tangent_tangent_p)
+for _p in _PRIMITIVES:
     _p.multiple_results = True
 
 
@@ -276,17 +283,33 @@ def _plan(layout: Layout, mode: str) -> dict:
                     aliases={**{I + k: 2 * D + k for k in range(O)},
                              **{I + O + D + k: 2 * D + O + k for k in range(O)}},
                     scratch=out_bytes * 2)
+    if mode == "tangent_tangent":
+        # operands: inputs, their tangents t (diff), directions s of the inputs, directions u of the tangents;
+        # results: the second tangents of the outputs (H[t, s] + J u); scratch: outputs, output tangents (J t),
+        # and the outputs' tangents along s
+        d, ta, td = list(null), list(null), list(null)
+        for c in layout.diff:
+            d[c] = (_OPERAND, I + diff_pos[c])
+            ta[c] = (_OPERAND, I + D + diff_pos[c])
+            td[c] = (_OPERAND, I + 2 * D + diff_pos[c])
+        for c in layout.outputs:
+            d[c] = (_SCRATCH, O + out_pos[c])
+            ta[c] = (_SCRATCH, 2 * O + out_pos[c])
+            td[c] = (_RESULT, out_pos[c])
+        return dict(arrays=[primal_array(_SCRATCH), d, ta, td], results=outs, zero=(), aliases={},
+                    scratch=out_bytes * 3)
     raise AssertionError(mode)
 
 
-_MODES = {primal_p: "primal", tangent_p: "tangent", vjp_p: "vjp", vjp_tangent_p: "vjp_tangent"}
+_MODES = {primal_p: "primal", tangent_p: "tangent", vjp_p: "vjp", vjp_tangent_p: "vjp_tangent",
+          tangent_tangent_p: "tangent_tangent"}
 
 
 def _operand_cs(layout: Layout, mode: str) -> list:
     """The C index each operand of the primitive corresponds to (for its item shape and dtype)."""
     ins, outs, diff = list(layout.inputs), list(layout.outputs), list(layout.diff)
     return {"primal": ins, "tangent": ins + diff, "vjp": ins + outs,
-            "vjp_tangent": ins + outs + diff + outs}[mode]
+            "vjp_tangent": ins + outs + diff + outs, "tangent_tangent": ins + diff * 3}[mode]
 
 
 def _abstract_eval(prim, *avals, layout: Layout, batch: tuple, batched: tuple):
@@ -311,7 +334,7 @@ def _lowering(prim):
     return lower
 
 
-for _p in (primal_p, tangent_p, vjp_p, vjp_tangent_p):
+for _p in _PRIMITIVES:
     _p.def_impl(functools.partial(_impl, _p))
     _p.def_abstract_eval(functools.partial(_abstract_eval, _p))
     mlir.register_lowering(_p, _lowering(_p), platform="cpu")
@@ -418,22 +441,75 @@ def _vjp_tangent_transpose(cts, *operands, layout: Layout, batch: tuple, batched
     return [None] * (I + O) + ct_t + ct_u
 
 
+def _tangent_jvp(primals, tangents, *, layout: Layout, batch: tuple, batched: tuple):
+    """The JVP of enzcc_tangent (forward over forward): along directions s of the inputs and u of their
+    tangents t, the output tangents J t change by H[t, s] + J u, which enzcc_tangent_tangent computes."""
+    I, D = len(layout.inputs), len(layout.diff)
+    outs = tangent_p.bind(*primals, layout=layout, batch=batch, batched=batched)
+    _check_const_tangents(layout, layout.inputs, tangents[:I])
+    diff_j = [j for j, c in enumerate(layout.inputs) if not layout.const[c]]
+    s_t = [tangents[j] for j in diff_j]
+    u_t = list(tangents[I:])
+    if all(_is_zero(t) for t in s_t + u_t):
+        return outs, [ad.Zero(o.aval.to_tangent_aval()) for o in outs]
+    layout.entry("tangent_tangent")  # builds the second-order library now: its errors surface here, not in XLA
+
+    def dense(t):
+        return ad.instantiate_zeros(t) if not _is_zero(t) else jnp.zeros(t.aval.shape, t.aval.dtype)
+    flags = tuple(batched[:I + D]) + tuple(batched[j] for j in diff_j) + tuple(batched[I:I + D])
+    res = tangent_tangent_p.bind(*primals, *[dense(t) for t in s_t], *[dense(t) for t in u_t], layout=layout,
+                                 batch=batch, batched=flags)
+    return outs, list(res)
+
+
+def _tangent_tangent_transpose(cts, *operands, layout: Layout, batch: tuple, batched: tuple):
+    """enzcc_tangent_tangent is linear in the directions s and u: H[t, s] + J u. Its transpose maps a cotangent
+    c of the outputs to H_c t for s (enzcc_vjp_tangent with c as seeds, t as input tangents and zero seed
+    tangents: the Hessian of c . f is symmetric) and J^T c for u (enzcc_vjp). Reverse over forward (jax.grad
+    through jax.jvp) needs it."""
+    I, D = len(layout.inputs), len(layout.diff)
+    primals, t = operands[:I], operands[I:I + D]
+    s, u = operands[I + D:I + 2 * D], operands[I + 2 * D:]
+    if any(ad.is_undefined_primal(v) for v in (*primals, *t)):
+        raise NotImplementedError(f"{layout.name}: third derivatives are not available")
+    c = [ad.instantiate_zeros(ct) if not _is_zero(ct) else jnp.zeros(ct.aval.shape, ct.aval.dtype) for ct in cts]
+    c_flags = tuple(bool(batch) for _ in c)  # cotangents of results carry the batch axes
+
+    def fold(g, flag):  # an operand shared by the batch items: its cotangent is the sum over the items
+        return jnp.sum(g, axis=tuple(range(len(batch)))) if batch and not flag else g
+
+    ct_s, ct_u = [None] * D, [None] * D
+    if any(ad.is_undefined_primal(v) for v in s):
+        zero_u = [jnp.zeros_like(x) for x in c]
+        res = vjp_tangent_p.bind(*primals, *c, *t, *zero_u, layout=layout, batch=batch,
+                                 batched=tuple(batched[:I]) + c_flags + tuple(batched[I:I + D]) + c_flags)
+        ct_s = [fold(res[D + k], batched[I + D + k]) if ad.is_undefined_primal(v) else None
+                for k, v in enumerate(s)]
+    if any(ad.is_undefined_primal(v) for v in u):
+        res = vjp_p.bind(*primals, *c, layout=layout, batch=batch, batched=tuple(batched[:I]) + c_flags)
+        ct_u = [fold(res[k], batched[I + 2 * D + k]) if ad.is_undefined_primal(v) else None
+                for k, v in enumerate(u)]
+    return [None] * (I + D) + ct_s + ct_u
+
+
 def _no_jvp(what: str):
     def rule(primals, tangents, *, layout: Layout, **_):
         raise NotImplementedError(
             f"{layout.name}: {what} is not available (plugins/ABI.md has no entry point for it). Second "
-            f"derivatives that are: forward-over-reverse (jax.hessian, jax.jvp of jax.grad) and reverse-over-reverse "
-            f"(jax.jacrev of jax.grad); not: forward-over-forward (jax.jacfwd of jax.jacfwd) and reverse-over-forward "
-            f"(jax.grad through jax.jvp)")
+            f"derivatives are: forward over reverse (jax.hessian, jax.jvp of jax.grad), reverse over reverse "
+            f"(jax.jacrev of jax.grad), forward over forward (jax.jacfwd of jax.jacfwd, jax.jvp of jax.jvp) and "
+            f"reverse over forward (jax.grad through jax.jvp)")
     return rule
 
 
 ad.primitive_jvps[primal_p] = _primal_jvp
-ad.primitive_jvps[tangent_p] = _no_jvp("a derivative of the forward-mode derivative")
+ad.primitive_jvps[tangent_p] = _tangent_jvp
 ad.primitive_transposes[tangent_p] = _tangent_transpose
 ad.primitive_jvps[vjp_p] = _vjp_jvp
 ad.primitive_jvps[vjp_tangent_p] = _no_jvp("a third derivative")
 ad.primitive_transposes[vjp_tangent_p] = _vjp_tangent_transpose
+ad.primitive_jvps[tangent_tangent_p] = _no_jvp("a third derivative")
+ad.primitive_transposes[tangent_tangent_p] = _tangent_tangent_transpose
 
 
 # --- vmap: one FFI call that loops over the batch -----------------------------------------------------------
@@ -467,7 +543,7 @@ def _batching(prim):
     return rule
 
 
-for _p in (primal_p, tangent_p, vjp_p, vjp_tangent_p):
+for _p in _PRIMITIVES:
     batching.primitive_batchers[_p] = _batching(_p)
 
 
@@ -477,7 +553,7 @@ def _unsupported_platform(ctx, *args, layout: Layout, **_):
                      f"on {platforms}; put its arguments on the CPU (jax.device_put(x, jax.devices('cpu')[0]))")
 
 
-for _p in (primal_p, tangent_p, vjp_p, vjp_tangent_p):
+for _p in _PRIMITIVES:
     mlir.register_lowering(_p, _unsupported_platform)  # the CPU lowering above takes precedence on CPU
 
 

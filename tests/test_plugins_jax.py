@@ -1,5 +1,6 @@
 """enzcc_plugins.jax through XLA's FFI: declarations with several inputs and outputs of different shapes, const
-inputs, scalars and integers; reverse (grad/vjp), forward (jvp/jacfwd) and forward-over-reverse (hessian)
+inputs, scalars and integers; reverse (grad/vjp), forward (jvp/jacfwd), forward-over-reverse (hessian),
+forward-over-forward and reverse-over-forward
 derivatives checked against JAX's own derivatives of the same function written in jax.numpy and against finite
 differences (float64); jit; vmap; each error of issue 15 item 4; the framework benchmark's quick mode.
 
@@ -231,11 +232,43 @@ def test_second_order_forward_over_reverse(layer, data):
     HH = jax.jacrev(jax.grad(L, argnums=(0, 1, 2)), argnums=(0, 1, 2))(x, b, alpha)
     assert maxerr(HH, H) < 1e-12
     check_grads(L, (x, b, alpha), order=2, modes=["rev"], eps=1e-4, atol=1e-5, rtol=1e-5)
-    # forward over forward, reverse over forward and third derivatives are not available: a clear error each
-    with pytest.raises(NotImplementedError, match="derivative of the forward-mode derivative is not available"):
-        jax.jacfwd(jax.jacfwd(lambda x: layer(x, w, b, alpha)[1]))(x)
+    # third derivatives are not available: a clear error
     with pytest.raises(NotImplementedError, match="is not available"):
         jax.jacfwd(jax.hessian(L))(x, b, alpha)
+
+
+def test_second_order_forward_over_forward_and_reverse_over_forward(layer, data):
+    """The JVP of the forward-mode derivative (the ``_jvp_jvp`` entry) and its transpose."""
+    x, w, b, alpha = data
+    L, L_ref = loss(layer, w), loss(layer_ref, w)
+    # forward over forward: the Hessian from jacfwd of jacfwd (vmapped), under jit too
+    H = jax.hessian(L_ref, argnums=(0, 1, 2))(x, b, alpha)
+    HF = jax.jacfwd(jax.jacfwd(L, argnums=(0, 1, 2)), argnums=(0, 1, 2))(x, b, alpha)
+    assert maxerr(HF, H) < 1e-12
+    assert maxerr(jax.jit(jax.jacfwd(jax.jacfwd(L)))(x, b, alpha), H[0][0]) < 1e-12
+    # jvp of jvp with directions for every input and for every tangent (the J u part), outputs of both kinds
+    f = lambda x, b, a: layer(x, w, b, a)  # noqa: E731
+    f_ref = lambda x, b, a: layer_ref(x, w, b, a)  # noqa: E731
+    t = (jnp.cos(x), jnp.array([0.5, -1.0]), jnp.float64(0.25))
+    s = (jnp.sin(2 * x), jnp.array([-0.3, 0.7]), jnp.float64(-1.5))
+    u = (x * x, jnp.array([1.0, 2.0]), jnp.float64(0.5))
+
+    def jvp_of(fn):
+        return lambda p, tt: jax.jvp(fn, p, tt)[1]
+    got = jax.jvp(jvp_of(f), ((x, b, alpha), t), (s, u))[1]
+    want = jax.jvp(jvp_of(f_ref), ((x, b, alpha), t), (s, u))[1]
+    assert maxerr(got, want) < 1e-12 and maxerr(got, jax.tree.map(jnp.zeros_like, want)) > 1e-3
+    # reverse over forward: the gradient of a function of the tangent, with respect to the point and the tangent
+    def g(fn):
+        def G(p, tt):
+            ty, ts = jax.jvp(fn, p, tt)[1]
+            return jnp.sum(jnp.cos(ty) * ty) + jnp.sum(ts * ts)
+        return G
+    got = jax.grad(g(f), argnums=(0, 1))((x, b, alpha), t)
+    want = jax.grad(g(f_ref), argnums=(0, 1))((x, b, alpha), t)
+    assert maxerr(got, want) < 1e-12
+    check_grads(lambda x: jax.jvp(lambda x: L(x, b, alpha), (x,), (t[0],))[1], (x,), order=1, modes=["rev"],
+                eps=1e-5, atol=1e-6, rtol=1e-6)
 
 
 def test_vmap(layer, data):
