@@ -26,6 +26,7 @@ shape is one exception naming the argument; so is a gradient asked of an input d
 from __future__ import annotations
 
 import ctypes
+import functools
 import itertools
 import threading
 from typing import Callable, Sequence
@@ -163,7 +164,7 @@ class _Runner:
 
 
 def _register_ops(r: _Runner, opname: str):
-    """The four custom ops of one kernel with their real (ctypes) and fake kernels."""
+    """The five custom ops of one kernel with their real (ctypes) and fake kernels."""
     k = r.k
 
     def empty(shape, dtype):
@@ -240,11 +241,32 @@ def _register_ops(r: _Runner, opname: str):
     def vjp_jvp_fake(ins, cots, tins, tcots, ints):
         return vjp_fake(ins, cots, ints) * 2
 
+    # second order: the second tangents of the outputs (forward over forward), H[t, s] + J u
+    def jvp_jvp(ins, tans, sins, utans, ints):
+        plan, _, ia = r.plan(ins, ints)
+        xs = contiguous(ins)
+        shapes = r.out_shapes(plan)
+        outs, touts, souts = r.scratch(plan, "out"), r.scratch(plan, "tangent"), r.scratch(plan, "direction")
+        res = [empty(s, dt) for s, dt in zip(shapes, r.out_dtypes)]
+
+        def flat(vals):
+            return [v.contiguous().reshape(x.shape) if d else None for v, x, d in zip(vals, ins, r.diff)]
+        ts, ss, us = flat(tans), flat(sins), flat(utans)  # kept alive until the call returns
+        k.call("jvp_jvp", r.addresses(xs, outs, ia), r.per_param(ts, touts), r.per_param(ss, souts),
+               r.per_param(us, res))
+        return res
+
+    def jvp_jvp_fake(ins, tans, sins, utans, ints):
+        shapes = r.out_shapes(r.plan(ins, ints)[0])
+        return [empty(s, dt) for s, dt in zip(shapes, r.out_dtypes)]
+
     impls = {"primal": (primal, primal_fake, "(Tensor[] ins, SymInt[] ints) -> Tensor[]"),
              "vjp": (vjp, vjp_fake, "(Tensor[] ins, Tensor[] cots, SymInt[] ints) -> Tensor[]"),
              "jvp": (jvp, jvp_fake, "(Tensor[] ins, Tensor[] tans, SymInt[] ints) -> Tensor[]"),
              "vjp_jvp": (vjp_jvp, vjp_jvp_fake,
-                         "(Tensor[] ins, Tensor[] cots, Tensor[] tins, Tensor[] tcots, SymInt[] ints) -> Tensor[]")}
+                         "(Tensor[] ins, Tensor[] cots, Tensor[] tins, Tensor[] tcots, SymInt[] ints) -> Tensor[]"),
+             "jvp_jvp": (jvp_jvp, jvp_jvp_fake,
+                         "(Tensor[] ins, Tensor[] tans, Tensor[] sins, Tensor[] utans, SymInt[] ints) -> Tensor[]")}
     lib = torch.library.Library("enzcc", "FRAGMENT")
     ops = {}
     for entry, (impl, fake, schema) in impls.items():
@@ -338,9 +360,15 @@ def _register_autograd(r: _Runner, lib, opname: str, ops, impls) -> None:
                 else torch.empty(0, dtype=x.dtype) for t, x, d in zip(tangents, ins, r.diff)]
 
     def last(op, *args):
-        """A call of the jvp / vjp_jvp op, the last derivative there is: through the dispatcher, whose Autograd
-        kernel for these ops refuses to differentiate them again (a third derivative)."""
-        return op(*args)
+        """A call of the jvp / vjp_jvp / jvp_jvp op inside a derivative rule: the last derivative there is. It
+        runs through an autograd.Function whose own derivatives refuse (a third derivative), called directly:
+        under torch.func the op's Autograd kernel runs below the transform, where a derivative would be silently
+        zero. While torch.compile traces, the op itself (whose Autograd kernel refuses too)."""
+        if torch.compiler.is_compiling():
+            return op(*args)
+        lists, ints = args[:-1], args[-1]
+        return list(_apply(no_further(entry_of[op]), len(lists), *(len(x) for x in lists),
+                           *(t for x in lists for t in x), *ints))
 
     def run(entry, *args):
         """An op below autograd: through the dispatcher while torch.compile or torch.func trace or transform,
@@ -380,8 +408,51 @@ def _register_autograd(r: _Runner, lib, opname: str, ops, impls) -> None:
         def jvp(ctx, *tangents):
             ins = list(ctx.saved_tensors)
             no_const_tangent(tangents[:n_in])
-            res = last(ops["jvp"], ins, tangent_list(tangents[:n_in], ins), ctx.ints)
-            return tuple(res[n_out:])
+            return _apply(JVP, *ins, *tangent_list(tangents[:n_in], ins), *ctx.ints)  # differentiable: JVP below
+
+    class JVP(torch.autograd.Function):
+        """The output tangents J(ins) t (t: the tangents of the differentiable inputs)."""
+
+        generate_vmap_rule = True
+
+        @staticmethod
+        def forward(*args):
+            ins, ts, ints = list(args[:n_in]), list(args[n_in:2 * n_in]), list(args[2 * n_in:])
+            return tuple(run("jvp", ins, ts, ints)[n_out:])
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.ints = list(inputs[2 * n_in:])
+            ctx.save_for_backward(*inputs[:2 * n_in])
+            ctx.save_for_forward(*inputs[:2 * n_in])
+
+        @staticmethod
+        def jvp(ctx, *tangents):
+            # forward over forward: along s (the inputs) and u (their tangents), J t changes by H[t, s] + J u
+            saved = ctx.saved_tensors
+            ins, ts = list(saved[:n_in]), list(saved[n_in:])
+            no_const_tangent(tangents[:n_in])
+            s_, u = tangent_list(tangents[:n_in], ins), tangent_list(tangents[n_in:2 * n_in], ins)
+            return tuple(last(ops["jvp_jvp"], ins, ts, s_, u, ctx.ints))
+
+        @staticmethod
+        def backward(ctx, *gts):
+            # reverse over forward: d/dx <c, J t> = H_c t; d/dt <c, J t> = J^T c
+            saved = ctx.saved_tensors
+            ins, ts = list(saved[:n_in]), list(saved[n_in:])
+            needs = ctx.needs_input_grad
+            no_const_grad(needs[:n_in], "a second derivative")
+            plan = r.plan(ins, ctx.ints)[0]
+            c = [g if g is not None else torch.zeros(sh, dtype=dt)
+                 for g, sh, dt in zip(gts, r.out_shapes(plan), r.out_dtypes)]
+            d_ins, d_ts = [None] * n_in, [None] * n_in
+            if any(needs[:n_in]):
+                res = last(ops["vjp_jvp"], ins, c, ts, [torch.zeros_like(x) for x in c], ctx.ints)
+                d_ins = [g if (d and need) else None for g, d, need in zip(res[n_in:], r.diff, needs[:n_in])]
+            if any(needs[n_in:2 * n_in]):
+                got = vjp_call(ins, c, ctx.ints)
+                d_ts = [g if (d and need) else None for g, d, need in zip(got, r.diff, needs[n_in:2 * n_in])]
+            return (*d_ins, *d_ts, *([None] * len(ctx.ints)))
 
     class VJP(torch.autograd.Function):
         """grads = J(ins)^T cots (the entries of the differentiable inputs)."""
@@ -429,14 +500,25 @@ def _register_autograd(r: _Runner, lib, opname: str, ops, impls) -> None:
             res = last(ops["vjp_jvp"], ins, cots, tangent_list(tangents[:n_in], ins), t_cots, ctx.ints)
             return tuple(res[n_in + i] for i in diff_idx)
 
-    def not_differentiated(entry):
+    entry_of = {op: entry for entry, op in ops.items()}
+
+    @functools.lru_cache(maxsize=None)
+    def no_further(entry):
+        """An autograd.Function running ``entry`` whose derivatives (reverse and forward) are refused."""
+        def third(*_):
+            raise RuntimeError(f"{name}: enzcc_plugins gives first and second derivatives (reverse, forward, and "
+                               f"the derivatives of both); a third derivative is not available")
+
         class NoFurther(torch.autograd.Function):
             generate_vmap_rule = True
 
             @staticmethod
-            def forward(lens, *flat):
+            def forward(k, *rest):
+                # k, the lengths of the op's k tensor lists, the lists' tensors, the integers: all flat (no nested
+                # tuple), so that autograd and torch.func see every tensor
+                lens, flat = rest[:k], rest[k:]
                 lists, at = [], 0
-                for n in lens:  # the op's tensor lists, flattened so that autograd sees the tensors
+                for n in lens:
                     lists.append(list(flat[at:at + n]))
                     at += n
                 return tuple(run(entry, *lists, list(flat[at:])))
@@ -445,16 +527,17 @@ def _register_autograd(r: _Runner, lib, opname: str, ops, impls) -> None:
             def setup_context(ctx, inputs, output):
                 pass
 
-            @staticmethod
-            def backward(ctx, *grads):
-                raise RuntimeError(f"{name}: enzcc_plugins gives first and second derivatives (reverse, forward, "
-                                   f"and the derivatives of the reverse); a third derivative is not available")
+            backward = staticmethod(third)
+            jvp = staticmethod(third)
+        return NoFurther
 
+    def not_differentiated(entry):
         def kernel(keyset, *args):
             if _functorch_active():  # torch.func calls it from a jvp rule: no autograd.Function here
                 return ops[entry].redispatch(keyset & torch._C._after_autograd_keyset, *args)
             lists, ints = args[:-1], args[-1]
-            return list(_apply(NoFurther, tuple(len(x) for x in lists), *(t for x in lists for t in x), *ints))
+            return list(_apply(no_further(entry), len(lists), *(len(x) for x in lists),
+                               *(t for x in lists for t in x), *ints))
         return kernel
 
     def primal_autograd(ins, ints):
@@ -492,6 +575,7 @@ def _register_autograd(r: _Runner, lib, opname: str, ops, impls) -> None:
     lib.impl(f"{opname}_vjp", vjp_autograd, "Autograd")
     lib.impl(f"{opname}_jvp", not_differentiated("jvp"), "Autograd", with_keyset=True)
     lib.impl(f"{opname}_vjp_jvp", not_differentiated("vjp_jvp"), "Autograd", with_keyset=True)
+    lib.impl(f"{opname}_jvp_jvp", not_differentiated("jvp_jvp"), "Autograd", with_keyset=True)
 
 
 class EnzymeFunction:

@@ -233,6 +233,47 @@ def test_torch_func_transforms(layer):
             assert torch.allclose(h[i][j], h_ref[i][j], rtol=1e-11, atol=1e-13)
 
 
+def test_torch_every_second_order_and_no_silent_third(layer):
+    """Every composition of two of torch.func.jacfwd/jacrev (forward over forward is NAME_enzcc_jvp_jvp; reverse
+    over forward its transpose) against the reference; autograd's reverse over forward-mode AD; and every
+    composition of three is an error, never a silent zero (under torch.func an op below the transform would
+    give one)."""
+    import itertools
+
+    x, w, b, a = (t.detach() for t in data(seed=12))
+
+    def loss(f):
+        return lambda x, w, a: (f(x, w, b, a)[0] ** 3).sum() + f(x, w, b, a)[1] * a
+    jf, jr = torch.func.jacfwd, torch.func.jacrev
+    for order in (2, 3):
+        for combo in itertools.product((jf, jr), repeat=order):
+            def T(g):
+                for t in combo:
+                    g = t(g, argnums=(0, 1, 2))
+                return g
+            if order == 2:
+                got, want = T(loss(layer))(x, w, a), T(loss(ref))(x, w, a)
+                for u, v in zip(torch.utils._pytree.tree_leaves(got), torch.utils._pytree.tree_leaves(want)):
+                    assert torch.allclose(u, v, rtol=1e-11, atol=1e-12), [t.__name__ for t in combo]
+            else:
+                with pytest.raises(RuntimeError, match="a third derivative is not available"):
+                    T(loss(layer))(x, w, a)
+    # jvp of jvp with directions for the point and for the tangent (H[t, s] + J u)
+    t, s_, u = torch.ones_like(x), torch.cos(x), x * x
+    got = torch.func.jvp(lambda x, t: torch.func.jvp(lambda x: layer(x, w, b, a)[0], (x,), (t,))[1], (x, t), (s_, u))
+    want = torch.func.jvp(lambda x, t: torch.func.jvp(lambda x: ref(x, w, b, a)[0], (x,), (t,))[1], (x, t), (s_, u))
+    assert torch.allclose(got[1], want[1], rtol=1e-11, atol=1e-12) and got[1].abs().max() > 1e-3
+    # autograd: reverse mode through forward-mode AD
+    import torch.autograd.forward_ad as fwAD
+    grads = []
+    for f in (layer, ref):
+        xr = x.clone().requires_grad_(True)
+        with fwAD.dual_level():
+            tan = fwAD.unpack_dual(f(fwAD.make_dual(xr, s_), w, b, a)[0]).tangent
+        grads.append(torch.autograd.grad((tan ** 2).sum(), xr)[0])
+    assert torch.allclose(grads[0], grads[1], rtol=1e-11, atol=1e-12)
+
+
 def test_torch_seed_example(compiler, tmp_path, monkeypatch):
     """The seed's README example, enzyme("test.c", "f").apply(inp), with a gradient."""
     (tmp_path / "test.c").write_text("#include <math.h>\n#include <stddef.h>\n"
