@@ -644,80 +644,60 @@ def wrapper_source(name: str, params: Sequence[Param], *, prototype: bool, secon
                    + call + "\n}")
 
     if second_order:
-        # the VJP as a function of its arguments (each differentiable input and output followed by its
-        # shadow), then its forward derivative
-        vparams, vargs = [], []
-        for p in params:
-            v = f"p{p.index}"
-            if p.differentiable:
-                vparams += [f"const {T[p.name]} *{v}", f"{T[p.name]} *d{v}"]
-                vargs += [("int", "enzyme_dup"), (f"const {T[p.name]} *", v), (f"{T[p.name]} *", f"d{v}")]
-            elif p.kind == "out":
-                vparams += [f"{T[p.name]} *{v}", f"{T[p.name]} *d{v}"]
-                vargs += [("int", "enzyme_dupnoneed"), (f"{T[p.name]} *", v), (f"{T[p.name]} *", f"d{v}")]
-            else:
-                ty = "int64_t" if p.kind == "int" else f"const {T[p.name]} *"
-                vparams.append(f"{ty} {v}")
-                vargs += [("int", "enzyme_const"), (ty, v)]
-        decl, call = enzyme_call(f"__enzyme_autodiff_enzcc_{name}_vjp2", shim, vargs)
-        lines.append(decl)
-        lines.append(f"static void {name}_enzcc_vjp_call({', '.join(vparams)}) {{\n{call}\n}}")
-        args, pre = [], []
-        for p in params:
-            if p.differentiable:
-                args += [("int", "enzyme_dup"), (f"const {T[p.name]} *", a(p)),
-                         (f"const {T[p.name]} *", f"(const {T[p.name]} *)enzcc_ta[{p.index}]"),
-                         ("int", "enzyme_dup"), (f"{T[p.name]} *", ptr("enzcc_d", p)),
-                         (f"{T[p.name]} *", ptr("enzcc_td", p))]
-                if p.kind == "scalar":
-                    pre += [f"  *{ptr('enzcc_d', p)} = 0;", f"  *{ptr('enzcc_td', p)} = 0;"]
-            elif p.kind == "out":
-                args += [("int", "enzyme_dup"), (f"{T[p.name]} *", a(p)), (f"{T[p.name]} *", ptr("enzcc_ta", p)),
-                         ("int", "enzyme_dup"), (f"{T[p.name]} *", ptr("enzcc_d", p)),
-                         (f"{T[p.name]} *", ptr("enzcc_td", p))]
-            else:
-                args += [("int", "enzyme_const"), ("int64_t" if p.kind == "int" else f"const {T[p.name]} *", a(p))]
-        decl, call = enzyme_call(f"__enzyme_fwddiff_enzcc_{name}_vjp_jvp", f"{name}_enzcc_vjp_call", args)
-        lines.append(decl)
-        entries.append(f"ENZCC_EXPORT void {name}_enzcc_vjp_jvp(void *const *enzcc_a, void *const *enzcc_d, "
-                       f"void *const *enzcc_ta, void *const *enzcc_td) {{\n"
-                       + "".join(s + "\n" for s in pre) + call + "\n}")
+        def as_function(fn: str, marker: str, shadow_const: str, out_marker: str) -> None:
+            """The first-order call ``fn`` as a function of its arguments (each differentiable input and output
+            followed by its shadow), emitted as ``NAME_enzcc_<fn>_call``."""
+            fparams, fargs = [], []
+            for p in params:
+                v = f"p{p.index}"
+                if p.differentiable:
+                    fparams += [f"const {T[p.name]} *{v}", f"{shadow_const}{T[p.name]} *d{v}"]
+                    fargs += [("int", "enzyme_dup"), (f"const {T[p.name]} *", v),
+                              (f"{shadow_const}{T[p.name]} *", f"d{v}")]
+                elif p.kind == "out":
+                    fparams += [f"{T[p.name]} *{v}", f"{T[p.name]} *d{v}"]
+                    fargs += [("int", out_marker), (f"{T[p.name]} *", v), (f"{T[p.name]} *", f"d{v}")]
+                else:
+                    ty = "int64_t" if p.kind == "int" else f"const {T[p.name]} *"
+                    fparams.append(f"{ty} {v}")
+                    fargs += [("int", "enzyme_const"), (ty, v)]
+            decl, call = enzyme_call(f"__enzyme_{marker}_enzcc_{name}_{fn}2", shim, fargs)
+            lines.append(decl)
+            lines.append(f"static void {name}_enzcc_{fn}_call({', '.join(fparams)}) {{\n{call}\n}}")
 
-        # forward over forward: the JVP as a function of its arguments (each differentiable input and output
-        # followed by its tangent), then its forward derivative with respect to the inputs and their tangents
-        fparams, fargs = [], []
-        for p in params:
-            v = f"p{p.index}"
-            if p.differentiable:
-                fparams += [f"const {T[p.name]} *{v}", f"const {T[p.name]} *d{v}"]
-                fargs += [("int", "enzyme_dup"), (f"const {T[p.name]} *", v), (f"const {T[p.name]} *", f"d{v}")]
-            elif p.kind == "out":
-                fparams += [f"{T[p.name]} *{v}", f"{T[p.name]} *d{v}"]
-                fargs += [("int", "enzyme_dup"), (f"{T[p.name]} *", v), (f"{T[p.name]} *", f"d{v}")]
-            else:
-                ty = "int64_t" if p.kind == "int" else f"const {T[p.name]} *"
-                fparams.append(f"{ty} {v}")
-                fargs += [("int", "enzyme_const"), (ty, v)]
-        decl, call = enzyme_call(f"__enzyme_fwddiff_enzcc_{name}_jvp2", shim, fargs)
-        lines.append(decl)
-        lines.append(f"static void {name}_enzcc_jvp_call({', '.join(fparams)}) {{\n{call}\n}}")
-        args = []
-        for p in params:
-            if p.differentiable:
-                args += [("int", "enzyme_dup"), (f"const {T[p.name]} *", a(p)),
-                         (f"const {T[p.name]} *", f"(const {T[p.name]} *)enzcc_ta[{p.index}]"),
-                         ("int", "enzyme_dup"), (f"const {T[p.name]} *", f"(const {T[p.name]} *)enzcc_d[{p.index}]"),
-                         (f"const {T[p.name]} *", f"(const {T[p.name]} *)enzcc_td[{p.index}]")]
-            elif p.kind == "out":
-                args += [("int", "enzyme_dup"), (f"{T[p.name]} *", a(p)), (f"{T[p.name]} *", ptr("enzcc_ta", p)),
-                         ("int", "enzyme_dup"), (f"{T[p.name]} *", ptr("enzcc_d", p)),
-                         (f"{T[p.name]} *", ptr("enzcc_td", p))]
-            else:
-                args += [("int", "enzyme_const"), ("int64_t" if p.kind == "int" else f"const {T[p.name]} *", a(p))]
-        decl, call = enzyme_call(f"__enzyme_fwddiff_enzcc_{name}_jvp_jvp", f"{name}_enzcc_jvp_call", args)
-        lines.append(decl)
-        entries.append(f"ENZCC_EXPORT void {name}_enzcc_jvp_jvp(void *const *enzcc_a, void *const *enzcc_d, "
-                       f"void *const *enzcc_ta, void *const *enzcc_td) {{\n" + call + "\n}")
+        def forward_of(fn: str, shadow_const: str, pre: list) -> None:
+            """``NAME_enzcc_<fn>_jvp``: the forward derivative of ``NAME_enzcc_<fn>_call`` with respect to the
+            differentiable inputs (tangents in ``ta``) and their shadows (``d``, tangents in ``td``), the
+            outputs and theirs."""
+            args = []
+            for p in params:
+                if p.differentiable:
+                    args += [("int", "enzyme_dup"), (f"const {T[p.name]} *", a(p)),
+                             (f"const {T[p.name]} *", f"(const {T[p.name]} *)enzcc_ta[{p.index}]"),
+                             ("int", "enzyme_dup"),
+                             (f"{shadow_const}{T[p.name]} *", f"({shadow_const}{T[p.name]} *)enzcc_d[{p.index}]"),
+                             (f"{shadow_const}{T[p.name]} *", f"({shadow_const}{T[p.name]} *)enzcc_td[{p.index}]")]
+                elif p.kind == "out":
+                    args += [("int", "enzyme_dup"), (f"{T[p.name]} *", a(p)), (f"{T[p.name]} *", ptr("enzcc_ta", p)),
+                             ("int", "enzyme_dup"), (f"{T[p.name]} *", ptr("enzcc_d", p)),
+                             (f"{T[p.name]} *", ptr("enzcc_td", p))]
+                else:
+                    args += [("int", "enzyme_const"),
+                             ("int64_t" if p.kind == "int" else f"const {T[p.name]} *", a(p))]
+            decl, call = enzyme_call(f"__enzyme_fwddiff_enzcc_{name}_{fn}_jvp", f"{name}_enzcc_{fn}_call", args)
+            lines.append(decl)
+            entries.append(f"ENZCC_EXPORT void {name}_enzcc_{fn}_jvp(void *const *enzcc_a, void *const *enzcc_d, "
+                           f"void *const *enzcc_ta, void *const *enzcc_td) {{\n"
+                           + "".join(s + "\n" for s in pre) + call + "\n}")
+
+        # forward over reverse: the VJP's forward derivative (gradients and seeds are its shadows; the scalar
+        # gradients and their tangents are stored, so they start at zero)
+        as_function("vjp", "autodiff", "", "enzyme_dupnoneed")
+        forward_of("vjp", "", [line for p in params if p.differentiable and p.kind == "scalar"
+                               for line in (f"  *{ptr('enzcc_d', p)} = 0;", f"  *{ptr('enzcc_td', p)} = 0;")])
+        # forward over forward: the JVP's forward derivative with respect to the inputs and their tangents
+        as_function("jvp", "fwddiff", "const ", "enzyme_dup")
+        forward_of("jvp", "const ", [])
 
     head = ["#include <stddef.h>", "#include <stdint.h>",
             '#define ENZCC_EXPORT __attribute__((visibility("default")))']
