@@ -350,6 +350,25 @@ class _Driver:
         at = lambda off: b.gep(T.i8, self.action, [ConstantInt(T.i64, off)])  # noqa: E731
         return (b.load(T.i32, self.action), b.load(T.i64, at(8)), b.load(T.i64, at(16)), b.load(T.i64, at(24)))
 
+    def action_loop(self, b: IRBuilder, turn_flag: int):
+        """From ``b``: the loop that asks for the next action and carries out stores and restores itself.
+        Returns its head, the action's iteration and start iteration, and the (empty) blocks for a forward run,
+        the turn ``turn_flag``, done and any other action."""
+        fn = self.fn
+        head = fn.append_block("action")
+        b.br(head)
+        hb = IRBuilder.at_end(head)
+        flag, iteration, first, cpnum = self.ask(hb)
+        store, restore, fwd, turn, done, bad = (fn.append_block(x) for x in
+                                                ("store", "restore", "run", "turn", "done", "bad_action"))
+        hb.switch(flag, bad, [(_STORE, store), (_RESTORE, restore), (_FORWARD, fwd), (turn_flag, turn),
+                              (_DONE, done)])
+        for block, slot_fn in ((store, self.store_fn), (restore, self.restore_fn)):
+            sb = IRBuilder.at_end(block)
+            self.slot(sb, slot_fn, cpnum, iteration)
+            sb.br(head)
+        return head, iteration, first, fwd, turn, done, bad
+
     def step(self, b: IRBuilder, callee: Value, j: Value, args) -> Value:
         """Run step ``j`` (counted from 0) of the loop."""
         i = _index(b, self.ck.step.args[0].type, b.add(self.start, j))
@@ -388,20 +407,7 @@ def _forward_sweep(module, fn: Function, ck: Checkpoint, nkept: int) -> None:
     d.start = start
     d.check_scheme(scheme)
     d.state = b.call(d.init, [data, n, d.total], function_type=T.FunctionType(T.ptr, (T.ptr, T.i64, T.i64)))
-    head = fn.append_block("action")
-    b.br(head)
-    hb = IRBuilder.at_end(head)
-    flag, iteration, first, cpnum = d.ask(hb)
-    store, restore, fwd, turn, done, bad = (fn.append_block(x) for x in
-                                            ("store", "restore", "run", "first_turn", "done", "bad_action"))
-    hb.switch(flag, bad, [(_STORE, store), (_RESTORE, restore), (_FORWARD, fwd), (_FIRSTUTURN, turn),
-                          (_DONE, done)])
-    sb = IRBuilder.at_end(store)
-    d.slot(sb, d.store_fn, cpnum, iteration)
-    sb.br(head)
-    rb = IRBuilder.at_end(restore)
-    d.slot(rb, d.restore_fn, cpnum, iteration)
-    rb.br(head)
+    head, iteration, first, fwd, turn, done, bad = d.action_loop(b, _FIRSTUTURN)
 
     def ended(eb: IRBuilder, steps: Value) -> None:  # a while loop's step said stop: the scheme learns the count
         has = fn.append_block("set_nsteps")
@@ -454,20 +460,7 @@ def _reverse_sweep(module, fn: Function, entry: _Entry, nargs: int, nshadows: in
 
     d.slot(b, d.restore_fn, ConstantInt(T.i64, -2), b.sub(turn, ConstantInt(T.i64, 1)))
     differentiate(b, turn)
-    head = fn.append_block("action")
-    b.br(head)
-    hb = IRBuilder.at_end(head)
-    flag, iteration, first, cpnum = d.ask(hb)
-    store, restore, fwd, uturn, done, bad = (fn.append_block(x) for x in
-                                             ("store", "restore", "run", "turn", "done", "bad_action"))
-    hb.switch(flag, bad, [(_STORE, store), (_RESTORE, restore), (_FORWARD, fwd), (_UTURN, uturn),
-                          (_DONE, done)])
-    sb = IRBuilder.at_end(store)
-    d.slot(sb, d.store_fn, cpnum, iteration)
-    sb.br(head)
-    rb = IRBuilder.at_end(restore)
-    d.slot(rb, d.restore_fn, cpnum, iteration)
-    rb.br(head)
+    head, iteration, first, fwd, uturn, done, bad = d.action_loop(b, _UTURN)
     d.run_forward(IRBuilder.at_end(fwd), first, iteration, args, head)
     ub = IRBuilder.at_end(uturn)
     differentiate(ub, iteration)
