@@ -378,6 +378,35 @@ def _parse_size(call, fn, rest: list, extra: dict) -> DiffCall:
     return DiffCall(call, "size", fn, specs, None, **extra)
 
 
+class MarkerArgs:
+    """The arguments of an ``__enzyme_*`` loop call (``__enzyme_fixed_point``, a checkpointed loop) read in
+    order: ``enzyme_*`` markers, each followed by what it takes, then the step's own arguments."""
+
+    def __init__(self, call, what: str, args):
+        self.call, self.what, self.args, self.k = call, what, list(args), 0
+
+    def markers(self):
+        """The markers, in order, up to the first argument that is not one; read what each takes with
+        :meth:`take` before asking for the next."""
+        while self.k < len(self.args):
+            marker = marker_symbol(self.args[self.k])
+            if marker is None:
+                return
+            self.k += 1
+            yield marker
+
+    def take(self, thing: str) -> Value:
+        """The next argument (``thing`` names it in the error when it is missing)."""
+        if self.k >= len(self.args):
+            raise ad_error(f"{self.what}: {thing} is missing", self.call)
+        self.k += 1
+        return self.args[self.k - 1]
+
+    def rest(self) -> list:
+        """The arguments after the markers."""
+        return self.args[self.k:]
+
+
 def resolve_function(v: Value, depth: int = 0) -> Value:
     """See through casts and a pointer parked in a local variable (as unoptimized C and Fortran code does with
     ``c_funloc``) to the function itself."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from enzcc.ad.api import CONST, DUP, calls_named, marker_symbol, resolve_function
+from enzcc.ad.api import CONST, DUP, MarkerArgs, calls_named, resolve_function
 from enzcc.ad.emit import fail_at_run_time, internal_function, signed_i64
 from enzcc.ad.errors import ad_error
 from enzcc.ir import types as T
@@ -102,20 +102,9 @@ def parse(call: Call, module) -> Checkpoint:
         args = args[2:]
     scheme = data = None
     regions = []
-    k = 0
-
-    def take(thing: str) -> Value:
-        nonlocal k
-        if k >= len(args):
-            raise ad_error(f"{what}: {thing} is missing", call)
-        k += 1
-        return args[k - 1]
-
-    while k < len(args):
-        marker = marker_symbol(args[k])
-        if marker is None:
-            break
-        k += 1
+    reader = MarkerArgs(call, what, args)
+    take = reader.take
+    for marker in reader.markers():
         if marker == _SCHEME:
             scheme, data = take("the scheme after enzyme_scheme"), take("the scheme's data after the scheme")
             if not isinstance(scheme.type, T.PointerType) or not isinstance(data.type, T.PointerType):
@@ -131,7 +120,7 @@ def parse(call: Call, module) -> Checkpoint:
                            "enzyme_checkpoint_region)", call)
     if scheme is None:
         raise ad_error(f"{what} needs its scheme: enzyme_scheme, &scheme, data", call)
-    ck = Checkpoint(call, step, is_while, start, n, scheme, data, regions, args[k:])
+    ck = Checkpoint(call, step, is_while, start, n, scheme, data, regions, reader.rest())
     params = step.args
     if len(params) != 1 + len(ck.args) or not isinstance(params[0].type, T.IntType) or \
             any(p.type != a.type for p, a in zip(params[1:], ck.args)):

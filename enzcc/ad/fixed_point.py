@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from enzcc.ad.api import CONST, DUP, calls_named, marker_symbol, resolve_function
+from enzcc.ad.api import CONST, DUP, MarkerArgs, calls_named, resolve_function
 from enzcc.ad.emit import internal_function, signed_i64
 from enzcc.ad.errors import ad_error
 from enzcc.ir import types as T
@@ -86,21 +86,9 @@ def parse(call: Call, module) -> FixedPoint:
         raise ad_error("the step of __enzyme_fixed_point must be a function defined in the program", call)
     fp = FixedPoint(call, step)
     b = IRBuilder.before(call)
-    args = list(call.args[1:])
-    k = 0
-
-    def take(what: str) -> Value:
-        nonlocal k
-        if k >= len(args):
-            raise ad_error(f"__enzyme_fixed_point: {what} is missing", call)
-        k += 1
-        return args[k - 1]
-
-    while k < len(args):
-        marker = marker_symbol(args[k])
-        if marker is None:
-            break
-        k += 1
+    reader = MarkerArgs(call, FIXED_POINT, call.args[1:])
+    take = reader.take
+    for marker in reader.markers():
         if marker in (_STATE, _REGION):
             p = take(f"the pointer after {marker}")
             n = take(f"the size in bytes after {marker}")
@@ -128,7 +116,7 @@ def parse(call: Call, module) -> FixedPoint:
             raise ad_error(f"{marker} is not supported in __enzyme_fixed_point (known: enzyme_fp_state, "
                            "enzyme_fp_reduction, enzyme_fp_max_iters, enzyme_fp_control, "
                            "enzyme_checkpoint_region)", call)
-    fp.args = args[k:]
+    fp.args = reader.rest()
     if not fp.states:
         raise ad_error("__enzyme_fixed_point needs the state: enzyme_fp_state, pointer, bytes", call)
     params = step.args
