@@ -347,6 +347,17 @@ def _is_zero(t) -> bool:
     return type(t) is ad.Zero
 
 
+def _dense(t):
+    """A tangent or cotangent as an array: a symbolic zero becomes zeros of its shape."""
+    return ad.instantiate_zeros(t) if not _is_zero(t) else jnp.zeros(t.aval.shape, t.aval.dtype)
+
+
+def _fold(g, flag: bool, batch: tuple):
+    """The cotangent of an operand: summed over the batch axes when the operand is shared by the batch items
+    (``flag`` false under vmap)."""
+    return jnp.sum(g, axis=tuple(range(len(batch)))) if batch and not flag else g
+
+
 def _check_const_tangents(layout: Layout, operand_cs, tangents) -> None:
     """A derivative flowing into an input declared const would be dropped: refuse instead of returning a
     silently wrong derivative."""
@@ -374,20 +385,11 @@ def _tangent_transpose(cts, *operands, layout: Layout, batch: tuple, batched: tu
     primals, tans = operands[:I], operands[I:]
     if any(ad.is_undefined_primal(p) for p in primals):
         raise NotImplementedError(f"{layout.name}: cannot transpose with respect to the primal inputs")
-    seeds = [ad.instantiate_zeros(ct) if not _is_zero(ct) else jnp.zeros(ct.aval.shape, ct.aval.dtype)
-             for ct in cts[:O]]
+    seeds = [_dense(ct) for ct in cts[:O]]
     seed_flags = tuple(bool(batch) for _ in seeds)
     res = vjp_p.bind(*primals, *seeds, layout=layout, batch=batch, batched=tuple(batched[:I]) + seed_flags)
-    grads = []
-    for k, t in enumerate(tans):
-        if not ad.is_undefined_primal(t):
-            grads.append(None)
-            continue
-        g = res[k]
-        if batch and not batched[I + k]:  # an input shared by the batch items: its cotangent is the sum
-            g = jnp.sum(g, axis=tuple(range(len(batch))))
-        grads.append(g)
-    return [None] * I + grads
+    return [None] * I + [_fold(res[k], batched[I + k], batch) if ad.is_undefined_primal(t) else None
+                         for k, t in enumerate(tans)]
 
 
 def _vjp_jvp(primals, tangents, *, layout: Layout, batch: tuple, batched: tuple):
@@ -402,8 +404,7 @@ def _vjp_jvp(primals, tangents, *, layout: Layout, batch: tuple, batched: tuple)
         return outs, zeros
     layout.entry("vjp_tangent")  # builds the second-order library now: its errors surface here, not in XLA
     flags = tuple(batched[:I + O]) + tuple(batched[j] for j in diff_j) + tuple(bool(batch) for _ in seed_t)
-    seed_t = [ad.instantiate_zeros(t) if not _is_zero(t) else jnp.zeros(t.aval.shape, t.aval.dtype)
-              for t in seed_t]
+    seed_t = [_dense(t) for t in seed_t]
     res = vjp_tangent_p.bind(*primals, *[ad.instantiate_zeros(t) for t in in_t], *seed_t, layout=layout,
                              batch=batch, batched=flags)
     return outs, list(res[D:2 * D]) + zeros[D:]
@@ -419,24 +420,20 @@ def _vjp_tangent_transpose(cts, *operands, layout: Layout, batch: tuple, batched
     t, u = operands[I + O:I + O + D], operands[I + O + D:]
     if any(ad.is_undefined_primal(p) for p in (*primals, *seeds)):
         raise NotImplementedError(f"{layout.name}: third derivatives are not available")
-    c = [ad.instantiate_zeros(ct) if not _is_zero(ct) else jnp.zeros(ct.aval.shape, ct.aval.dtype)
-         for ct in cts[D:2 * D]]
+    c = [_dense(ct) for ct in cts[D:2 * D]]
     flags_in = tuple(batched[:I + O])
     c_flags = tuple(bool(batch) for _ in c)  # cotangents of results carry the batch axes
-
-    def fold(g, flag):  # an operand shared by the batch items: its cotangent is the sum over the items
-        return jnp.sum(g, axis=tuple(range(len(batch)))) if batch and not flag else g
 
     ct_t, ct_u = [None] * D, [None] * O
     if any(ad.is_undefined_primal(v) for v in t):
         zero_u = [jnp.zeros_like(s) for s in seeds]
         res = vjp_tangent_p.bind(*primals, *seeds, *c, *zero_u, layout=layout, batch=batch,
                                  batched=flags_in + c_flags + tuple(batched[I:I + O]))
-        ct_t = [fold(res[D + k], batched[I + O + k]) if ad.is_undefined_primal(v) else None
+        ct_t = [_fold(res[D + k], batched[I + O + k], batch) if ad.is_undefined_primal(v) else None
                 for k, v in enumerate(t)]
     if any(ad.is_undefined_primal(v) for v in u):
         res = tangent_p.bind(*primals, *c, layout=layout, batch=batch, batched=tuple(batched[:I]) + c_flags)
-        ct_u = [fold(res[k], batched[I + O + D + k]) if ad.is_undefined_primal(v) else None
+        ct_u = [_fold(res[k], batched[I + O + D + k], batch) if ad.is_undefined_primal(v) else None
                 for k, v in enumerate(u)]
     return [None] * (I + O) + ct_t + ct_u
 
@@ -454,10 +451,8 @@ def _tangent_jvp(primals, tangents, *, layout: Layout, batch: tuple, batched: tu
         return outs, [ad.Zero(o.aval.to_tangent_aval()) for o in outs]
     layout.entry("tangent_tangent")  # builds the second-order library now: its errors surface here, not in XLA
 
-    def dense(t):
-        return ad.instantiate_zeros(t) if not _is_zero(t) else jnp.zeros(t.aval.shape, t.aval.dtype)
     flags = tuple(batched[:I + D]) + tuple(batched[j] for j in diff_j) + tuple(batched[I:I + D])
-    res = tangent_tangent_p.bind(*primals, *[dense(t) for t in s_t], *[dense(t) for t in u_t], layout=layout,
+    res = tangent_tangent_p.bind(*primals, *[_dense(t) for t in s_t], *[_dense(t) for t in u_t], layout=layout,
                                  batch=batch, batched=flags)
     return outs, list(res)
 
@@ -472,22 +467,19 @@ def _tangent_tangent_transpose(cts, *operands, layout: Layout, batch: tuple, bat
     s, u = operands[I + D:I + 2 * D], operands[I + 2 * D:]
     if any(ad.is_undefined_primal(v) for v in (*primals, *t)):
         raise NotImplementedError(f"{layout.name}: third derivatives are not available")
-    c = [ad.instantiate_zeros(ct) if not _is_zero(ct) else jnp.zeros(ct.aval.shape, ct.aval.dtype) for ct in cts]
+    c = [_dense(ct) for ct in cts]
     c_flags = tuple(bool(batch) for _ in c)  # cotangents of results carry the batch axes
-
-    def fold(g, flag):  # an operand shared by the batch items: its cotangent is the sum over the items
-        return jnp.sum(g, axis=tuple(range(len(batch)))) if batch and not flag else g
 
     ct_s, ct_u = [None] * D, [None] * D
     if any(ad.is_undefined_primal(v) for v in s):
         zero_u = [jnp.zeros_like(x) for x in c]
         res = vjp_tangent_p.bind(*primals, *c, *t, *zero_u, layout=layout, batch=batch,
                                  batched=tuple(batched[:I]) + c_flags + tuple(batched[I:I + D]) + c_flags)
-        ct_s = [fold(res[D + k], batched[I + D + k]) if ad.is_undefined_primal(v) else None
+        ct_s = [_fold(res[D + k], batched[I + D + k], batch) if ad.is_undefined_primal(v) else None
                 for k, v in enumerate(s)]
     if any(ad.is_undefined_primal(v) for v in u):
         res = vjp_p.bind(*primals, *c, layout=layout, batch=batch, batched=tuple(batched[:I]) + c_flags)
-        ct_u = [fold(res[k], batched[I + 2 * D + k]) if ad.is_undefined_primal(v) else None
+        ct_u = [_fold(res[k], batched[I + 2 * D + k], batch) if ad.is_undefined_primal(v) else None
                 for k, v in enumerate(u)]
     return [None] * (I + D) + ct_s + ct_u
 
