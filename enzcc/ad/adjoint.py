@@ -70,6 +70,10 @@ def is_inactive_call(name: str) -> bool:
         name.startswith(OPENMP_INACTIVE_PREFIXES) or is_iter(name) or is_hint(name)
 
 
+#: loops with a reverse mode of their own: (is a call to one, the module with its ``augment``, ``kept_values``
+#: and ``reverse``)
+_LOOP_APIS = ((is_fixed_point, fixed_point), (is_checkpoint, checkpoint))
+
 #: intrinsics with nothing to do in the reverse sweep
 _IGNORED_INTRINSICS = ("llvm.lifetime.", "llvm.assume", "llvm.experimental.noalias.scope.decl", "llvm.dbg.",
                        "llvm.prefetch", "llvm.stacksave", "llvm.stackrestore", "llvm.invariant.", "llvm.trap",
@@ -269,21 +273,15 @@ class AdjointGenerator:
         for block in self.blocks:
             insts = self.orig_insts[id(block)]
             for i, inst in enumerate(insts):
-                if isinstance(inst, Call) and is_fixed_point(inst.callee_name):
-                    anchor, entry = fixed_point.augment(self, inst)
+                api = next((m for is_api, m in _LOOP_APIS if is_api(inst.callee_name)), None) \
+                    if isinstance(inst, Call) else None
+                if api is not None:  # the call's module makes its forward code and, later, its reverse
+                    anchor, entry = api.augment(self, inst)
                     insts[i] = anchor
-                    self.user_calls[id(anchor)] = ("fixed_point", entry)
+                    self.user_calls[id(anchor)] = ("loop", (api, entry))
                     self._keep.append(anchor)
                     if entry is not None:
-                        self._keep += [entry[0], entry[-1]]
-                    continue
-                if isinstance(inst, Call) and is_checkpoint(inst.callee_name):
-                    anchor, entry = checkpoint.augment(self, inst)
-                    insts[i] = anchor
-                    self.user_calls[id(anchor)] = ("checkpoint", entry)
-                    self._keep.append(anchor)
-                    if entry is not None:
-                        self._keep += [entry.state, entry.turn]
+                        self._keep += api.kept_values(entry)
                     continue
                 if isinstance(inst, Call) and inst.callee_name == "__kmpc_fork_call":
                     entry = openmp.augment_fork(self, inst)
@@ -368,12 +366,10 @@ class AdjointGenerator:
                 custom.reverse_call(self, entry, block, b)
             elif kind == "fork":
                 openmp.reverse_fork(self, entry, block, b)
-            elif kind == "fixed_point":
-                if entry is not None:
-                    fixed_point.reverse(self, entry, block, b)
-            elif kind == "checkpoint":
-                if entry is not None:
-                    checkpoint.reverse(self, entry, block, b)
+            elif kind == "loop":
+                api, loop_entry = entry
+                if loop_entry is not None:
+                    api.reverse(self, loop_entry, block, b)
             else:
                 self._reverse_user_call(entry, block, b)
             return

@@ -277,6 +277,11 @@ def augment(mode, inst: Call):
     return anchor, _Entry(ck, kinds, aug, rev, kept, state, turn, anchor)
 
 
+def kept_values(entry: _Entry) -> list:
+    """The forward values :func:`reverse` reads: the scheme's state and the first turn."""
+    return [entry.state, entry.turn]
+
+
 def reverse(mode, entry: _Entry, block, b: IRBuilder) -> None:
     """Reverse sweep: the rest of the schedule, each turn differentiating one step."""
     ck = entry.ck
@@ -568,5 +573,5 @@ def _check_writes(module, ck: Checkpoint, body: Function) -> None:
                        "holds; pass it as enzyme_checkpoint_region, pointer, bytes", ck.call)
 
 
-__all__ = ["CHECKPOINT_FOR", "CHECKPOINT_WHILE", "DRIVER_MARK", "augment", "forward", "is_checkpoint", "lower", "parse",
-           "reverse", "step_name"]
+__all__ = ["CHECKPOINT_FOR", "CHECKPOINT_WHILE", "DRIVER_MARK", "augment", "forward", "is_checkpoint", "kept_values",
+           "lower", "parse", "reverse", "step_name"]

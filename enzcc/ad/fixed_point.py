@@ -254,6 +254,11 @@ def augment(mode, inst: Call):
     return last, entry
 
 
+def kept_values(entry) -> list:
+    """The forward values :func:`reverse` reads: the snapshot and the index of the last step."""
+    return [entry[0], entry[-1]]
+
+
 def reverse(mode, entry, block, b: IRBuilder) -> None:
     """Reverse sweep: iterate the adjoint of one step at the converged state."""
     snap, fp, kinds, aug, rev, kept, types, last = entry
@@ -519,4 +524,4 @@ def _sumsq(module, ty: T.FloatType) -> Function:
     return fn
 
 
-__all__ = ["FIXED_POINT", "augment", "forward", "is_fixed_point", "lower", "parse", "reverse", "step_name"]
+__all__ = ["FIXED_POINT", "augment", "forward", "is_fixed_point", "kept_values", "lower", "parse", "reverse", "step_name"]
