@@ -378,6 +378,24 @@ def _parse_size(call, fn, rest: list, extra: dict) -> DiffCall:
     return DiffCall(call, "size", fn, specs, None, **extra)
 
 
+def loop_step_name(call, is_api) -> str | None:
+    """The step function a loop call (``__enzyme_fixed_point``, a checkpointed loop: ``is_api`` tells) passes
+    first; None for other instructions."""
+    if not isinstance(call, Call) or not is_api(call.callee_name) or not call.args:
+        return None
+    ref = resolve_function(call.args[0])
+    return ref.symbol if isinstance(ref, GlobalRef) else None
+
+
+def loop_step(call, module, is_api, what: str):
+    """The step function of a loop call, which must have a body here (a one-line error otherwise)."""
+    name = loop_step_name(call, is_api)
+    step = module.functions.get(name) if name else None
+    if step is None or step.is_declaration:
+        raise ad_error(f"the step of {what} must be a function defined in the program", call)
+    return step
+
+
 class MarkerArgs:
     """The arguments of an ``__enzyme_*`` loop call (``__enzyme_fixed_point``, a checkpointed loop) read in
     order: ``enzyme_*`` markers, each followed by what it takes, then the step's own arguments."""

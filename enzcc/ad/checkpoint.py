@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from enzcc.ad.api import CONST, DUP, MarkerArgs, calls_named, resolve_function
+from enzcc.ad.api import CONST, DUP, MarkerArgs, calls_named, loop_step, loop_step_name
 from enzcc.ad.emit import fail_at_run_time, internal_function, signed_i64
 from enzcc.ad.errors import ad_error
 from enzcc.ir import types as T
@@ -77,20 +77,14 @@ class Checkpoint:
 
 def step_name(call) -> str | None:
     """The step function of a checkpointed loop (None for other instructions)."""
-    if not isinstance(call, Call) or not is_checkpoint(call.callee_name) or not call.args:
-        return None
-    ref = resolve_function(call.args[0])
-    return ref.symbol if isinstance(ref, GlobalRef) else None
+    return loop_step_name(call, is_checkpoint)
 
 
 def parse(call: Call, module) -> Checkpoint:
     """Read the call's markers; every misuse is a one-line error."""
     is_while = call.callee_name.startswith(CHECKPOINT_WHILE)
     what = CHECKPOINT_WHILE if is_while else CHECKPOINT_FOR
-    name = step_name(call)
-    step = module.functions.get(name) if name else None
-    if step is None or step.is_declaration:
-        raise ad_error(f"the step of {what} must be a function defined in the program", call)
+    step = loop_step(call, module, is_checkpoint, what)
     b = IRBuilder.before(call)
     args = list(call.args[1:])
     if is_while:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from enzcc.ad.api import CONST, DUP, MarkerArgs, calls_named, resolve_function
+from enzcc.ad.api import CONST, DUP, MarkerArgs, calls_named, loop_step, loop_step_name
 from enzcc.ad.emit import internal_function, signed_i64
 from enzcc.ad.errors import ad_error
 from enzcc.ir import types as T
@@ -72,18 +72,12 @@ class FixedPoint:
 
 def step_name(call) -> str | None:
     """The step function of an ``__enzyme_fixed_point`` call (None for other instructions)."""
-    if not isinstance(call, Call) or not is_fixed_point(call.callee_name) or not call.args:
-        return None
-    ref = resolve_function(call.args[0])
-    return ref.symbol if isinstance(ref, GlobalRef) else None
+    return loop_step_name(call, is_fixed_point)
 
 
 def parse(call: Call, module) -> FixedPoint:
     """Read the call's markers; every misuse is a one-line error."""
-    name = step_name(call)
-    step = module.functions.get(name) if name else None
-    if step is None or step.is_declaration:
-        raise ad_error("the step of __enzyme_fixed_point must be a function defined in the program", call)
+    step = loop_step(call, module, is_fixed_point, FIXED_POINT)
     fp = FixedPoint(call, step)
     b = IRBuilder.before(call)
     reader = MarkerArgs(call, FIXED_POINT, call.args[1:])
