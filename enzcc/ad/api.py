@@ -396,6 +396,22 @@ def loop_step(call, module, is_api, what: str):
     return step
 
 
+def loop_step_kinds(mode, args, call, what: str) -> tuple[str, ...]:
+    """The activity of a loop's step (its index, then ``args``): pointers to memory with derivatives are
+    ``dup``; a float with a derivative passed by value is refused."""
+    act = mode.activity
+    kinds = [CONST]
+    for a in args:
+        if isinstance(a.type, T.PointerType) and act.is_active_ptr(a):
+            kinds.append(DUP)
+        elif isinstance(a.type, T.FloatType) and act.is_active(a):
+            raise ad_error(f"{what}: a floating-point value with a derivative passed by value to the step is not "
+                           "supported; pass a pointer to it", call)
+        else:
+            kinds.append(CONST)
+    return tuple(kinds)
+
+
 class MarkerArgs:
     """The arguments of an ``__enzyme_*`` loop call (``__enzyme_fixed_point``, a checkpointed loop) read in
     order: ``enzyme_*`` markers, each followed by what it takes, then the step's own arguments."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from enzcc.ad.api import CONST, DUP, MarkerArgs, calls_named, loop_step, loop_step_name
+from enzcc.ad.api import DUP, MarkerArgs, calls_named, loop_step, loop_step_kinds, loop_step_name
 from enzcc.ad.emit import fail_at_run_time, internal_function, signed_i64
 from enzcc.ad.errors import ad_error
 from enzcc.ir import types as T
@@ -185,17 +185,7 @@ def _mark_driver(module, b: IRBuilder) -> None:
 
 def step_kinds(mode, ck: Checkpoint) -> tuple[str, ...]:
     """The step's argument activity: pointers to memory with derivatives are ``dup``."""
-    act = mode.activity
-    kinds = [CONST]
-    for a in ck.args:
-        if isinstance(a.type, T.PointerType) and act.is_active_ptr(a):
-            kinds.append(DUP)
-        elif isinstance(a.type, T.FloatType) and act.is_active(a):
-            raise ad_error(f"{ck.what}: a floating-point value with a derivative passed by value to the step is "
-                           "not supported; pass a pointer to it", ck.call)
-        else:
-            kinds.append(CONST)
-    return tuple(kinds)
+    return loop_step_kinds(mode, ck.args, ck.call, ck.what)
 
 
 def _begin(mode, inst: Call):

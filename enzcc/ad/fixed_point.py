@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from enzcc.ad.api import CONST, DUP, MarkerArgs, calls_named, loop_step, loop_step_name
+from enzcc.ad.api import DUP, MarkerArgs, calls_named, loop_step, loop_step_kinds, loop_step_name
 from enzcc.ad.emit import internal_function, signed_i64
 from enzcc.ad.errors import ad_error
 from enzcc.ir import types as T
@@ -195,17 +195,7 @@ def drop_inactive_states(mode, fp: FixedPoint) -> None:
 
 def step_kinds(mode, fp: FixedPoint) -> tuple[str, ...]:
     """The step's argument activity: pointers to memory with derivatives are ``dup``."""
-    act = mode.activity
-    kinds = [CONST]
-    for a in fp.args:
-        if isinstance(a.type, T.PointerType) and act.is_active_ptr(a):
-            kinds.append(DUP)
-        elif isinstance(a.type, T.FloatType) and act.is_active(a):
-            raise ad_error("__enzyme_fixed_point: a floating-point value with a derivative passed by value to "
-                           "the step is not supported; pass a pointer to it", fp.call)
-        else:
-            kinds.append(CONST)
-    return tuple(kinds)
+    return loop_step_kinds(mode, fp.args, fp.call, FIXED_POINT)
 
 
 def _begin(mode, inst: Call):
