@@ -292,12 +292,10 @@ class AdjointGenerator:
                     continue
                 if not isinstance(inst, Call) or not is_user_call(inst) or inst.callee_name in inactive:
                     continue
-                if self.width > 1 and (inst.callee_name in hints_of(self.module).gradient or
-                                       any(act.is_active_ptr(a) or act.is_active(a) for a in inst.args) or
-                                       act.is_active(inst) or act.is_active_ptr(inst)):
-                    raise ad_error(f"vector mode (enzyme_width) with a call to '{inst.callee_name}' that is not "
-                                   "inlined (recursive, --ad-inline, or with a registered gradient) is not "
-                                   "supported", inst)
+                if self.width > 1 and inst.callee_name in hints_of(self.module).gradient and \
+                        (any(act.is_active_ptr(a) or act.is_active(a) for a in inst.args) or act.is_active(inst)):
+                    raise ad_error(f"vector mode (enzyme_width) with a call to '{inst.callee_name}', which has a "
+                                   "registered gradient (it takes one adjoint), is not supported", inst)
                 if inst.callee_name in hints_of(self.module).gradient:  # the user's own derivative
                     entry = custom.augment_call(self, inst)
                     insts[i] = entry[0]
@@ -311,11 +309,18 @@ class AdjointGenerator:
                         not act.reaches_active_globals(inst):
                     continue  # no derivative flows through it: the primal call stays
                 check_call_signature(inst, act)
+                if self.width > 1 and OUT in kinds:
+                    k = kinds.index(OUT)
+                    raise ad_error(f"vector mode (enzyme_width) with a call to '{inst.callee_name}' that is not "
+                                   f"inlined and takes a float with a derivative by value (argument {k + 1}) is "
+                                   "not supported", inst)
                 callee = self.module.functions[inst.callee_name]
                 nargs = len(inst.args)
-                aug, rev = self.logic.split_of_call(inst, callee, kinds, ret_active, parallel=self.parallel)
+                aug, rev = self.logic.split_of_call(inst, callee, kinds, ret_active, parallel=self.parallel,
+                                                    width=self.width)
                 b = IRBuilder.before(inst)
-                args = list(inst.args) + [self.shadows.of(a, inst) for a, k in zip(inst.args, kinds) if k == DUP]
+                args = list(inst.args) + [self.lane_shadows[lane].of(a, inst) for a, k in zip(inst.args, kinds)
+                                          if k == DUP for lane in range(self.width)]
                 new = b.call(aug, args)
                 tape = b.extract_value(new, [0])
                 result = None
@@ -346,9 +351,13 @@ class AdjointGenerator:
 
     def _reverse_user_call(self, entry: tuple, block: BasicBlock, b: IRBuilder) -> None:
         call, nargs, rev, kinds, tape, result, ret_active = entry
+        if self.lane != self.width - 1:  # vector mode: one reverse call for all lanes, from the last
+            return                       # (the call is alone in its block: see _isolate_lane_calls)
         args = [self._primal(a, block, b) for a in call.args]
         if ret_active:
-            args.append(self._take_adjoint(b, result))
+            for lane in range(self.width):
+                self._use_lane(lane)
+                args.append(self._take_adjoint(b, result))
         args.append(self._primal(tape, block, b))
         r = b.call(rev, args)
         outs = [a for a, k in zip(call.args[:nargs], kinds) if k == OUT]

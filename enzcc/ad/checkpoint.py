@@ -189,8 +189,6 @@ def step_kinds(mode, ck: Checkpoint) -> tuple[str, ...]:
 
 
 def _begin(mode, inst: Call):
-    if mode.width > 1:
-        raise ad_error(f"vector mode (enzyme_width) with {inst.callee_name} is not supported", inst)
     ck = parse(inst, mode.module)
     kinds = step_kinds(mode, ck)
     info = getattr(mode.module, "enzcc_active_globals", None)
@@ -199,20 +197,31 @@ def _begin(mode, inst: Call):
 
 
 def forward(mode, inst: Call) -> None:
-    """Forward mode: the loop of the steps' tangents (no checkpointing: nothing is taped)."""
-    ck, kinds, differentiated = _begin(mode, inst)
-    b = IRBuilder.before(inst)
-    if not differentiated:
-        _loop(mode.module, ck, b, ck.step, ck.args, "loop")
-    else:
-        F = mode.logic.forward_of_call(inst, ck.step, kinds, [ConstantInt(ck.step.args[0].type, 0), *ck.args])
-        call_args = []
-        for a, k in zip(ck.args, kinds[1:]):
-            call_args.append(a)
-            if k == DUP:
-                call_args.append(mode.shadows.of(a, inst))
-        _loop(mode.module, ck, b, F, call_args, "tangent")
-    inst.erase()
+    """Forward mode: the loop of the steps' tangents (no checkpointing: nothing is taped). In vector mode each
+    lane gives its shadows and one loop runs the step's derivative for all lanes."""
+    seen = mode.__dict__.setdefault("_checkpoints", {})
+    if id(inst) not in seen:
+        seen[id(inst)] = _begin(mode, inst)
+    ck, kinds, differentiated = seen[id(inst)]
+
+    def emit(lanes) -> None:
+        b = IRBuilder.before(inst)
+        if not differentiated:
+            _loop(mode.module, ck, b, ck.step, ck.args, "loop")
+        else:
+            F = mode.logic.forward_of_call(inst, ck.step, kinds, [ConstantInt(ck.step.args[0].type, 0), *ck.args],
+                                           width=mode.width)
+            call_args, d = [], 0
+            for a, k in zip(ck.args, kinds[1:]):
+                call_args.append(a)
+                if k == DUP:
+                    call_args += [shadows[d] for shadows in lanes]
+                    d += 1
+            _loop(mode.module, ck, b, F, call_args, "tangent")
+        inst.erase()
+
+    mode._lane_call(inst, emit, [mode.shadows.of(a, inst) for a, k in zip(ck.args, kinds[1:]) if k == DUP]
+                    if differentiated else None)
 
 
 # -- reverse mode -------------------------------------------------------------------------------------------
@@ -248,7 +257,7 @@ def augment(mode, inst: Call):
     body = mode.logic.body_of(ck.step)
     kept = kept_memory(module, ck, body)
     aug, rev = mode.logic.split_of_call(inst, ck.step, kinds, False,
-                                        args=[ConstantInt(ck.step.args[0].type, 0), *ck.args])
+                                        args=[ConstantInt(ck.step.args[0].type, 0), *ck.args], width=mode.width)
     pairs = [x for pair in kept for x in pair]
     values = [ck.scheme, ck.data, ck.start, ck.n, *pairs, *ck.args]
     helper = internal_function(module, f"__enzcc_ckpt_forward_{ck.step.name}", T.StructType((T.ptr, T.i64)),
@@ -267,14 +276,20 @@ def kept_values(entry: _Entry) -> list:
 
 
 def reverse(mode, entry: _Entry, block, b: IRBuilder) -> None:
-    """Reverse sweep: the rest of the schedule, each turn differentiating one step."""
+    """Reverse sweep: the rest of the schedule, each turn differentiating one step (in vector mode, once for
+    all lanes: from the last lane, the call alone in its block)."""
+    if mode.lane != mode.width - 1:
+        return
     ck = entry.ck
     P = lambda v: mode._primal(v, block, b)  # noqa: E731
     args, shadows = [], []
     for a, k in zip(ck.args, entry.kinds[1:]):
         args.append(P(a))
         if k == DUP:
-            shadows.append(mode._shadow(a, block, b, entry.anchor))
+            for lane in range(mode.width):
+                mode._use_lane(lane)
+                shadows.append(mode._shadow(a, block, b, entry.anchor))
+    mode._use_lane(mode.width - 1)
     pairs = [P(x) for pair in entry.kept for x in pair]
     values = [P(entry.state), P(entry.turn), P(ck.scheme), P(ck.start), *pairs, *args, *shadows]
     helper = internal_function(mode.module, f"__enzcc_ckpt_reverse_{ck.step.name}", T.void,

@@ -57,7 +57,7 @@ class ForwardMode:
                     names.append(f"d{lane if self.width > 1 else ''}_{spec.param.name or spec.param.index}")
         ret = primal.return_type
         if return_primal and is_float(ret):
-            ret = T.StructType((ret, ret))
+            ret = T.StructType((ret,) * (1 + self.width))  # {result, one tangent per lane}
         elif self.width > 1 and is_float(ret):
             ret = T.StructType((ret,) * self.width)
         self.G = new_derivative_function(module, primal, f"fwddiffe_{primal.name}", params, ret, names)
@@ -74,6 +74,8 @@ class ForwardMode:
         self.kinds = [s.kind for s in dc.args]
         self.tangents: dict[int, Value] = {}
         self._keep: list[Value] = []
+        self.lane_calls: dict[int, tuple] = {}
+        """Calls made once for all lanes (:meth:`_lane_call`): call -> (emit, what each lane gave)."""
 
     def build(self):
         G = self.G
@@ -97,6 +99,7 @@ class ForwardMode:
                         arg_shadows[id(arg)] = t
                     else:
                         self._set(arg, t)
+            self.lane = lane
             self.shadows = Shadows(G, activity, arg_shadows, lane)
             self.shadows.build(primal)
             pending: list[tuple[Phi, Phi]] = []
@@ -106,12 +109,16 @@ class ForwardMode:
             for phi, tphi in pending:
                 for v, blk in phi.incoming:
                     tphi.add_incoming(self._t(v), blk)
-        if self.width > 1 and self.lane_returns:
+        for inst, (emit, lanes) in list(self.lane_calls.items()):
+            emit(lanes)
+        if self.lane_returns:  # {result, tangents} (return_primal) or the lanes' tangents (vector mode)
             ret, values = self.lane_returns[0][0], [t for _, t in self.lane_returns]
+            if self.return_primal:
+                values = [ret.operands[0]] + values
             b = IRBuilder.before(ret)
             agg = IRBuilder.poison(G.return_type)
-            for lane, t in enumerate(values):
-                agg = b.insert_value(agg, t, [lane])
+            for k, t in enumerate(values):
+                agg = b.insert_value(agg, t, [k])
             ret.set_operand(0, agg)
         finalize(G)
         return G
@@ -137,11 +144,7 @@ class ForwardMode:
         if isinstance(inst, Ret):
             if self.return_primal:
                 if inst.operands and is_float(inst.operands[0].type):
-                    v = inst.operands[0]
-                    b = IRBuilder.before(inst)
-                    pair = b.insert_value(b.insert_value(IRBuilder.poison(self.G.return_type), v, [0]),
-                                          self._t(v), [1])
-                    inst.set_operand(0, pair)
+                    self.lane_returns.append((inst, self._t(inst.operands[0])))
                 elif inst.operands and isinstance(inst.operands[0].type, T.PointerType) and \
                         act.is_active_ptr(inst.operands[0]):
                     raise ad_error("returning a pointer to memory with derivatives from a function that is "
@@ -283,9 +286,9 @@ class ForwardMode:
         if complex_.handles(inst):
             complex_.forward(self, inst)
             return
-        if self.width > 1 and (name in hints_of(self.module).derivative or is_user_call(inst)):
-            raise ad_error(f"vector mode (enzyme_width) with a call to '{name}' that is not inlined (recursive, "
-                           "--ad-inline, or with a registered derivative) is not supported", inst)
+        if self.width > 1 and name in hints_of(self.module).derivative:
+            raise ad_error(f"vector mode (enzyme_width) with a call to '{name}', which has a registered derivative "
+                           "(it takes one tangent), is not supported", inst)
         if name in hints_of(self.module).derivative:  # the user's own derivative
             custom.forward_call(self, inst)
             return
@@ -327,27 +330,49 @@ class ForwardMode:
         inst.erase()
 
 
+    def _lane_call(self, inst: Call, emit, lane_data) -> None:
+        """Vector mode: ``inst`` becomes one call for all lanes. Each lane gives ``lane_data`` (its shadows and
+        tangents at ``inst``); ``emit(list of them)`` runs once every lane has."""
+        entry = self.lane_calls.setdefault(id(inst), (emit, []))
+        entry[1].append(lane_data)
+
     def _tangent_of_user_call(self, inst: Call) -> None:
         """A call that was not inlined (recursion) becomes a call to the callee's forward derivative, which
-        computes the primal result and its tangent."""
+        computes the primal result and its tangent (in vector mode, one per lane: one call for all lanes)."""
         callee = self.module.functions[inst.callee_name]
         check_call_signature(inst, self.activity)
-        kinds = call_kinds(inst, self.activity, lambda a: id(a) in self.tangents, DUP)
-        F = self.logic.forward_of_call(inst, callee, kinds)
-        b = IRBuilder.before(inst)
-        args = []
-        for a, k in zip(inst.args, kinds):
-            args.append(a)
-            if k == DUP:
-                args.append(self.shadows.of(a, inst) if isinstance(a.type, T.PointerType) else self._t(a))
-        new = b.call(F, args)
-        if is_float(inst.type):
-            primal = b.extract_value(new, [0])
-            self._set(primal, b.extract_value(new, [1]))
-            inst.replace_all_uses_with(primal)
-        elif inst.has_uses():
-            inst.replace_all_uses_with(new)
-        inst.erase()
+        if self.lane == 0:
+            self._user_call_kinds = getattr(self, "_user_call_kinds", {})
+            self._user_call_kinds[id(inst)] = call_kinds(inst, self.activity, lambda a: id(a) in self.tangents, DUP)
+        kinds = self._user_call_kinds[id(inst)]
+        lane_args = [self.shadows.of(a, inst) if isinstance(a.type, T.PointerType) else self._t(a)
+                     for a, k in zip(inst.args, kinds) if k == DUP]
+        placeholder = None
+        if is_float(inst.type):  # this lane's tangent of the result, until the call is made
+            placeholder = IRBuilder.after(inst).freeze(IRBuilder.poison(inst.type))
+            self._set(inst, placeholder)
+
+        def emit(lanes) -> None:
+            F = self.logic.forward_of_call(inst, callee, kinds, width=self.width)
+            b = IRBuilder.before(inst)
+            args, d = [], 0
+            for a, k in zip(inst.args, kinds):
+                args.append(a)
+                if k == DUP:
+                    args += [lane_args[d] for lane_args, _ in lanes]
+                    d += 1
+            new = b.call(F, args)
+            if is_float(inst.type):
+                primal = b.extract_value(new, [0])
+                for lane, (_, ph) in enumerate(lanes):
+                    ph.replace_all_uses_with(b.extract_value(new, [1 + lane]))
+                    ph.erase()
+                inst.replace_all_uses_with(primal)
+            elif inst.has_uses():
+                inst.replace_all_uses_with(new)
+            inst.erase()
+
+        self._lane_call(inst, emit, (lane_args, placeholder))
 
 
 class _PrimalView:

@@ -77,42 +77,44 @@ class DerivedFunctions:
 
     # -- what calls inside differentiated code ask for ---------------------------------------------
 
-    def forward_of_call(self, call, callee, kinds: tuple[str, ...], args=None):
+    def forward_of_call(self, call, callee, kinds: tuple[str, ...], args=None, width: int = 1):
         """``callee``'s forward derivative for a call with argument activity ``kinds``: it takes each argument
-        followed by its tangent (``dup``) and returns ``{result, tangent}`` for a float result, the result
-        otherwise. ``args``: the values ``callee``'s parameters get, when they are not the call's arguments
-        (a function the call passes on, as OpenMP's ``__kmpc_fork_call`` does)."""
+        followed by its tangent (``dup``; vector mode: ``width`` tangents) and returns ``{result, tangent...}``
+        for a float result, the result otherwise. ``args``: the values ``callee``'s parameters get, when they
+        are not the call's arguments (a function the call passes on, as OpenMP's ``__kmpc_fork_call`` does)."""
         from enzcc.ad.forward import ForwardMode
 
-        key = ("forward-call", callee.name, kinds)
+        key = ("forward-call", callee.name, kinds) + ((width,) if width > 1 else ())
         G = self.cache.get(key)
         if G is None:
-            dc = _call_site(call, callee, kinds, "forward", args)
+            dc = _call_site(call, callee, kinds, "forward", args, width)
             maker = ForwardMode(dc, self.module, self.body_of(callee), logic=self, return_primal=True)
             self.cache[key] = maker.G
             G = maker.build()
         return G
 
     def split_of_call(self, call, callee, kinds: tuple[str, ...], active_return: bool, dc=None, args=None,
-                      parallel: bool = False):
+                      parallel: bool = False, width: int = 1):
         """``callee``'s (augmented primal, reverse) pair for a call with argument activity ``kinds``
         (:mod:`enzcc.ad.split`). ``args``: as for :meth:`forward_of_call`. ``parallel``: the reverse runs in
-        several threads at once (an OpenMP parallel region: :mod:`enzcc.ad.openmp`)."""
+        several threads at once (an OpenMP parallel region: :mod:`enzcc.ad.openmp`). ``width``: vector mode,
+        each shadow (and the result's adjoint) once per lane."""
         from enzcc.ad.split import make_split
 
-        key = ("split", callee.name, kinds, active_return) + (("parallel",) if parallel else ())
+        key = ("split", callee.name, kinds, active_return) + (("parallel",) if parallel else ()) + \
+            ((width,) if width > 1 else ())
         pair = self.cache.get(key)
         if pair is None:
-            pair = make_split(self, dc or _call_site(call, callee, kinds, "reverse", args), kinds, active_return,
-                              key, parallel)
+            pair = make_split(self, dc or _call_site(call, callee, kinds, "reverse", args, width), kinds,
+                              active_return, key, parallel)
         return pair
 
 
-def _call_site(call, callee, kinds, mode: str, args=None) -> DiffCall:
+def _call_site(call, callee, kinds, mode: str, args=None, width: int = 1) -> DiffCall:
     """A :class:`DiffCall` describing a call inside differentiated code (its arguments, or ``args``, are the
     primal values at the call; the memory types at the call site type the callee's memory)."""
     specs = [ArgSpec(p, k, a) for p, k, a in zip(callee.args, kinds, call.args if args is None else args)]
-    return DiffCall(call, mode, callee, specs)
+    return DiffCall(call, mode, callee, specs, width=width)
 
 
 def needs_inlining(ty) -> bool:

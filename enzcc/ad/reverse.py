@@ -25,7 +25,7 @@ freed before returning.
 from __future__ import annotations
 
 
-from enzcc.ad.activity import Activity
+from enzcc.ad.activity import Activity, is_user_call
 from enzcc.ad.api import DUP, DUPNONEED, OUT, DiffCall, is_float
 from enzcc.ad.emit import splat
 from enzcc.ad.memory import memory_types_for
@@ -80,10 +80,10 @@ class ReverseMode(AdjointGenerator, CacheUtility):
             ret = T.StructType(tuple(results))
         self.ret_type = ret
         self.d_ret_index = None
-        if split and self.active_return:
+        if split and self.active_return:  # (vector mode: one per lane)
             self.d_ret_index = len(params)
-            params.append(primal.return_type)
-            names.append("d_ret")
+            params += [primal.return_type] * self.width
+            names += [f"d_ret{lane}" if self.width > 1 else "d_ret" for lane in range(self.width)]
         self.G = new_derivative_function(module, primal, f"diffe_{primal.name}", params, ret, names)
         clone_body(body or primal, self.G)
         self.nprimal = len(primal.args)
@@ -118,6 +118,8 @@ class ReverseMode(AdjointGenerator, CacheUtility):
     def build(self):
         G = self.G
         prepare(G)
+        if self.width > 1:
+            self._isolate_lane_calls()
         self.ret_block = return_block(G)
         self.activity = Activity(G, self.kinds, self.active_return, "reverse")
         self.memtypes = memory_types_for(self.dc, G, G.args)
@@ -213,6 +215,22 @@ class ReverseMode(AdjointGenerator, CacheUtility):
                     else:
                         b.memset(shadows.of(dest, inst), 0, inst.args[2])
 
+    def _isolate_lane_calls(self) -> None:
+        """Vector mode: each call whose reverse is made once for all lanes (a call that is not inlined, a
+        checkpointed loop) gets a block of its own. The reverse code of a block is made lane after lane; alone
+        in its block, the call's reverse (made with the last lane) comes after every lane's reverse of what
+        follows it and before every lane's reverse of what precedes it."""
+        from enzcc.ad.adjoint import _LOOP_APIS
+
+        for block in list(self.G.blocks):
+            for inst in list(block.instructions):
+                if isinstance(inst, Call) and (is_user_call(inst) or
+                                               any(is_api(inst.callee_name) for is_api, _ in _LOOP_APIS)):
+                    if inst is not inst.parent.instructions[0]:
+                        inst.parent.split_before(inst)
+                    nxt = inst.next
+                    inst.parent.split_before(nxt)
+
     def _use_lane(self, lane: int) -> None:
         """Vector mode: the shadows and adjoints that follow are lane ``lane``'s."""
         self.lane = lane
@@ -239,8 +257,11 @@ class ReverseMode(AdjointGenerator, CacheUtility):
         b = IRBuilder.at_end(self.ret_block)
         if value is not None and self.active_return and self.activity.is_active(value):
             if self.split:  # the caller's adjoint of the result, at the start of the reverse code
-                self._add_adjoint(IRBuilder.at_end(self.rev[id(self.ret_block)]), value,
-                                  self.G.args[self.d_ret_index])
+                for lane in range(self.width):
+                    self._use_lane(lane)
+                    self._add_adjoint(IRBuilder.at_end(self.rev[id(self.ret_block)]), value,
+                                      self.G.args[self.d_ret_index + lane])
+                self._use_lane(0)
             else:
                 for lane in range(self.width):  # (vector mode: every lane's result adjoint is 1)
                     self._use_lane(lane)

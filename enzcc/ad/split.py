@@ -35,7 +35,7 @@ def make_split(logic, dc, kinds: tuple[str, ...], active_return: bool, key, para
     maker = ReverseMode(dc, module, logic.body_of(callee), logic=logic, split=True, active_return=active_return,
                         parallel=parallel)
     G = maker.G
-    aug, rev = _declare_pair(module, callee, G, kinds, buffer=False)
+    aug, rev = _declare_pair(module, callee, G, kinds, buffer=False, width=maker.width)
     logic.cache[key] = (aug, rev)  # before the body is built: a recursive call finds the pair
     logic.split_makers[key] = maker
     maker.build()
@@ -52,14 +52,14 @@ def buffer_variant(logic, key):
     got = logic.cache.get(vkey)
     if got is None:
         maker = logic.split_makers[key]
-        aug, rev = _declare_pair(logic.module, maker.dc.fn, maker.G, key[2], buffer=True)
+        aug, rev = _declare_pair(logic.module, maker.dc.fn, maker.G, key[2], buffer=True, width=maker.width)
         _cut(maker, aug, rev, buffer=True)
         got = logic.cache[vkey] = (aug, rev, maker.frame_size)
     return got
 
 
-def _declare_pair(module, callee, G, kinds, buffer: bool):
-    ndup = sum(1 for k in kinds if k in ("dup", "dupnoneed"))
+def _declare_pair(module, callee, G, kinds, buffer: bool, width: int = 1):
+    ndup = sum(1 for k in kinds if k in ("dup", "dupnoneed")) * width
     aug_params = tuple([a.type for a in callee.args] + [T.ptr] * ndup) + ((T.ptr,) if buffer else ())
     aug_ret = T.StructType((T.ptr,) + (() if isinstance(callee.return_type, T.VoidType) else
                                       (callee.return_type,)))

@@ -189,3 +189,126 @@ def test_enzyme_batch(enzcc, opt):
         assert v[f"batch.{k}"] == pytest.approx(2.0 * (k + 1) + math.sin(k + 1), rel=1e-15)
     assert v["batch.a"] == 6.0 and v["batch.b"] == 15.0
     assert (v["batch2.a"], v["batch2.b"]) == (6.0, 54.0)  # 3 g x^2
+
+
+RECURSIVE = r"""
+extern int enzyme_width;
+void __enzyme_autodiff_v(void *, ...);
+void __enzyme_fwddiff_v(void *, ...);
+typedef struct { double d[2]; } two;
+two __enzyme_fwddiff2(void *, ...);
+/* recursive (halving, not a tail call: it stays recursive after optimization), so never inlined: each lane's
+   shadows go through the callees' derived functions, one call for all lanes. rstep writes both outputs and
+   overwrites x; rdot returns an active double */
+void rstep(double *x, double *out, int lo, int hi) {
+  if (hi - lo == 1) {
+    double a = x[lo];
+    out[0] += sin(a) * a;
+    out[1] += a * a * x[0];
+    x[lo] = cos(a) + a;
+    return;
+  }
+  int mid = (lo + hi) / 2;
+  rstep(x, out, mid, hi);
+  rstep(x, out, lo, mid);
+}
+double rdot(const double *x, int lo, int hi) {
+  if (hi - lo <= 1) return hi > lo ? x[lo] * x[lo] * x[0] : 0.0;
+  int mid = (lo + hi) / 2;
+  return rdot(x, lo, mid) * 0.75 + rdot(x, mid, hi);
+}
+void f(double *x, double *out, int n) {
+  x[0] = x[0] * 1.5 + sin(x[1]);  /* (in the calls' block: its reverse must follow theirs in every lane) */
+  rstep(x, out, 0, n);
+  out[0] += rdot(x, 0, n);
+  out[1] *= rdot(x, 0, n - 1);
+}
+double s(double *x, int n) { double out[2] = {0, 0}; f(x, out, n); return out[0] + 3 * out[1]; }
+static const double x0[3] = {0.3, 0.7, 1.1};
+int main(void) {
+  char key[48];
+  for (int j = 0; j < 2; j++)
+    for (int k = 0; k < 3; k++) {  /* central differences of out_j */
+      double h = 1e-6, p[3], m[3], op[2] = {0}, om[2] = {0};
+      memcpy(p, x0, sizeof p); memcpy(m, x0, sizeof m);
+      p[k] += h; m[k] -= h; f(p, op, 3); f(m, om, 3);
+      snprintf(key, sizeof key, "fd.%d.%d", j, k); report(key, (op[j] - om[j]) / (2 * h));
+    }
+  /* reverse, width 2: lane j seeded on out_j gives row j of the Jacobian */
+  double x[3], dx[2][3] = {{0}}, out[2] = {0}, dout[2][2] = {{1, 0}, {0, 1}};
+  memcpy(x, x0, sizeof x);
+  __enzyme_autodiff_v((void *)f, enzyme_width, 2, enzyme_dup, x, dx[0], dx[1], enzyme_dup, out, dout[0], dout[1],
+                      enzyme_const, 3);
+  for (int j = 0; j < 2; j++)
+    for (int k = 0; k < 3; k++) { snprintf(key, sizeof key, "rev.%d.%d", j, k); report(key, dx[j][k]); }
+  /* forward, width 3: lane k along x_k gives column k */
+  double t[3][3] = {{1, 0, 0}, {0, 1, 0}, {0, 0, 1}}, o[2] = {0}, dt[3][2] = {{0}};
+  memcpy(x, x0, sizeof x);
+  __enzyme_fwddiff_v((void *)f, enzyme_width, 3, enzyme_dup, x, t[0], t[1], t[2], enzyme_dup, o, dt[0], dt[1],
+                     dt[2], enzyme_const, 3);
+  for (int j = 0; j < 2; j++)
+    for (int k = 0; k < 3; k++) { snprintf(key, sizeof key, "fwd.%d.%d", j, k); report(key, dt[k][j]); }
+  /* an active result returned by a recursive callee, and the result's tangent per lane */
+  double v[2][3] = {{1, 0, 0}, {0.5, -1, 2}};
+  memcpy(x, x0, sizeof x);
+  two r = __enzyme_fwddiff2((void *)s, enzyme_width, 2, enzyme_dup, x, v[0], v[1], enzyme_const, 3);
+  report("s.0", r.d[0]);
+  report("s.1", r.d[1]);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O1", "-O2", "-O3"])
+def test_vector_mode_through_recursive_calls(enzcc, opt):
+    v = build_and_run(enzcc, RECURSIVE, opt)
+    for j in range(2):
+        for k in range(3):
+            fd = v[f"fd.{j}.{k}"]
+            assert v[f"rev.{j}.{k}"] == pytest.approx(fd, rel=1e-6, abs=1e-7), (j, k)
+            assert v[f"fwd.{j}.{k}"] == pytest.approx(v[f"rev.{j}.{k}"], rel=1e-12, abs=1e-14), (j, k)
+    col = lambda k: v[f"rev.0.{k}"] + 3 * v[f"rev.1.{k}"]  # noqa: E731
+    assert v["s.0"] == pytest.approx(col(0), rel=1e-12)
+    assert v["s.1"] == pytest.approx(0.5 * col(0) - col(1) + 2 * col(2), rel=1e-12)
+    assert abs(v["rev.1.0"] - v["rev.0.0"]) > 1e-3  # (the lanes do differ)
+
+
+NOT_INLINED = r"""
+extern int enzyme_width;
+void __enzyme_autodiff_v(void *, ...);
+/* with --ad-inline=none g stays a call, between code whose reverse must come after (the store to x[0]) and
+   before (out[0] *= x[1]) its own, in every lane */
+__attribute__((noinline)) void g(double *x, double *out) {
+  out[0] += x[0] * x[1];
+  out[1] += sin(x[0]);
+  x[1] = x[1] * x[0];
+}
+void f(double *x, double *out) {
+  x[0] = x[0] * 1.5 + sin(x[1]);
+  g(x, out);
+  out[0] *= x[1];
+}
+int main(void) {
+  char key[32];
+  const double x0[2] = {0.4, 0.9};
+  for (int j = 0; j < 2; j++)
+    for (int k = 0; k < 2; k++) {
+      double h = 1e-6, p[2] = {x0[0], x0[1]}, m[2] = {x0[0], x0[1]}, op[2] = {0.5, 0.25}, om[2] = {0.5, 0.25};
+      p[k] += h; m[k] -= h; f(p, op); f(m, om);
+      snprintf(key, sizeof key, "fd.%d.%d", j, k); report(key, (op[j] - om[j]) / (2 * h));
+    }
+  double x[2] = {x0[0], x0[1]}, dx[2][2] = {{0}}, out[2] = {0.5, 0.25}, dout[2][2] = {{1, 0}, {0, 1}};
+  __enzyme_autodiff_v((void *)f, enzyme_width, 2, enzyme_dup, x, dx[0], dx[1], enzyme_dup, out, dout[0], dout[1]);
+  for (int j = 0; j < 2; j++)
+    for (int k = 0; k < 2; k++) { snprintf(key, sizeof key, "rev.%d.%d", j, k); report(key, dx[j][k]); }
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O2"])
+def test_vector_mode_with_calls_not_inlined(enzcc, opt):
+    v = build_and_run(enzcc, NOT_INLINED, opt, extra=("--ad-inline=none",))
+    for j in range(2):
+        for k in range(2):
+            assert v[f"rev.{j}.{k}"] == pytest.approx(v[f"fd.{j}.{k}"], rel=1e-6, abs=1e-7), (j, k)
