@@ -127,6 +127,9 @@ def test_vector_mode_jacobians(enzcc, opt):
     ("__enzyme_fwddiff_v((void *)g, enzyme_width, w, 1.0, 1.0, 0.0, 2.0, 0.0, 1.0)",
      "enzyme_width must be followed by a constant number of lanes"),
     ("__enzyme_fwddiff_v((void *)h, enzyme_width, 2, x, dx)", "missing the shadow of lane 2 of 2"),
+    ("__enzyme_autodiff_v((void *)hr, enzyme_width, 2, x, dx, dx2)",
+     "vector mode (enzyme_width) with a call to 'r' that is not inlined and takes a float with a derivative by "
+     "value (argument 1) is not supported"),
 ])
 def test_vector_mode_errors(enzcc, call, message):
     src = f"""
@@ -135,9 +138,11 @@ void __enzyme_fwddiff_v(void *, ...);
 void __enzyme_autodiff_v(void *, ...);
 double g(double a, double b) {{ return a * b; }}
 double h(double *x) {{ return x[0] * x[0]; }}
+double r(double a, int n) {{ return n < 2 ? a : r(a * a, n / 2) * r(a, n - n / 2); }}  /* stays recursive */
+double hr(double *x) {{ return r(x[0], 5); }}
 int main(int argc, char **argv) {{
   int w = argc + 1;
-  double x[1] = {{1}}, dx[1] = {{0}};
+  double x[1] = {{1}}, dx[1] = {{0}}, dx2[1] = {{0}};
   {call};
   return 0;
 }}
