@@ -18,7 +18,7 @@ from enzcc.ad.globals import used_globals, zero_shadows
 from enzcc.ad.hints import hints_of
 from enzcc.ad.inline import invoke_to_call, is_kept_recursive
 from enzcc.ad.context import MARKER as CONTEXT_MARKER, copy_in, copy_out, is_runtime as is_context_runtime, \
-    lower as lower_contexts
+    lower as lower_contexts, uses_implicit_contexts, GLOBAL_CONTEXT
 from enzcc.ad.checkpoint import DRIVER_MARK, is_checkpoint, lower as lower_checkpoints, step_name as checkpoint_step
 from enzcc.ad.fixed_point import is_fixed_point, lower as lower_fixed_points, step_name as fixed_point_step
 from enzcc.ad.iters import advance as advance_iterations, is_iter, lower as lower_iterations
@@ -94,6 +94,10 @@ def _differentiate_text(text: str, target_machine, inline: str) -> tuple[str, in
             continue
         prep_names[fn.name] = _make_prepared_copy(module, fn)
         for inst in module.functions[prep_names[fn.name]].instructions():
+            if isinstance(inst, Call) and inst.callee_name == GLOBAL_CONTEXT:
+                raise ad_error(f"cannot differentiate '{fn.name}': it takes derivatives itself in a program that "
+                               "reads Enzyme's shadows of globals (__enzyme_shadow(address, width, lane)), and "
+                               "derivatives of that (nested AD) are not supported", inst)
             if isinstance(inst, Call) and is_context_runtime(inst.callee_name):
                 raise ad_error(f"cannot differentiate '{fn.name}': it calls {inst.callee_name}, and derivatives of "
                                "code that uses an enzyme_context (nested AD) are not supported", inst)
@@ -247,7 +251,7 @@ def differentiate_module(module: Module, prepared: dict[str, str] | None = None)
 
     logic = DerivedFunctions(module, prepared)
     calls = ready_calls(module, _enzyme_calls(module))
-    module.enzcc_active_globals = ActiveGlobals(module, prepared or {}, _context_functions(calls))
+    module.enzcc_active_globals = ActiveGlobals(module, prepared or {}, _context_functions(module, calls))
     for call in calls:
         if isinstance(call, Invoke):  # C++: the __enzyme_* declaration may throw, as far as clang knows
             call = invoke_to_call(call)
@@ -264,11 +268,14 @@ def differentiate_module(module: Module, prepared: dict[str, str] | None = None)
     return len(calls)
 
 
-def _context_functions(calls) -> set[str]:
-    """The functions some of ``calls`` differentiate with ``enzyme_context``."""
+def _context_functions(module, calls) -> set[str]:
+    """The functions some of ``calls`` differentiate with ``enzyme_context``, or with the program's own context
+    (:func:`enzcc.ad.context.uses_implicit_contexts`)."""
+    implicit = uses_implicit_contexts(module)
     out = set()
     for call in calls:
-        if any(marker_symbol(a) == CONTEXT_MARKER for a in call.args):
+        if any(marker_symbol(a) == CONTEXT_MARKER for a in call.args) or \
+                (implicit and mode_of(call.callee_name) in ("forward", "reverse")):
             target = resolve_function(call.args[0]) if call.args else None
             if isinstance(target, GlobalRef):
                 out.add(target.symbol)

@@ -220,6 +220,16 @@ def parse_call(call: Call, module) -> DiffCall:
                                f"__enzyme_autodiff, not {callee}", call)
             extra["width"] = known
     width = extra.get("width", 1)
+    if "context" not in extra and mode != "size":
+        from enzcc.ad.context import implicit_context, query_form
+
+        query = query_form(module)
+        if query is not None:  # Enzyme's own shadows of globals, which the program reads: its context
+            if mode not in ("forward", "reverse"):
+                raise ad_error(f"{callee} in a program that reads the shadows of globals with {query.name}(address, "
+                               "width, lane): split mode does not keep them (supported with __enzyme_autodiff and "
+                               "__enzyme_fwddiff)", call)
+            extra["context"] = implicit_context(call, module, width)
     for param in fn.args:
         value = take("the value", param)
         kind = marker_of(value)

@@ -17,6 +17,12 @@ COMMON blocks) need:
   or written, carry derivatives, whose shadows are the context's: copied into the module's shadow globals
   before the call and back after it, instead of being zeroed. The context's width is the call's vector width.
 
+Enzyme's other form, ``__enzyme_shadow(&g.field, width, lane)`` (no context), is the address of the shadow
+Enzyme itself keeps of the global for vector width ``width``: in a program that declares it, every
+``__enzyme_autodiff`` / ``__enzyme_fwddiff`` without ``enzyme_context`` uses the program's own context of its
+width (made on first use, :func:`implicit_context`), so those shadows persist: reverse mode adds the globals'
+adjoints to them, forward mode reads the tangents seeded there.
+
 Not supported, one-line errors: a context with split mode, with a function also differentiated without one
 that reaches a global holding pointers, and derivatives of code that uses a context (nested AD).
 """
@@ -33,6 +39,13 @@ from enzcc.ir.values import ConstantAggregate, ConstantInt, ConstantNull, Value
 
 CONTEXT, SHADOW, ZERO = "__enzyme_context", "__enzyme_shadow", "__enzyme_zero_shadows"
 MARKER = "enzyme_context"
+_CTX_SHADOW = SHADOW + "_enzcc_ctx"
+"""enzcc's own name for the context form of ``__enzyme_shadow`` (the program's may be the query form)."""
+_NEW_CONTEXT = CONTEXT + "_enzcc_new"
+GLOBAL_CONTEXT = CONTEXT + "_enzcc_global"
+"""``ctx(width)``: the program's own context of that width, for the query form (a runtime name: nested AD
+through it is refused like through any context)."""
+_MAX_GLOBAL_WIDTH = 64
 
 _MAX_RUNS = 4096
 """Most runs of floats, integers and pointers per global a context copies field by field."""
@@ -43,6 +56,61 @@ def is_runtime(name: str | None) -> bool:
     name = name or ""
     return name.startswith(ZERO) or name.startswith(CONTEXT) or \
         (name.startswith(SHADOW) and not name.startswith("__enzyme_shadows"))
+
+
+def query_form(module) -> Function | None:
+    """The program's ``__enzyme_shadow(address, width, lane)`` declaration (the query form), if it has one."""
+    for name, fn in module.functions.items():
+        if name.startswith(SHADOW) and not name.startswith("__enzyme_shadows") and len(fn.args) == 3 and \
+                isinstance(fn.args[0].type, T.PointerType) and isinstance(fn.args[1].type, T.IntType) and \
+                fn.is_declaration:
+            return fn
+    return None
+
+
+def implicit_context(call: Call, module, width: int) -> Value:
+    """Before ``call``: the program's own context of ``width`` (for programs that use the query form); made
+    once per call however often the call is parsed."""
+    i = call.parent.index_of(call)
+    prev = call.parent.instructions[i - 1] if i > 0 else None
+    if isinstance(prev, Call) and prev.callee_name == GLOBAL_CONTEXT and isinstance(prev.args[0], ConstantInt) and \
+            prev.args[0].value == width:
+        return prev
+    return IRBuilder.before(call).call(_global_context_fn(module), [ConstantInt(T.i32, width)])
+
+
+def uses_implicit_contexts(module) -> bool:
+    """Whether calls without ``enzyme_context`` use the program's own contexts (it has the query form)."""
+    return query_form(module) is not None
+
+
+def _global_context_fn(module) -> Function:
+    fn = module.functions.get(GLOBAL_CONTEXT)
+    if fn is not None:
+        return fn
+    table_ty = T.ArrayType(_MAX_GLOBAL_WIDTH, T.ptr)
+    table = module.unique_function_name("__enzcc_global_contexts")
+    module.add_global(table, table_ty, ConstantAggregate(table_ty, [ConstantNull(T.ptr)] * _MAX_GLOBAL_WIDTH),
+                      linkage="internal")
+    make = module.get_or_insert_function(_NEW_CONTEXT, T.FunctionType(T.ptr, (T.i32,)))
+    fn = internal_function(module, GLOBAL_CONTEXT, T.ptr, (T.i32,), ["width"])
+    (w,) = fn.args
+    entry, bad, ok, new, done = (fn.append_block(x) for x in ("entry", "bad", "ok", "new", "done"))
+    b = IRBuilder.at_end(entry)
+    good = b.and_(b.icmp("sge", w, ConstantInt(T.i32, 1)), b.icmp("sle", w, ConstantInt(T.i32, _MAX_GLOBAL_WIDTH)))
+    b.cond_br(good, ok, bad)
+    fail_at_run_time(module, IRBuilder.at_end(bad), f"{SHADOW}: the width is not between 1 and {_MAX_GLOBAL_WIDTH}")
+    ob = IRBuilder.at_end(ok)
+    slot = ob.gep(T.ptr, module.global_ref(table), [ob.sext(ob.sub(w, ConstantInt(T.i32, 1)), T.i64)])
+    have = ob.load(T.ptr, slot)
+    ob.cond_br(ob.icmp("eq", have, ConstantNull(T.ptr)), new, done)
+    nb = IRBuilder.at_end(new)
+    made = nb.call(make, [w])
+    nb.store(made, slot)
+    nb.br(done)
+    db = IRBuilder.at_end(done)
+    db.ret(db.phi(T.ptr, [(have, ok), (made, new)]))
+    return fn
 
 
 def context_width(v: Value, depth: int = 0) -> int | None:
@@ -103,7 +171,7 @@ def copy_out(b: IRBuilder, pairs: list) -> None:
 
 
 def _declare_shadow(module) -> Function:
-    return module.get_or_insert_function(SHADOW, T.FunctionType(T.ptr, (T.ptr, T.ptr, T.i32)))
+    return module.get_or_insert_function(_CTX_SHADOW, T.FunctionType(T.ptr, (T.ptr, T.ptr, T.i32)))
 
 
 # -- the runtime ---------------------------------------------------------------------------------------
@@ -111,6 +179,10 @@ def _declare_shadow(module) -> Function:
 def lower(module) -> int:
     """Define ``__enzyme_context``, ``__enzyme_shadow`` and ``__enzyme_zero_shadows`` where the program
     calls them (under whatever name the program declared them: any suffix). Returns how many were defined."""
+    query = query_form(module)
+    if query is not None:  # it asks the program's own context, through the context form
+        _declare_shadow(module)
+        _global_context_fn(module)
     names = [n for n, f in module.functions.items() if f.is_declaration and is_runtime(n)]
     if not names:
         return 0
@@ -118,13 +190,28 @@ def lower(module) -> int:
     for name in names:
         fn = module.functions[name]
         fn.linkage = "internal"  # (the program's one layout: AD of a program using contexts waits for the link)
-        if name.startswith(CONTEXT):
+        if fn is query:
+            _define_query(module, fn)
+        elif name.startswith(CONTEXT):
             rt.define_context(fn)
         elif name.startswith(ZERO):
             rt.define_zero(fn)
         else:
             rt.define_shadow(fn)
     return len(names)
+
+
+def _define_query(module, fn: Function) -> None:
+    """``__enzyme_shadow(address, width, lane)``: the shadow in the program's own context of ``width``."""
+    addr, width, lane = fn.args
+    b = IRBuilder.at_end(fn.append_block("entry"))
+
+    def i32(v: Value) -> Value:
+        return v if v.type == T.i32 else b.trunc(v, T.i32) if v.type.bits > 32 else b.sext(v, T.i32)
+
+    ctx = b.call(_global_context_fn(module), [i32(width)])
+    r = b.call(_declare_shadow(module), [ctx, addr, i32(lane)])
+    b.ret(r if isinstance(fn.return_type, T.PointerType) else b.ptrtoint(r, fn.return_type))
 
 
 class _Runtime:

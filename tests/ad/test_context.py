@@ -186,3 +186,63 @@ int main(void) {
     # layout made from f.c's globals alone, which gave dg = 0)
     r = enzcc.run("clang-22", "g.o", "f.o", "m.o", "-o", "plain", check=False)
     assert r.returncode != 0 and "undefined reference to `__enzyme_autodiff'" in r.stderr, r
+
+
+QUERY = r"""
+/* Enzyme's own shadows of globals, without a context: __enzyme_shadow(address, width, lane) */
+extern void *__enzyme_shadow(void *, int, int);
+extern int enzyme_width, enzyme_const;
+typedef struct { double d[2]; } two;
+two __enzyme_fwddiff2(void *, ...);
+void __enzyme_augmentfwd(void *, ...);
+double g = 2.0;
+struct { double a, b; int n; } blk = {1.0, 3.0, 4};  /* a member at an offset */
+double h = 0.5;                                      /* written by f: its adjoint flows into g */
+double f(double x) { h = g * x; return h * x + blk.b * x * blk.n; }
+int main(void) {
+  double *dg = __enzyme_shadow(&g, 1, 0), *db = __enzyme_shadow(&blk.b, 1, 0);
+  report("zero.g", *dg);
+  report("dx", __enzyme_autodiff((void *)f, 3.0));
+  report("rev.g", *dg);                             /* d/dg = x*x */
+  report("rev.b", *db);                             /* d/db = n x */
+  __enzyme_autodiff((void *)f, 3.0);
+  report("rev2.g", *dg);                            /* adjoints add up across calls */
+  *dg = 1.0; *db = 0.0;
+  report("fwd", __enzyme_fwddiff((void *)f, 3.0, 0.0));
+  double *g0 = __enzyme_shadow(&g, 2, 0), *g1 = __enzyme_shadow(&g, 2, 1);
+  double *b0 = __enzyme_shadow(&blk.b, 2, 0), *b1 = __enzyme_shadow(&blk.b, 2, 1);
+  *g0 = 1.0; *g1 = 0.0; *b0 = 0.0; *b1 = 1.0;
+  two t = __enzyme_fwddiff2((void *)f, enzyme_width, 2, 3.0, 0.0, 0.0);
+  report("lane0", t.d[0]);
+  report("lane1", t.d[1]);
+  report("width1.g", *dg);                          /* width 2 has shadows of its own */
+  report("same", __enzyme_shadow(&g, 2, 1) == (void *)g1);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O1", "-O2", "-O3"])
+def test_query_form_of_global_shadows(enzcc, opt):
+    v = build_and_run(enzcc, QUERY, opt, extra=("-w",))
+    x = 3.0
+    assert v["zero.g"] == 0
+    assert v["dx"] == pytest.approx(2 * 2.0 * x + 3.0 * 4)
+    assert v["rev.g"] == pytest.approx(x * x) and v["rev.b"] == pytest.approx(4 * x)
+    assert v["rev2.g"] == pytest.approx(2 * x * x)
+    assert v["fwd"] == pytest.approx(x * x)
+    assert v["lane0"] == pytest.approx(x * x) and v["lane1"] == pytest.approx(4 * x)
+    assert v["width1.g"] == 1.0 and v["same"] == 1
+
+
+def test_query_form_with_split_mode_is_refused(enzcc):
+    enzcc.write("q.c", PRELUDE + r"""
+extern void *__enzyme_shadow(void *, int, int);
+void *__enzyme_augmentfwd(void *, ...);
+double g = 2.0;
+double f(double x) { return g * x * x; }
+int main(void) { printf("%p\n", __enzyme_shadow(&g, 1, 0)); __enzyme_augmentfwd((void *)f, 1.0); return 0; }
+""")
+    r = enzcc("-O2", "-w", "q.c", "-lm", "-o", "q", check=False)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip().count("\n") == 0 and "split mode does not keep them" in r.stderr, r.stderr
