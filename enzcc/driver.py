@@ -198,20 +198,21 @@ class Driver:
                        for_link: bool = False) -> list[E.BitcodeRecord]:
         """Write ``out_obj``: the real native object carrying the source's bitcode. Returns the records.
 
-        Where no native object is wanted (NVPTX; or ``for_link``: the object only feeds this enzcc's own link,
-        which uses the bitcode alone, and no dependency files are asked for) ``out_obj`` is a bitcode container
-        and the bitcode compile is the only compile."""
+        Where no native object is wanted (NVPTX; ``-flto``, whose objects are bitcode; or ``for_link``: the
+        object only feeds this enzcc's own link, which uses the bitcode alone, and no dependency files are asked
+        for) ``out_obj`` is a bitcode container and the bitcode compile is the only compile."""
         if not os.path.exists(inp.path) and inp.path != "-":
             raise EnzccError(f"no such file or directory: '{inp.path}'")
         fe = frontend_for(inp.lang)
         req = self.request(inp, out_obj, final_name)
         if self.inv.is_nvptx and not fe.has_bitcode:
             raise EnzccError("assembly sources cannot be compiled for NVPTX", inp.path)
-        if self.inv.is_nvptx or (for_link and fe.has_bitcode and not self.inv.dep_args):
+        if self.inv.is_nvptx or (fe.has_bitcode and (self.inv.lto or (for_link and not self.inv.dep_args))):
             # no native object is wanted: the bitcode compile is the only one, its diagnostics shown
             req.show_diagnostics = True
             with TIMES.stage("frontend", inp.path):
-                rec = self.record_for(req, fe.bitcode(req))
+                bitcode = (fe.bitcode_with_dependencies(req) if self.inv.dep_args else None) or fe.bitcode(req)
+                rec = self.record_for(req, bitcode)
             with open(out_obj, "wb") as fh:
                 fh.write(E.pack_records([rec]))
             return [rec]

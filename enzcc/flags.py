@@ -242,6 +242,17 @@ class Invocation:
     emit_llvm: bool = False
 
     @property
+    def lto(self) -> bool:
+        """``-flto`` / ``-flto=thin`` (the last of them and ``-fno-lto`` wins): objects hold bitcode only."""
+        on = False
+        for a in self.compile_args:
+            if a == "-fno-lto":
+                on = False
+            elif a == "-flto" or a.startswith("-flto="):
+                on = True
+        return on
+
+    @property
     def is_nvptx(self) -> bool:
         return bool(self.target and self.target.startswith("nvptx"))
 
