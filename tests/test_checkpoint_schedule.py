@@ -1,5 +1,5 @@
-"""The reference checkpoint schemes of ``<enzyme/checkpoint.h>`` (Revolve, Periodic, StoreAll), replayed by a C
-model of enzcc's driver.
+"""The reference checkpoint schemes of ``<enzyme/checkpoint.h>`` (Revolve, Binomial, Periodic, StoreAll), replayed
+by a C model of enzcc's driver, and the schedule arithmetic of ``<enzyme/checkpoint_schedule.h>``.
 
 The C program below is built with plain clang (C11 at -O0 and -O2, with trapping UBSan, and as C++17) and
 plays the driver's part: its "memory" encodes which state it holds (the state before step c), the slots the
@@ -7,8 +7,10 @@ scheme stores and restores are tracked, and every action is checked against the 
 current state, a restore reads a slot holding the stated state, a forward run starts where the memory is, each
 step is turned exactly once from the state before it, in the order n-1..0, the first turn is the FIRSTUTURN of
 step n-1, DONE comes last and the statistics match what happened. Revolve must keep within its slots with the
-fewest forward steps (Griewank's bound); Periodic must store its segment starts; StoreAll must follow the
-while-loop schedule. The program also checks itself: the same replays with a schedule spoiled (two actions
+fewest forward steps (Griewank's bound); Binomial must keep within enzyme_ckpt_binomial_slots and run the plain
+steps of a recursive model of Enzyme-MLIR's binomial placement; Periodic must store the starts of the segments of
+enzyme_ckpt_periodic_split (ceil(n / budget) steps each, floor(sqrt(n)) by default); StoreAll must follow the
+while-loop schedule. The arithmetic is checked against brute force and spot values. The program also checks itself: the same replays with a schedule spoiled (two actions
 swapped, one dropped, a turn's kind flipped) must fail.
 """
 
@@ -436,7 +438,24 @@ static Run make_run(const EnzymeCheckpointScheme *s, int64_t n, int64_t budget, 
   return r;
 }
 
-static int64_t seg_start(int64_t k, int64_t n, int64_t K) { return k * n / K; }
+/* The periodic segments, worked out here: inner = ceil(n / budget) steps (floor(sqrt(n)) for budget < 1), the
+   last segment shorter when inner does not divide n; one segment of n steps for StoreAll. */
+static int64_t isqrt_slow(int64_t n) {
+  int64_t r = 0;
+  while ((r + 1) * (r + 1) <= n)
+    r++;
+  return r;
+}
+
+static int64_t seg_inner(int64_t n, int64_t budget, int storeall) {
+  int64_t inner;
+  if (storeall)
+    return n;
+  inner = budget >= 1 ? (n + budget - 1) / budget : isqrt_slow(n);
+  return inner < 1 ? 1 : inner;
+}
+
+static int64_t seg_start(int64_t k, int64_t n, int64_t inner) { return k * inner < n ? k * inner : n; }
 
 /* ---- the checks of each scheme ---- */
 
@@ -462,20 +481,101 @@ static void revolve_case(int64_t n, int64_t budget) {
   free(r.log);
 }
 
+/* Binomial: the plain steps of the reversal of len steps from a snapshot with c slots (that one included), as
+   Enzyme-MLIR places them, written as a recursion: advance d = enzyme_ckpt_binomial_progress, reverse the d.. part
+   with the slots above, then the ..d part with these c again; with one slot (d == len) replay to the last step,
+   turn it, and go on with the len-1 steps before it. */
+static int64_t binomial_model(int64_t len, int64_t c) {
+  int64_t d;
+  if (len <= 1)
+    return 0;
+  if (c <= 1)
+    return len * (len - 1) / 2;
+  d = enzyme_ckpt_binomial_progress(len, c < len ? c : len);
+  if (d >= len)
+    return (len - 1) + binomial_model(len - 1, c);
+  return d + binomial_model(len - d, c - 1) + binomial_model(d, c);
+}
+
+static void binomial_case(int64_t n, int64_t budget, int keep_log) {
+  int64_t c = enzyme_ckpt_binomial_slots(n, budget), want = 0, pos = 0, k, fwd;
+  int64_t expect = budget >= 1 ? budget : (isqrt_slow(n) < 2 ? 2 : isqrt_slow(n)); /* at most n, at least 1 */
+  long i;
+  Run r = make_run(&EnzymeCkptBinomial, n, budget, LOOP_FOR);
+  r.keep_log = keep_log;
+  r.slot_limit = c;
+  if (expect > n)
+    expect = n;
+  if (expect < 1)
+    expect = 1;
+  if (c != expect) {
+    fail("enzyme_ckpt_binomial_slots(%lld, %lld) = %lld", (long long)n, (long long)budget, (long long)c);
+    check(0, "binomial slots", &r);
+  }
+  check(replay(&r) == 0, "binomial replay", &r);
+  if (err[0] || n == 0) {
+    free(r.log);
+    return;
+  }
+  /* the forward sweep: slot k gets state p_k, p_{k+1} = p_k + progress(n - p_k, c - k) */
+  for (k = 0; k < c; k++) {
+    int64_t rem = n - pos, left = c - k < rem ? c - k : rem;
+    if (keep_log) {
+      for (i = 0; i < r.nlog && r.log[i].flag != ENZYME_CKPT_FIRSTUTURN; i++)
+        if (r.log[i].flag == ENZYME_CKPT_STORE && r.log[i].cpnum == k)
+          break;
+      if (i == r.nlog || r.log[i].flag != ENZYME_CKPT_STORE || r.log[i].iteration != pos) {
+        fail("slot %lld: not stored with state %lld in the forward sweep", (long long)k, (long long)pos);
+        check(0, "binomial forward sweep", &r);
+        break;
+      }
+    }
+    if (k + 1 < c)
+      pos += enzyme_ckpt_binomial_progress(rem, left);
+  }
+  /* Enzyme-MLIR's plain steps less the one the driver runs at the first turn: the sweep (n-1 steps), the replay
+     from the last slot to the first turn (n-1-p_{c-1}), then the rest of the reversal */
+  want = binomial_model(n, c) + (n - 1 - pos);
+  fwd = r.stats.forward_steps;
+  if (fwd != want || r.stats.max_slots != c) {
+    fail("%lld forward steps (the model: %lld), %lld slots (%lld expected)", (long long)fwd, (long long)want,
+         (long long)r.stats.max_slots, (long long)c);
+    check(0, "binomial counts", &r);
+  }
+  free(r.log);
+}
+
 static void periodic_case(const EnzymeCheckpointScheme *s, int64_t n, int64_t budget, int storeall) {
-  int64_t K = storeall ? 1 : (budget < 1 ? 1 : budget), k, fwd, stores = 0;
+  int64_t inner = seg_inner(n, budget, storeall), K = n > 0 ? (n + inner - 1) / inner : 0, k, fwd, stores = 0;
   long i, nstores = 0;
   Run r = make_run(s, n, budget, LOOP_FOR);
-  if (K > n)
-    K = n;
   check(replay(&r) == 0, storeall ? "storeall replay" : "periodic replay", &r);
+  if (!storeall && n > 0) {
+    /* the header's arithmetic agrees: at most `budget` segments, starting where enzyme_ckpt_periodic_start says */
+    EnzymeCkptPeriodicSplit sp = enzyme_ckpt_periodic_split(n, budget);
+    if (enzyme_ckpt_periodic_segments(sp) != K || (budget >= 1 && K > budget)) {
+      fail("%lld segments from the split, %lld expected (budget %lld)", (long long)enzyme_ckpt_periodic_segments(sp),
+           (long long)K, (long long)budget);
+      check(0, "periodic split", &r);
+    }
+    for (k = 0; k <= K; k++)
+      if (enzyme_ckpt_periodic_start(sp, k) != seg_start(k, n, inner) ||
+          (k < K && enzyme_ckpt_periodic_length(sp, k) != seg_start(k + 1, n, inner) - seg_start(k, n, inner))) {
+        fail("segment %lld: start %lld, length %lld", (long long)k, (long long)enzyme_ckpt_periodic_start(sp, k),
+             (long long)enzyme_ckpt_periodic_length(sp, k));
+        check(0, "periodic split", &r);
+        break;
+      }
+  }
   if (!err[0] && n > 0) {
     /* the forward sweep stores the segment starts into slots 0..K-1: the first K stores, all before the first
        turn (the stores after them, still before that turn, are the last segment's own) */
     for (i = 0; i < r.nlog && nstores < K && r.log[i].flag != ENZYME_CKPT_FIRSTUTURN; i++) {
       if (r.log[i].flag != ENZYME_CKPT_STORE)
         continue;
-      if (r.log[i].cpnum != nstores || r.log[i].iteration != seg_start(nstores, n, K)) {
+      if (r.log[i].cpnum != nstores || r.log[i].iteration != seg_start(nstores, n, inner) ||
+          (!storeall &&
+           r.log[i].iteration != enzyme_ckpt_periodic_start(enzyme_ckpt_periodic_split(n, budget), nstores))) {
         fail("forward-sweep store #%ld is state %lld in slot %lld", nstores, (long long)r.log[i].iteration,
              (long long)r.log[i].cpnum);
         check(0, "periodic segment starts", &r);
@@ -488,15 +588,17 @@ static void periodic_case(const EnzymeCheckpointScheme *s, int64_t n, int64_t bu
       check(0, "periodic segment starts", &r);
     }
     /* forward: across the first K-1 segments, then all but the last step of each segment; stores: the starts,
-       then every state of a segment but its first and last */
-    fwd = seg_start(K - 1, n, K) + n - K;
+       then every state of a segment but its first and last; slots: the starts and the longest segment's inner
+       states */
+    fwd = seg_start(K - 1, n, inner) + n - K;
     for (k = 0; k < K; k++) {
-      int64_t len = seg_start(k + 1, n, K) - seg_start(k, n, K);
+      int64_t len = seg_start(k + 1, n, inner) - seg_start(k, n, inner);
       stores += 1 + (len > 2 ? len - 2 : 0);
     }
-    if (r.stats.forward_steps != fwd || r.stats.stores != stores) {
-      fail("forward %lld (expected %lld), stores %lld (expected %lld)", (long long)r.stats.forward_steps,
-           (long long)fwd, (long long)r.stats.stores, (long long)stores);
+    if (r.stats.forward_steps != fwd || r.stats.stores != stores ||
+        r.stats.max_slots != K + (inner > 2 ? inner - 2 : 0)) {
+      fail("forward %lld (expected %lld), stores %lld (expected %lld), slots %lld", (long long)r.stats.forward_steps,
+           (long long)fwd, (long long)r.stats.stores, (long long)stores, (long long)r.stats.max_slots);
       check(0, "periodic counts", &r);
     }
   }
@@ -621,6 +723,186 @@ static void spill_case(const EnzymeCheckpointScheme *s, int64_t n, int64_t budge
   }
 }
 
+/* ---- <enzyme/checkpoint_schedule.h> ---- */
+
+static int arith_failures;
+
+static void arith(int ok, const char *what) {
+  if (!ok) {
+    failures++;
+    if (++arith_failures <= 20)
+      printf("FAIL arithmetic: %s\n", what);
+  }
+}
+
+/* The binomial advance as the header documents it, by brute force: t the least with C(s+t, t) >= n, the window
+   n - C(s-1+t, t) .. C(s+t-1, t-1) narrowed to 1..n-1, its middle (rounded down), at most n-(s-1), at least 1. */
+static int64_t progress_slow(int64_t n, int64_t s) {
+  int64_t t = 0, lo, hi, m;
+  if (n <= 0)
+    return 0;
+  if (n == 1)
+    return 1;
+  if (s <= 1)
+    return n;
+  while (binom(s + t, t) < n)
+    t++;
+  lo = n - binom(s - 1 + t, t);
+  hi = binom(s + t - 1, t - 1);
+  if (lo < 1)
+    lo = 1;
+  if (hi > n - 1)
+    hi = n - 1;
+  m = (lo + hi) / 2;
+  if (m > n - (s - 1))
+    m = n - (s - 1);
+  return m < 1 ? 1 : m;
+}
+
+static void arith_checks(void) {
+  static const struct {
+    const char *text;
+    size_t len;
+    int want;
+  } names[] = {{"none", 4, ENZYME_CKPT_SCHEDULE_NONE},
+               {"periodic", 8, ENZYME_CKPT_SCHEDULE_PERIODIC},
+               {"regular", 7, ENZYME_CKPT_SCHEDULE_PERIODIC},
+               {"revolve", 7, ENZYME_CKPT_SCHEDULE_REVOLVE},
+               {"store_all", 9, ENZYME_CKPT_SCHEDULE_STORE_ALL},
+               {"binomial", 8, ENZYME_CKPT_SCHEDULE_BINOMIAL},
+               {"binomial,3", 8, ENZYME_CKPT_SCHEDULE_BINOMIAL}, /* only the first len characters count */
+               {"revolve(4)", 7, ENZYME_CKPT_SCHEDULE_REVOLVE},
+               {"revolve", 6, -1},                               /* a prefix */
+               {"revolves", 8, -1},                              /* longer than the name */
+               {"", 0, -1},
+               {"none", 5, -1}, /* the NUL is one of the len characters */
+               {"Revolve", 7, -1},
+               {"store-all", 9, -1},
+               {"storeall", 8, -1},
+               {"periodi", 7, -1}};
+  int64_t n, s, k, b;
+  size_t i;
+  char line[160];
+  EnzymeCkptPeriodicSplit sp;
+
+  /* the tags and the action flags */
+  arith(ENZYME_CKPT_SCHEDULE_NONE == 0 && ENZYME_CKPT_SCHEDULE_PERIODIC == 1 && ENZYME_CKPT_SCHEDULE_REVOLVE == 2 &&
+            ENZYME_CKPT_SCHEDULE_STORE_ALL == 3 && ENZYME_CKPT_SCHEDULE_BINOMIAL == 4,
+        "schedule tags");
+  arith(ENZYME_CKPT_NONE == 0 && ENZYME_CKPT_STORE == 1 && ENZYME_CKPT_RESTORE == 2 && ENZYME_CKPT_FORWARD == 3 &&
+            ENZYME_CKPT_FIRSTUTURN == 4 && ENZYME_CKPT_UTURN == 5 && ENZYME_CKPT_ERROR == 6 && ENZYME_CKPT_DONE == 7,
+        "action flags");
+
+  /* isqrt */
+  for (n = 0; n <= 20000; n++)
+    if (enzyme_ckpt_isqrt(n) != isqrt_slow(n)) {
+      snprintf(line, sizeof line, "isqrt(%lld) = %lld", (long long)n, (long long)enzyme_ckpt_isqrt(n));
+      arith(0, line);
+    }
+  arith(enzyme_ckpt_isqrt(-5) == 0 && enzyme_ckpt_isqrt(35) == 5 && enzyme_ckpt_isqrt(36) == 6 &&
+            enzyme_ckpt_isqrt(37) == 6 && enzyme_ckpt_isqrt(INT64_MAX) == 3037000499LL &&
+            enzyme_ckpt_isqrt(3037000499LL * 3037000499LL) == 3037000499LL &&
+            enzyme_ckpt_isqrt(3037000499LL * 3037000499LL - 1) == 3037000498LL,
+        "isqrt spot values");
+
+  /* the binomial advance */
+  for (n = -2; n <= 400; n++)
+    for (s = -1; s <= 30; s++)
+      if (enzyme_ckpt_binomial_progress(n, s) != progress_slow(n, s)) {
+        snprintf(line, sizeof line, "binomial_progress(%lld, %lld) = %lld, expected %lld", (long long)n,
+                 (long long)s, (long long)enzyme_ckpt_binomial_progress(n, s), (long long)progress_slow(n, s));
+        arith(0, line);
+      }
+  arith(enzyme_ckpt_binomial_progress(10, 3) == 4 && enzyme_ckpt_binomial_progress(1, 5) == 1 &&
+            enzyme_ckpt_binomial_progress(7, 1) == 7 && enzyme_ckpt_binomial_progress(0, 4) == 0 &&
+            enzyme_ckpt_binomial_progress(20, 3) == 10 && enzyme_ckpt_binomial_progress(100, 2) == 88 &&
+            enzyme_ckpt_binomial_progress(6, 5) == 1 && enzyme_ckpt_binomial_progress(6, 4) == 3,
+        "binomial_progress spot values");
+  /* the advances while placing s slots add up to n, each slot with a step of its own */
+  for (n = 1; n <= 200; n++)
+    for (s = 1; s <= 12; s++) {
+      int64_t pos = 0, slots = s < n ? s : n;
+      for (k = 0; k < slots && pos < n; k++) {
+        int64_t d = enzyme_ckpt_binomial_progress(n - pos, slots - k);
+        if (d < 1 || (k + 1 < slots && d > n - pos - (slots - k - 1)))
+          break;
+        pos += d;
+      }
+      if (k != slots || pos != n) {
+        snprintf(line, sizeof line, "the advances of %lld slots over %lld steps reach %lld", (long long)slots,
+                 (long long)n, (long long)pos);
+        arith(0, line);
+      }
+    }
+  /* huge counts: fast, and inside 1..n-1 */
+  for (s = 2; s <= 64; s += 31) {
+    int64_t big[3] = {1000000000000000000LL, INT64_MAX, (int64_t)1 << 62};
+    for (i = 0; i < 3; i++) {
+      int64_t d = enzyme_ckpt_binomial_progress(big[i], s);
+      if (d < 1 || d > big[i] - (s - 1)) {
+        snprintf(line, sizeof line, "binomial_progress(%lld, %lld) = %lld", (long long)big[i], (long long)s,
+                 (long long)d);
+        arith(0, line);
+      }
+    }
+  }
+  arith(enzyme_ckpt_binomial_progress(INT64_MAX, INT64_MAX) == 1 && enzyme_ckpt_binomial_progress(5, INT64_MAX) == 1,
+        "binomial_progress with more slots than steps");
+
+  /* the binomial slots */
+  arith(enzyme_ckpt_binomial_slots(10, 0) == 3 && enzyme_ckpt_binomial_slots(3, 0) == 2 &&
+            enzyme_ckpt_binomial_slots(1, 0) == 1 && enzyme_ckpt_binomial_slots(0, 5) == 1 &&
+            enzyme_ckpt_binomial_slots(100, -1) == 10 && enzyme_ckpt_binomial_slots(5, 9) == 5 &&
+            enzyme_ckpt_binomial_slots(50, 4) == 4 && enzyme_ckpt_binomial_slots(1000000, 0) == 1000,
+        "binomial_slots spot values");
+
+  /* the periodic split */
+  sp = enzyme_ckpt_periodic_split(10, 0);
+  arith(sp.inner == 3 && sp.outer == 3 && sp.trailing == 1 && enzyme_ckpt_periodic_segments(sp) == 4 &&
+            enzyme_ckpt_periodic_start(sp, 3) == 9 && enzyme_ckpt_periodic_start(sp, 4) == 10 &&
+            enzyme_ckpt_periodic_length(sp, 2) == 3 && enzyme_ckpt_periodic_length(sp, 3) == 1 &&
+            enzyme_ckpt_periodic_length(sp, 4) == 0,
+        "periodic_split(10, default)");
+  sp = enzyme_ckpt_periodic_split(37, 3);
+  arith(sp.inner == 13 && sp.outer == 2 && sp.trailing == 11 && enzyme_ckpt_periodic_segments(sp) == 3 &&
+            enzyme_ckpt_periodic_start(sp, 1) == 13 && enzyme_ckpt_periodic_start(sp, 2) == 26 &&
+            enzyme_ckpt_periodic_start(sp, 3) == 37,
+        "periodic_split(37, 3)");
+  sp = enzyme_ckpt_periodic_split(12, 4);
+  arith(sp.inner == 3 && sp.outer == 4 && sp.trailing == 0 && enzyme_ckpt_periodic_segments(sp) == 4 &&
+            enzyme_ckpt_periodic_start(sp, 4) == 12 && enzyme_ckpt_periodic_length(sp, 3) == 3,
+        "periodic_split(12, 4)");
+  sp = enzyme_ckpt_periodic_split(0, 4);
+  arith(sp.inner == 1 && sp.outer == 0 && sp.trailing == 0 && enzyme_ckpt_periodic_segments(sp) == 0,
+        "periodic_split(0, 4)");
+  sp = enzyme_ckpt_periodic_split(5, 9);
+  arith(sp.inner == 1 && sp.outer == 5 && sp.trailing == 0, "periodic_split(5, 9)");
+  sp = enzyme_ckpt_periodic_split(INT64_MAX, 2);
+  arith(sp.inner == INT64_MAX / 2 + 1 && sp.outer == 1 && sp.trailing == INT64_MAX / 2,
+        "periodic_split(INT64_MAX, 2)");
+  for (n = 1; n <= 100; n++)
+    for (b = 0; b <= 12; b++) {
+      int64_t inner = seg_inner(n, b, 0), segs = (n + inner - 1) / inner;
+      sp = enzyme_ckpt_periodic_split(n, b);
+      if (sp.inner != inner || enzyme_ckpt_periodic_segments(sp) != segs || sp.outer * sp.inner + sp.trailing != n ||
+          (b >= 1 && segs > b)) {
+        snprintf(line, sizeof line, "periodic_split(%lld, %lld) = {%lld, %lld, %lld}", (long long)n, (long long)b,
+                 (long long)sp.inner, (long long)sp.outer, (long long)sp.trailing);
+        arith(0, line);
+      }
+    }
+
+  /* the names */
+  for (i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (enzyme_ckpt_schedule_from_name(names[i].text, names[i].len) != names[i].want) {
+      snprintf(line, sizeof line, "schedule_from_name(\"%s\", %zu) = %d, expected %d", names[i].text, names[i].len,
+               enzyme_ckpt_schedule_from_name(names[i].text, names[i].len), names[i].want);
+      arith(0, line);
+    }
+  arith(enzyme_ckpt_schedule_from_name(NULL, 0) == -1 && enzyme_ckpt_schedule_from_name(NULL, 4) == -1,
+        "schedule_from_name(NULL)");
+}
+
 static void run_all(const char *spill) {
   int64_t n, b, c, rr;
   EnzymeCkptStats st20;
@@ -631,14 +913,22 @@ static void run_all(const char *spill) {
   regions[1].ptr = tail;
   regions[1].bytes = sizeof tail;
 
+  arith_checks();
+
   for (n = 0; n <= 60; n++) {
     for (b = 1; b <= 9; b++) {
       revolve_case(n, b);
+      binomial_case(n, b, 1);
       periodic_case(&EnzymeCkptPeriodic, n, b, 0);
     }
-    revolve_case(n, 0); /* snapshots < 1 means 1 */
+    revolve_case(n, 0);               /* snapshots < 1 means 1 */
+    binomial_case(n, 0, 1);           /* snapshots < 1: floor(sqrt(n)) slots, at least 2 */
+    periodic_case(&EnzymeCkptPeriodic, n, 0, 0); /* snapshots < 1: segments of floor(sqrt(n)) steps */
     periodic_case(&EnzymeCkptStoreAll, n, 3, 1);
   }
+  for (n = 61; n <= 400; n += 13)
+    for (b = 0; b <= 30; b += 3)
+      binomial_case(n, b, 0);
   for (n = 0; n <= 30; n++) {
     while_case(n, WHILE_AT_FORWARD);
     while_case(n, WHILE_AT_END);
@@ -679,18 +969,36 @@ static void run_all(const char *spill) {
     check(0, "revolve n=10^6", &r);
   }
 
-  /* a NULL config: one slot */
+  binomial_case(1000000, 20, 0);
+  binomial_case(1000000, 0, 0); /* 1000 slots */
+  binomial_case(1000000, 2, 0);
+
+  /* a NULL config: one slot (Revolve), the defaults (Binomial: 3 slots for 9 steps, Periodic: 3 segments) */
   r = make_run(&EnzymeCkptRevolve, 9, 5, LOOP_FOR);
   r.null_config = 1;
   r.slot_limit = 1;
   check(replay(&r) == 0, "revolve without config", &r);
+  free(r.log);
+  r = make_run(&EnzymeCkptBinomial, 9, 5, LOOP_FOR);
+  r.null_config = 1;
+  r.slot_limit = 3;
+  check(replay(&r) == 0, "binomial without config", &r);
+  free(r.log);
+  r = make_run(&EnzymeCkptPeriodic, 9, 5, LOOP_FOR);
+  r.null_config = 1;
+  r.slot_limit = 3 + 1; /* the starts 0, 3, 6, and state 7 of the last segment */
+  check(replay(&r) == 0, "periodic without config", &r);
   free(r.log);
 
   /* the checks catch spoiled schedules */
   for (n = 1; n <= 13; n += 4) {
     mutants(&EnzymeCkptRevolve, n, 3, LOOP_FOR, "revolve mutants");
     mutants(&EnzymeCkptRevolve, n, 1, LOOP_FOR, "revolve mutants, one slot");
+    mutants(&EnzymeCkptBinomial, n, 3, LOOP_FOR, "binomial mutants");
+    mutants(&EnzymeCkptBinomial, n, 1, LOOP_FOR, "binomial mutants, one slot");
+    mutants(&EnzymeCkptBinomial, n, 0, LOOP_FOR, "binomial mutants, default slots");
     mutants(&EnzymeCkptPeriodic, n, 3, LOOP_FOR, "periodic mutants");
+    mutants(&EnzymeCkptPeriodic, n, 0, LOOP_FOR, "periodic mutants, default segments");
     mutants(&EnzymeCkptStoreAll, n, 3, LOOP_FOR, "storeall mutants");
     mutants(&EnzymeCkptStoreAll, n, 3, WHILE_AT_END, "storeall while mutants");
   }
@@ -698,6 +1006,8 @@ static void run_all(const char *spill) {
   if (spill) {
     spill_case(&EnzymeCkptRevolve, 30, 4, LOOP_FOR, 2 * SNAP, spill);
     spill_case(&EnzymeCkptRevolve, 17, 3, LOOP_FOR, 0, spill);
+    spill_case(&EnzymeCkptBinomial, 30, 4, LOOP_FOR, 2 * SNAP, spill);
+    spill_case(&EnzymeCkptBinomial, 17, 0, LOOP_FOR, 0, spill);
     spill_case(&EnzymeCkptPeriodic, 25, 3, LOOP_FOR, 0, spill);
     spill_case(&EnzymeCkptPeriodic, 40, 5, LOOP_FOR, 3 * SNAP + 1, spill);
     spill_case(&EnzymeCkptStoreAll, 17, 1, LOOP_FOR, 3 * SNAP + 1, spill);
@@ -722,7 +1032,14 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (strcmp(mode, "verbose") == 0) {
-    Run r = make_run(&EnzymeCkptRevolve, 5, 2, LOOP_FOR);
+    Run r = make_run(&EnzymeCkptBinomial, 6, 2, LOOP_FOR);
+    r.verbose = 2;
+    r.keep_log = 0;
+    if (replay(&r) != 0) {
+      printf("FAIL %s\n", err);
+      return 1;
+    }
+    r = make_run(&EnzymeCkptRevolve, 5, 2, LOOP_FOR);
     r.verbose = 2;
     r.keep_log = 0;
     if (replay(&r) != 0) {
@@ -737,6 +1054,8 @@ int main(int argc, char **argv) {
     EnzymeCkptRevolve.init(NULL, -1, SNAP);
   else if (strcmp(mode, "while-periodic") == 0)
     EnzymeCkptPeriodic.init(NULL, -1, SNAP);
+  else if (strcmp(mode, "while-binomial") == 0)
+    EnzymeCkptBinomial.init(NULL, -1, SNAP);
   else if (strcmp(mode, "unstored") == 0) {
     void *st = EnzymeCkptStoreAll.init(NULL, 5, SNAP);
     EnzymeCkptStoreAll.store(st, 0, 0, regions, 2);
@@ -755,6 +1074,22 @@ int main(int argc, char **argv) {
 """
 
 HEADER_ONLY = "#include <enzyme/checkpoint.h>\nint main(void) { return 0; }\n"
+
+# The arithmetic header alone (it needs nothing from checkpoint.h), then both headers the other way round.
+SCHEDULE_ONLY = r"""
+#include <enzyme/checkpoint_schedule.h>
+int main(void) {
+  EnzymeCkptPeriodicSplit s = enzyme_ckpt_periodic_split(10, 0);
+  int bad = enzyme_ckpt_schedule_from_name("binomial", 8) != ENZYME_CKPT_SCHEDULE_BINOMIAL ||
+            enzyme_ckpt_binomial_progress(10, 3) != 4 || enzyme_ckpt_binomial_slots(10, 0) != 3 ||
+            enzyme_ckpt_isqrt(10) != 3 || enzyme_ckpt_periodic_segments(s) != 4 ||
+            enzyme_ckpt_periodic_start(s, 1) != 3 || enzyme_ckpt_periodic_length(s, 3) != 1 ||
+            ENZYME_CKPT_DONE != 7;
+  return bad;
+}
+"""
+BOTH_HEADERS = ("#include <enzyme/checkpoint_schedule.h>\n#include <enzyme/checkpoint.h>\n"
+                "int main(void) { return EnzymeCkptBinomial.version != ENZYME_CKPT_ABI_VERSION; }\n")
 
 BUILDS = [
     pytest.param("clang-22", ["-x", "c", "-std=c11", "-O0"], id="c11-O0"),
@@ -811,6 +1146,12 @@ def test_header_alone_compiles_without_warnings(tmp_path, compiler, flags):
     src = tmp_path / "only.c"
     src.write_text(HEADER_ONLY)
     _compile(compiler, [*flags, "-Wpedantic"], src, tmp_path / "only")
+    for name, text in (("schedule", SCHEDULE_ONLY), ("both", BOTH_HEADERS)):
+        src = tmp_path / f"{name}.c"
+        src.write_text(text)
+        _compile(compiler, [*flags, "-Wpedantic"], src, tmp_path / name)
+        proc = subprocess.run([str(tmp_path / name)], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, (name, proc.stdout + proc.stderr)
 
 
 def test_verbose_prints_actions_and_summary(build):
@@ -820,11 +1161,14 @@ def test_verbose_prints_actions_and_summary(build):
     lines = proc.stderr.splitlines()
     assert any("FIRSTUTURN" in x for x in lines) and any("UTURN iteration=1" in x for x in lines)
     assert lines[-1].startswith("enzyme checkpoint (revolve): 5 steps") and "5 taped steps" in lines[-1]
+    assert any(x.startswith("enzyme checkpoint (binomial): STORE") for x in lines)
+    assert any(x.startswith("enzyme checkpoint (binomial): 6 steps") and "6 taped steps" in x for x in lines)
 
 
 @pytest.mark.parametrize("mode,message", [
     ("while-revolve", "needs the number of steps"),
     ("while-periodic", "needs the number of steps"),
+    ("while-binomial", "needs the number of steps"),
     ("unstored", "never stored"),
     ("device", "device memory"),
 ])

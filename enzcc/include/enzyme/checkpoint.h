@@ -65,13 +65,17 @@
  * EnzymeCkptStoreAll handles while loops: it answers STORE(j, slot j),
  * FORWARD(j -> j+1) in turn, and after set_nsteps(n) RESTORE(n-1 from slot
  * n-1), FIRSTUTURN(n), then RESTORE(j from slot j), UTURN(j+1) for j = n-2
- * down to 0, then DONE. EnzymeCkptRevolve and EnzymeCkptPeriodic need the
- * trip count: with n < 0 they print a message and abort. save_state,
- * load_state and set_paths are optional hooks that the reference schemes
- * leave NULL.
+ * down to 0, then DONE. EnzymeCkptRevolve, EnzymeCkptBinomial and
+ * EnzymeCkptPeriodic need the trip count: with n < 0 they print a message and
+ * abort. save_state, load_state and set_paths are optional hooks that the
+ * reference schemes leave NULL.
  *
  * The reference schemes (config = the EnzymeCkptConfig passed as `data`; a
- * NULL config means all fields zero):
+ * NULL config means all fields zero). Where they put their snapshots is the
+ * arithmetic of <enzyme/checkpoint_schedule.h> (included by this header; it
+ * also defines the ENZYME_CKPT_* action flags and the ENZYME_CKPT_SCHEDULE_*
+ * schedule tags), so a program or a compiler can predict it without running
+ * a scheme:
  *
  *   EnzymeCkptRevolve  binomial checkpointing (Griewank & Walther's Revolve):
  *                      at most min(snapshots, n) slots (snapshots < 1 means 1)
@@ -79,9 +83,34 @@
  *                      with that many slots. The schedule is made lazily, one
  *                      action at a time, with memory proportional to the
  *                      number of slots (n may be huge).
- *   EnzymeCkptPeriodic K = min(snapshots, n) segments (at least 1), segment k
- *                      starting at step k*n/K: the forward sweep stores each
- *                      segment's start (slots 0..K-1); each segment, last
+ *   EnzymeCkptBinomial the snapshots and replays of Enzyme-MLIR's binomial
+ *                      schedule: C = enzyme_ckpt_binomial_slots(n, snapshots) slots
+ *                      (snapshots < 1: the default, floor(sqrt(n)) but at least
+ *                      2; never more than n) used as a stack. The forward
+ *                      sweep stores state p_k in slot k, p_0 = 0 and p_{k+1} =
+ *                      p_k + enzyme_ckpt_binomial_progress(n - p_k, C - k),
+ *                      and runs on to state n-1. Each turn of step c-1 (c = n
+ *                      down to 1) restores the top slot's state p and, while
+ *                      p + 1 < c, keeps p in the next slot up (the top one
+ *                      first) and replays by enzyme_ckpt_binomial_progress(c -
+ *                      p, the slots from that one up), stopping at c-1; the
+ *                      slots placed stay on the stack (when nothing was
+ *                      replayed, the top slot, which held c-1, is popped).
+ *                      Like Enzyme-MLIR it reaches the first turn by that
+ *                      replay from the top slot too, so its plain forward
+ *                      steps are exactly Enzyme-MLIR's less the step the
+ *                      driver runs at the first turn -- n-1-p_{C-1} more than
+ *                      keeping the sweep's own state n-1 would need. Lazy,
+ *                      with memory proportional to C; in general somewhat more
+ *                      forward steps than EnzymeCkptRevolve with C slots.
+ *   EnzymeCkptPeriodic the segments of enzyme_ckpt_periodic_split(n,
+ *                      snapshots): outer segments of inner = ceil(n /
+ *                      snapshots) steps then, when inner does not divide n, a
+ *                      shorter one (so at most `snapshots` segments;
+ *                      snapshots < 1: the default, segments of floor(sqrt(n))
+ *                      steps); segment k starts at enzyme_ckpt_periodic_start
+ *                      (= k * inner). The forward sweep stores each segment's
+ *                      start (slots 0..K-1, K segments); each segment, last
  *                      first, is then reversed from its start: on the way up
  *                      to its last step the states after its start are stored
  *                      (slots K, K+1, ...; the state before the last step is
@@ -107,6 +136,7 @@
 #ifndef ENZCC_ENZYME_CHECKPOINT_H
 #define ENZCC_ENZYME_CHECKPOINT_H
 
+#include <enzyme/checkpoint_schedule.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,16 +148,7 @@ extern "C" {
 
 #define ENZYME_CKPT_ABI_VERSION 1
 
-enum {
-  ENZYME_CKPT_NONE = 0,
-  ENZYME_CKPT_STORE = 1,
-  ENZYME_CKPT_RESTORE = 2,
-  ENZYME_CKPT_FORWARD = 3,
-  ENZYME_CKPT_FIRSTUTURN = 4,
-  ENZYME_CKPT_UTURN = 5,
-  ENZYME_CKPT_ERROR = 6,
-  ENZYME_CKPT_DONE = 7
-};
+/* The action flags (ENZYME_CKPT_NONE .. ENZYME_CKPT_DONE) are defined in <enzyme/checkpoint_schedule.h>. */
 
 typedef struct EnzymeCkptAction {
   int32_t flag;           /* ENZYME_CKPT_* */
@@ -172,7 +193,7 @@ typedef struct EnzymeCkptStats {
 } EnzymeCkptStats;
 
 typedef struct EnzymeCkptConfig {
-  int64_t snapshots;     /* slots (Revolve) or segments (Periodic); < 1 means 1 */
+  int64_t snapshots;     /* the budget: slots (Revolve, Binomial) or segments (Periodic); see above for < 1 */
   int verbose;           /* 1: summary at finalize, 2: also every action (stderr) */
   const char *spill_dir; /* NULL: every snapshot in memory */
   uint64_t mem_budget;   /* with spill_dir: slot k spills when k * snapshot_bytes >= mem_budget */
@@ -183,7 +204,7 @@ typedef struct EnzymeCkptConfig {
  * The reference schemes' implementation. Everything below is internal (names ending in an underscore).
  * ---------------------------------------------------------------------------------------------------------- */
 
-enum { ENZYME_CKPT_REVOLVE_ = 0, ENZYME_CKPT_PERIODIC_ = 1, ENZYME_CKPT_STOREALL_ = 2 };
+enum { ENZYME_CKPT_REVOLVE_ = 0, ENZYME_CKPT_PERIODIC_ = 1, ENZYME_CKPT_STOREALL_ = 2, ENZYME_CKPT_BINOMIAL_ = 3 };
 
 typedef struct EnzymeCkptSlot_ {
   void *buf;     /* in-memory copy (NULL while spilled or never stored) */
@@ -209,7 +230,8 @@ typedef struct EnzymeCkptState_ {
   char *spill_dir;
   uint64_t mem_budget;
   EnzymeCkptStats *stats_out;
-  int64_t snapshots;
+  int64_t snapshots; /* config->snapshots, at least 1 */
+  int64_t budget;    /* config->snapshots as given (0 without a config) */
   EnzymeCkptStats stats;
   /* slots, index slot + 2 (the driver's -2 and -1 first) */
   EnzymeCkptSlot_ *slots;
@@ -219,12 +241,19 @@ typedef struct EnzymeCkptState_ {
   int qhead, qlen;
   int turned; /* a turn was handed out: the next ones are UTURNs */
   int done;
-  /* Revolve */
-  int64_t C;
+  /* Revolve and Binomial */
+  int64_t C;      /* slots */
   EnzymeCkptFrame_ *stack;
   int64_t depth;
   int64_t *holds; /* holds[k]: the state slot k holds in the schedule (-1: none) */
+  /* Binomial */
+  int bphase;     /* 0: forward sweep, 1: a turn's start, 2: replaying towards it, 3: finished */
+  int64_t bslot;  /* the slot being placed */
+  int64_t bpos;   /* the state the replay is at (cur: it stopped at cur - 1) */
+  int64_t cur;    /* the next turn is that of step cur - 1 */
+  int64_t sp;     /* slots 0..sp-1 form the stack of snapshots still needed */
   /* Periodic / StoreAll */
+  EnzymeCkptPeriodicSplit split; /* the segments */
   int64_t K;     /* segments */
   int64_t seg;   /* the segment being stored (forward sweep) or reversed */
   int64_t j;     /* position inside the segment's reversal */
@@ -249,7 +278,10 @@ static inline void *enzyme_ckpt_alloc_(uint64_t bytes) {
 }
 
 static inline const char *enzyme_ckpt_kind_name_(int kind) {
-  return kind == ENZYME_CKPT_REVOLVE_ ? "revolve" : kind == ENZYME_CKPT_PERIODIC_ ? "periodic" : "storeall";
+  return kind == ENZYME_CKPT_REVOLVE_    ? "revolve"
+         : kind == ENZYME_CKPT_PERIODIC_ ? "periodic"
+         : kind == ENZYME_CKPT_BINOMIAL_ ? "binomial"
+                                         : "storeall";
 }
 
 static inline const char *enzyme_ckpt_flag_name_(int32_t flag) {
@@ -398,10 +430,77 @@ static inline void enzyme_ckpt_revolve_next_(EnzymeCkptState_ *st) {
   }
 }
 
+/* Binomial: Enzyme-MLIR's stack of slots, one action batch at a time.
+ *   forward sweep: slot k = 0..C-1 gets state p_k (p_0 = 0), and the sweep advances by
+ *                  enzyme_ckpt_binomial_progress(n - p_k, min(C - k, n - p_k)); the last advance reaches n, but
+ *                  the sweep stops at n-1, where the first turn starts.
+ *   turn of step cur-1 (cur = n, n-1, ..., 1): pos = the state of the top slot (sp - 1), restored; while
+ *                  pos + 1 < cur, the slot a (the top one first, then the ones above it) keeps pos and the
+ *                  replay advances by enzyme_ckpt_binomial_progress(cur - pos, min(C - a, cur - pos)), stopping
+ *                  at cur-1 when that reaches cur; the slots placed (or, when nothing was replayed, all but the
+ *                  top one) form the new stack, and step cur-1 is turned.
+ * As in Enzyme-MLIR, the first turn is reached by replaying from the top slot too (the sweep's states past it
+ * were not kept), so the plain forward steps are Enzyme-MLIR's less the one the driver runs at the first turn. */
+static inline void enzyme_ckpt_binomial_next_(EnzymeCkptState_ *st) {
+  while (st->qlen == 0) {
+    int64_t rem, left, next;
+    switch (st->bphase) {
+    case 0: /* the forward sweep: place slot bslot at state bpos and advance */
+      rem = st->n - st->bpos;
+      left = st->C - st->bslot < rem ? st->C - st->bslot : rem;
+      enzyme_ckpt_rev_keep_(st, st->bslot, st->bpos);
+      next = st->bpos + enzyme_ckpt_binomial_progress(rem, left);
+      if (st->bslot + 1 < st->C && next < st->n) {
+        enzyme_ckpt_emit_(st, ENZYME_CKPT_FORWARD, st->bpos, next, 0);
+        st->bpos = next;
+        st->bslot++;
+        break;
+      }
+      if (st->bpos < st->n - 1)
+        enzyme_ckpt_emit_(st, ENZYME_CKPT_FORWARD, st->bpos, st->n - 1, 0);
+      st->sp = st->bslot + 1;
+      st->cur = st->n;
+      st->bphase = 1;
+      break;
+    case 1: /* a turn's start: back to the top slot (unless the sweep stands there, at n-1, already) */
+      if (st->sp < 1)
+        enzyme_ckpt_fail_("internal error: binomial stack empty");
+      st->bslot = st->sp - 1;
+      st->bpos = st->holds[st->bslot];
+      if (st->turned || st->bpos != st->n - 1)
+        enzyme_ckpt_emit_(st, ENZYME_CKPT_RESTORE, 0, st->bpos, st->bslot);
+      st->bphase = 2;
+      break;
+    case 2: /* replaying towards state cur-1 */
+      if (st->bpos + 1 >= st->cur) {
+        st->sp = st->bslot;
+        enzyme_ckpt_turn_(st, st->cur);
+        if (--st->cur == 0)
+          st->bphase = 3;
+        else
+          st->bphase = 1;
+        break;
+      }
+      if (st->bslot >= st->C)
+        enzyme_ckpt_fail_("internal error: binomial slots exhausted");
+      rem = st->cur - st->bpos;
+      left = st->C - st->bslot < rem ? st->C - st->bslot : rem;
+      enzyme_ckpt_rev_keep_(st, st->bslot, st->bpos);
+      next = st->bpos + enzyme_ckpt_binomial_progress(rem, left);
+      enzyme_ckpt_emit_(st, ENZYME_CKPT_FORWARD, st->bpos, next < st->cur ? next : st->cur - 1, 0);
+      st->bpos = next;
+      st->bslot++;
+      break;
+    default:
+      enzyme_ckpt_finish_(st);
+      return;
+    }
+  }
+}
+
 /* Periodic: the first step of segment k (k = K: n). */
 static inline int64_t enzyme_ckpt_seg_start_(const EnzymeCkptState_ *st, int64_t k) {
-  int64_t q = st->n / st->K, rem = st->n % st->K;
-  return k * q + (k * rem) / st->K;
+  return enzyme_ckpt_periodic_start(st->split, k);
 }
 
 /* Periodic: the slot holding state j of segment k during its reversal. */
@@ -497,6 +596,8 @@ static inline void enzyme_ckpt_next_action_(void *state, EnzymeCkptAction *out) 
       enzyme_ckpt_while_next_(st);
     else if (st->kind == ENZYME_CKPT_REVOLVE_)
       enzyme_ckpt_revolve_next_(st);
+    else if (st->kind == ENZYME_CKPT_BINOMIAL_)
+      enzyme_ckpt_binomial_next_(st);
     else
       enzyme_ckpt_periodic_next_(st);
   }
@@ -528,6 +629,7 @@ static inline void *enzyme_ckpt_init_(int kind, void *data, int64_t nsteps, uint
   st->snapshots = 1;
   if (cfg) {
     st->snapshots = cfg->snapshots < 1 ? 1 : cfg->snapshots;
+    st->budget = cfg->snapshots;
     st->verbose = cfg->verbose;
     st->mem_budget = cfg->mem_budget;
     st->stats_out = cfg->stats;
@@ -557,8 +659,20 @@ static inline void *enzyme_ckpt_init_(int kind, void *data, int64_t nsteps, uint
     st->stack[0].k = 0;
     st->stack[0].phase = 0;
     st->depth = 1;
+  } else if (kind == ENZYME_CKPT_BINOMIAL_) {
+    int64_t i;
+    st->C = enzyme_ckpt_binomial_slots(st->n, st->budget);
+    st->holds = (int64_t *)enzyme_ckpt_alloc_((uint64_t)st->C * sizeof *st->holds);
+    for (i = 0; i < st->C; i++)
+      st->holds[i] = -1;
+  } else if (kind == ENZYME_CKPT_STOREALL_) {
+    st->split.inner = st->n; /* one segment */
+    st->split.outer = 1;
+    st->split.trailing = 0;
+    st->K = 1;
   } else {
-    st->K = kind == ENZYME_CKPT_STOREALL_ ? 1 : (st->snapshots < st->n ? st->snapshots : st->n);
+    st->split = enzyme_ckpt_periodic_split(st->n, st->budget);
+    st->K = enzyme_ckpt_periodic_segments(st->split);
   }
   return st;
 }
@@ -569,6 +683,10 @@ static inline void *enzyme_ckpt_init_revolve_(void *data, int64_t nsteps, uint64
 
 static inline void *enzyme_ckpt_init_periodic_(void *data, int64_t nsteps, uint64_t snapshot_bytes) {
   return enzyme_ckpt_init_(ENZYME_CKPT_PERIODIC_, data, nsteps, snapshot_bytes);
+}
+
+static inline void *enzyme_ckpt_init_binomial_(void *data, int64_t nsteps, uint64_t snapshot_bytes) {
+  return enzyme_ckpt_init_(ENZYME_CKPT_BINOMIAL_, data, nsteps, snapshot_bytes);
 }
 
 static inline void *enzyme_ckpt_init_storeall_(void *data, int64_t nsteps, uint64_t snapshot_bytes) {
@@ -784,6 +902,10 @@ static const EnzymeCheckpointScheme EnzymeCkptRevolve = {
 
 static const EnzymeCheckpointScheme EnzymeCkptPeriodic = {
     ENZYME_CKPT_ABI_VERSION, enzyme_ckpt_init_periodic_, enzyme_ckpt_next_action_, enzyme_ckpt_store_,
+    enzyme_ckpt_restore_, NULL, enzyme_ckpt_finalize_, NULL, NULL, NULL};
+
+static const EnzymeCheckpointScheme EnzymeCkptBinomial = {
+    ENZYME_CKPT_ABI_VERSION, enzyme_ckpt_init_binomial_, enzyme_ckpt_next_action_, enzyme_ckpt_store_,
     enzyme_ckpt_restore_, NULL, enzyme_ckpt_finalize_, NULL, NULL, NULL};
 
 static const EnzymeCheckpointScheme EnzymeCkptStoreAll = {
