@@ -126,8 +126,8 @@ class Activity:
         for arg, kind in zip(fn.args, arg_kinds):
             if kind in (DUP, DUPNONEED) and isinstance(arg.type, T.PointerType):
                 self._mark(self.active_ptrs, arg)
-        float_allocs = self._float_holding_allocations(insts)
-        for a in float_allocs:
+        escaping, candidates = self._float_holding_allocations(insts)
+        for a in escaping:
             self._mark(self.active_ptrs, a)
         self.active_globals: list[GlobalRef] = []
         """The globals written by differentiated code (:mod:`enzcc.ad.globals`) this function uses."""
@@ -144,6 +144,48 @@ class Activity:
                 g = module.global_ref(name)
                 self._mark(self.active_ptrs, g)
                 self.active_globals.append(g)
+        from enzcc.ad.prepare import inactive_functions
+
+        inactive = inactive_functions(fn.module) if getattr(fn, "module", None) is not None else frozenset()
+        for arg, kind in zip(fn.args, arg_kinds):
+            if has_float(arg.type) and (kind == OUT or (self.mode == "forward" and kind == DUP)):
+                self._mark(self.varied, arg)
+        # 2. active pointers and varied floats, to a fixpoint; a local allocation that does not escape gets
+        # derivatives only once something with derivatives may be written into it
+        writers = {id(a): self._writers(a) for a in candidates}
+        while True:
+            self._propagate_pointers(insts)
+            self._propagate_varied(insts, inactive)
+            woken = [a for a in candidates if id(a) not in self.active_ptrs and
+                     any(self._writes_derivatives(kind, w) for kind, w in writers[id(a)])]
+            if not woken:
+                break
+            for a in woken:
+                self._mark(self.active_ptrs, a)
+        self._check_float_bits(insts)
+        self._check_integer_pointers(insts)
+        self._check_lost_stores(insts, arg_kinds)
+        # 3. useful floats: backward from the return value and from stores into shadowed memory
+        work: list[Value] = []
+        for inst in insts:
+            if inst.opcode == "ret" and inst.operands and active_return:
+                work.append(inst.operands[0])
+            elif isinstance(inst, Store) and id(inst.pointer) in self.active_ptrs and has_float(inst.value.type):
+                work.append(inst.value)
+            elif isinstance(inst, Call) and (runs_program_code(inst) or routine(inst.callee_name)) and \
+                    (any(id(a) in self.active_ptrs for a in inst.args) or self.reaches_active_globals(inst)):
+                work += [a for a in inst.args if has_float(a.type)]  # the callee may store them in that memory
+        while work:
+            v = work.pop()
+            if not has_float(v.type) or not self._mark(self.useful, v):
+                continue
+            if isinstance(v, Instruction):
+                for op in self._float_inputs(v):
+                    if id(op) not in self.useful:
+                        work.append(op)
+
+    def _propagate_pointers(self, insts: list[Instruction]) -> None:
+        """Active pointers forwarded (geps, casts, phis, loads of active memory...) to a fixpoint."""
         changed = True
         while changed:
             changed = False
@@ -179,15 +221,9 @@ class Activity:
                 elif isinstance(inst, Call) and is_mirrored(inst.callee_name) and \
                         any(id(a) in self.active_ptrs for a in inst.args):
                     changed |= self._mark(self.active_ptrs, inst)  # a node of a container with derivatives
-        self._check_float_bits(insts)
-        self._check_integer_pointers(insts)
-        # 2. varied floats: forward from active arguments and loads of shadowed memory
-        from enzcc.ad.prepare import inactive_functions
 
-        inactive = inactive_functions(fn.module) if getattr(fn, "module", None) is not None else frozenset()
-        for arg, kind in zip(fn.args, arg_kinds):
-            if has_float(arg.type) and (kind == OUT or (self.mode == "forward" and kind == DUP)):
-                self._mark(self.varied, arg)
+    def _propagate_varied(self, insts: list[Instruction], inactive) -> None:
+        """Varied floats: forward from active arguments and loads of shadowed memory, to a fixpoint."""
         changed = True
         while changed:
             changed = False
@@ -204,25 +240,6 @@ class Activity:
                         changed |= self._mark(self.varied, inst)
                 elif any(id(op) in self.varied for op in inst.operands):
                     changed |= self._mark(self.varied, inst)
-        self._check_lost_stores(insts, arg_kinds)
-        # 3. useful floats: backward from the return value and from stores into shadowed memory
-        work: list[Value] = []
-        for inst in insts:
-            if inst.opcode == "ret" and inst.operands and active_return:
-                work.append(inst.operands[0])
-            elif isinstance(inst, Store) and id(inst.pointer) in self.active_ptrs and has_float(inst.value.type):
-                work.append(inst.value)
-            elif isinstance(inst, Call) and (runs_program_code(inst) or routine(inst.callee_name)) and \
-                    (any(id(a) in self.active_ptrs for a in inst.args) or self.reaches_active_globals(inst)):
-                work += [a for a in inst.args if has_float(a.type)]  # the callee may store them in that memory
-        while work:
-            v = work.pop()
-            if not has_float(v.type) or not self._mark(self.useful, v):
-                continue
-            if isinstance(v, Instruction):
-                for op in self._float_inputs(v):
-                    if id(op) not in self.useful:
-                        work.append(op)
 
     def _check_integer_pointers(self, insts: list[Instruction]) -> None:
         """A pointer rebuilt from an integer (``inttoptr``, when no round trip could be folded away, see
@@ -386,43 +403,233 @@ class Activity:
         info = getattr(module, "enzcc_active_globals", None)
         return info is not None and is_user_call(call) and bool(info.reached_by(call.callee_name))
 
-    def _float_holding_allocations(self, insts: list[Instruction]) -> list[Instruction]:
-        """Allocas and heap allocations whose memory is accessed with floating-point types (or holds pointers
-        to such memory), or whose address is stored in memory."""
+    def _float_holding_allocations(self, insts: list[Instruction]) -> tuple[list[Instruction], list[Instruction]]:
+        """Allocas and heap allocations that may hold derivatives: (those that get a shadow whatever is written
+        into them, those that get one only once something with derivatives may be written into them).
+
+        An allocation whose address escapes (stored in other memory, passed to code of the program that was
+        not inlined, to BLAS, to a container's node or to ``posix_memalign``) is of the first kind: what reaches
+        it there is out of sight. One only read and written here, with floating-point or pointer types or by
+        memcpy, is of the second (:meth:`_writers`): a local ``std::string``, a stream or a constant table
+        never gets a shadow, and calls that only see such memory need no derivative rule. An allocation that
+        keeps its own address (a small-buffer string or vector) does not escape by that: pointers loaded from
+        it count as pointers into it."""
         allocs = [i for i in insts if isinstance(i, Alloca) or
                   (isinstance(i, Call) and is_allocation(i))]
-        out = []
+        escaping, candidates = [], []
+        self._self_ref: set[int] = set()
         for a in allocs:
-            seen = {id(a)}
-            stack = [a]
-            holds = False
-            while stack and not holds:
-                p = stack.pop()
-                for use in p.uses:
-                    u = use.user
-                    if isinstance(u, (Load,)) and has_float(u.type):
-                        holds = True
-                    elif isinstance(u, Store) and use.index == 1 and (has_float(u.value.type)
-                                                                      or isinstance(u.value.type, T.PointerType)):
-                        holds = True
-                    elif isinstance(u, Store) and use.index == 0:
+            uses = self._alloc_uses(a, follow_loads=False)
+            derived = {id(u.user) for u in uses} | {id(a)}
+            if any(isinstance(u.user, Store) and u.index == 0 and id(u.user.pointer) in derived
+                   and any(id(x) in derived for x in [u.user.value]) for u in uses):
+                self._self_ref.add(id(a))
+                uses = self._alloc_uses(a, follow_loads=True)
+                derived = {id(u.user) for u in uses} | {id(a)}
+            holds = escapes = False
+            for use in uses:
+                u = use.user
+                if isinstance(u, (Load,)) and has_float(u.type):
+                    holds = True
+                elif isinstance(u, Store) and use.index == 1 and (has_float(u.value.type)
+                                                                  or isinstance(u.value.type, T.PointerType)):
+                    holds = True
+                elif isinstance(u, Store) and use.index == 0:
+                    if id(u.pointer) not in derived:
                         # the pointer itself is stored (into an object's field): its later uses, through a load
                         # of that field, are out of sight here, so it gets a shadow in case they read floats
-                        holds = True
-                    elif isinstance(u, Call) and u.callee_name and (u.callee_name.startswith(("llvm.memcpy",
-                                                                                               "llvm.memmove"))
-                                                                     or runs_program_code(u) or routine(u.callee_name)
-                                                                     or is_mirrored(u.callee_name)
-                                                                     or (u.callee_name == "posix_memalign"
-                                                                         and use.index == 1)):
-                        holds = True
-                    elif (u.opcode in _PTR_FORWARD or (isinstance(u, Call) and u.callee_name == "realloc"
-                                                       and use.index == 1)) and id(u) not in seen:
-                        seen.add(id(u))
-                        stack.append(u)
-            if holds:
-                out.append(a)
+                        escapes = True
+                elif isinstance(u, Call) and u.callee_name and (runs_program_code(u) or routine(u.callee_name)
+                                                                 or is_mirrored(u.callee_name)
+                                                                 or (u.callee_name == "posix_memalign"
+                                                                     and use.index == 1)):
+                    escapes = True
+                elif isinstance(u, Call) and (u.callee_name or "").startswith(("llvm.memcpy", "llvm.memmove")):
+                    holds = True
+            if escapes:
+                escaping.append(a)
+            elif holds:
+                candidates.append(a)
+        return escaping, candidates
+
+    @staticmethod
+    def _alloc_uses(a: Instruction, follow_loads: bool) -> list:
+        """The uses of ``a`` and of the pointers derived from it (geps, casts, phis, realloc; with
+        ``follow_loads``, pointers loaded from it too)."""
+        out, seen, stack = [], {id(a)}, [a]
+        while stack:
+            p = stack.pop()
+            for use in p.uses:
+                u = use.user
+                out.append(use)
+                follow = u.opcode in _PTR_FORWARD or (isinstance(u, Call) and u.callee_name == "realloc"
+                                                      and use.index == 1) or \
+                    (follow_loads and isinstance(u, Load) and isinstance(u.type, T.PointerType))
+                if follow and id(u) not in seen:
+                    seen.add(id(u))
+                    stack.append(u)
         return out
+
+    def _writers(self, a: Instruction) -> list[tuple[str, Instruction]]:
+        """What may write into allocation ``a`` (through pointers derived from it): ``store``, ``copy``
+        (memcpy/memmove into it), ``call`` (any other call it is passed to), ``other`` (atomics...)."""
+        out: list[tuple[str, Instruction]] = []
+        for use in self._alloc_uses(a, follow_loads=id(a) in self._self_ref):
+            u = use.user
+            name = u.callee_name if isinstance(u, Call) else None
+            if isinstance(u, Load) or u.opcode in _PTR_FORWARD or (name == "realloc" and use.index == 1):
+                continue
+            if isinstance(u, Store):
+                if use.index == 1:
+                    out.append(("store", u))
+            elif isinstance(u, Call):
+                n = name or ""
+                if n.startswith(("llvm.memcpy", "llvm.memmove")):
+                    if use.index == 1:  # (operand 0 is the callee: the destination is operand 1)
+                        out.append(("copy", u))
+                elif not n.startswith(_NO_WRITE_CALLS) and n not in ("free", "_ZdlPv", "_ZdlPvm", "_ZdaPv"):
+                    out.append(("capture" if self._may_capture(u, use.index - 1) else "call", u))
+            elif isinstance(u, Instruction) and not isinstance(u, (Cast, GetElementPtr)) and \
+                    u.opcode not in ("icmp", "ptrtoint"):
+                out.append(("other", u))
+        return out
+
+    def _writes_derivatives(self, kind: str, inst: Instruction) -> bool:
+        """Whether writer ``inst`` (see :meth:`_writers`) may put something with derivatives into memory."""
+        if kind == "store":
+            v = inst.value
+            return id(v) in self.varied or id(v) in self.active_ptrs or self._bits_from_active(v)
+        if kind == "copy":
+            return id(inst.args[1]) in self.active_ptrs or not self._known_inactive_source(inst.args[1])
+        if kind == "capture":  # code out of sight may keep the address and write through it later
+            return True
+        if kind == "call":
+            from enzcc.ad.adjoint import is_inactive_call
+
+            name = inst.callee_name or ""
+            if name.startswith(_LIBRARY_PREFIXES) or (name and is_inactive_call(name)):
+                return False  # (printing a value with derivatives into a stream puts none there)
+            return any(id(x) in self.varied or id(x) in self.active_ptrs for x in inst.args) or \
+                self.reaches_active_globals(inst) or bool(getattr(self, "active_globals", None)) and \
+                self._opaque(inst)
+        return any(id(x) in self.varied or id(x) in self.active_ptrs or self._bits_from_active(x)
+                   for x in inst.operands)
+
+    def _may_capture(self, call: Call, k: int) -> bool:
+        """Whether a call to code enzcc does not see may keep argument ``k`` (a pointer) beyond the call, where
+        later code could write through it: not when the parameter says ``captures(none)`` / ``nocapture``, for
+        intrinsics, and for library functions known to keep such pointers only for themselves (C++ strings and
+        streams: :data:`_LIBRARY_PREFIXES`) or to carry no derivatives (printf...)."""
+        from enzcc.ad.adjoint import is_inactive_call
+
+        name = call.callee_name or ""
+        if not name:  # through a function pointer: program code only if some function here has its address taken
+            return self._program_code_reachable_indirectly()
+        if name.startswith("llvm.") or name.startswith(_LIBRARY_PREFIXES) or is_inactive_call(name):
+            return False
+        attrs = list(call.arg_attrs[k]) if 0 <= k < len(call.arg_attrs) else []
+        module = getattr(self.fn, "module", None)
+        callee = module.functions.get(name) if module is not None and name else None
+        if callee is not None and 0 <= k < len(callee.args):
+            attrs += list(getattr(callee.args[k], "attrs", []) or [])
+        return not any(a in ("nocapture", "captures(none)") or a.startswith("captures(none") or
+                       a == "readnone" for a in attrs)
+
+    def _program_code_reachable_indirectly(self) -> bool:
+        """Whether a call through a function pointer may run a function defined in this module (one whose
+        address is used other than by direct calls): otherwise its targets are library code (a stream's
+        virtual functions)."""
+        cached = getattr(self, "_indirect_targets", None)
+        if cached is None:
+            module = getattr(self.fn, "module", None)
+            cached = False
+            if module is not None:
+                for f in module.functions.values():
+                    if f.is_declaration or not f.is_parsed:
+                        continue
+                    for inst in f.instructions():
+                        for k, op in enumerate(inst.operands):
+                            if isinstance(op, GlobalRef) and op.symbol in module.functions and \
+                                    not module.functions[op.symbol].is_declaration and \
+                                    not (isinstance(inst, Call) and k == 0):
+                                cached = True
+                                break
+                        if cached:
+                            break
+                    if cached:
+                        break
+                if not cached:  # (a vtable, a table of callbacks)
+                    cached = any(sym in module.functions and not module.functions[sym].is_declaration
+                                 for g in module.globals.values() for sym in g.initializer_symbols())
+            self._indirect_targets = cached
+        return cached
+
+    def _opaque(self, call: Call) -> bool:
+        """A call to code enzcc does not see (a declaration it knows nothing about): it may read the
+        program's globals."""
+        from enzcc.ad.adjoint import is_inactive_call
+
+        module = getattr(self.fn, "module", None)
+        name = call.callee_name
+        if not name or module is None:
+            return True
+        callee = module.functions.get(name)
+        return (callee is None or callee.is_declaration) and not is_inactive_call(name) and \
+            not name.startswith("llvm.")
+
+    def _known_inactive_source(self, p: Value) -> bool:
+        """The source of a copy is memory without derivatives: an allocation or global that has none, a
+        constant."""
+        base = p
+        for _ in range(64):
+            if isinstance(base, (GetElementPtr, Cast)) and base.opcode in ("getelementptr", "bitcast",
+                                                                           "addrspacecast"):
+                base = base.operands[0]
+            else:
+                break
+        if id(base) in self.active_ptrs:
+            return False
+        if isinstance(base, Alloca) or (isinstance(base, Call) and is_allocation(base)):
+            return True
+        if isinstance(base, GlobalRef):
+            gv = base.resolve()
+            return gv is not None and getattr(gv, "is_constant", False)
+        return False
+
+    def _bits_from_active(self, v: Value) -> bool:
+        """An integer that may hold bits loaded from memory with derivatives (through bit operations)."""
+        if not isinstance(v, Instruction) or not isinstance(v.type, (T.IntType, T.VectorType)):
+            return False
+        stack, seen = [v], set()
+        while stack:
+            x = stack.pop()
+            if id(x) in seen or not isinstance(x, Instruction):
+                continue
+            seen.add(id(x))
+            if isinstance(x, Load):
+                if id(x.pointer) in self.active_ptrs:
+                    return True
+            elif x.opcode in ("trunc", "zext", "sext", "lshr", "ashr", "shl", "and", "or", "xor", "phi",
+                              "select", "bitcast", "freeze", "extractelement", "extractvalue", "insertelement",
+                              "insertvalue", "add", "sub", "mul"):
+                stack += [op for op in x.operands if isinstance(op, Instruction)]
+        return False
+
+
+_LIBRARY_PREFIXES = ("_ZNSt7__cxx1112basic_string", "_ZNKSt7__cxx1112basic_string", "_ZNSt7__cxx1118basic_stringstream",
+                     "_ZNSt7__cxx1119basic_ostringstream", "_ZNSt7__cxx1119basic_istringstream",
+                     "_ZNSt7__cxx1115basic_stringbuf", "_ZNSt14basic_ifstream", "_ZNSt14basic_ofstream",
+                     "_ZNSt13basic_fstream", "_ZNSt13basic_filebuf", "_ZNSt15basic_streambuf", "_ZNKSt15basic_streambuf",
+                     "_ZNSt8ios_base", "_ZNSt9basic_ios", "_ZNKSt9basic_ios", "_ZNSi", "_ZNSo", "_ZNSdC", "_ZNSdD",
+                     "_ZNSt6locale", "_ZNKSt5ctype", "_ZNSt12__basic_file", "_ZNKSt12__basic_file", "_ZNKSt13basic_filebuf",
+                     "_ZNKSt14basic_ifstream", "_ZNKSt14basic_ofstream", "_ZSt16__ostream_insert", "_ZStlsI",
+                     "_ZStrsI", "_ZSt4endl", "_ZSt5flush", "_ZSt7getline")
+"""C++ strings and streams: a pointer they keep (a stream's buffer, a string's own storage) is used only by the
+library itself, which never writes floats with derivatives."""
+
+_NO_WRITE_CALLS = ("llvm.lifetime", "llvm.memset", "llvm.dbg", "llvm.assume", "llvm.invariant",
+                   "llvm.experimental.noalias", "llvm.prefetch")
+"""Calls that write nothing with derivatives into the memory they are given."""
 
 
 __all__ = ["Activity", "ALLOCATORS", "has_float", "has_pointer", "is_allocation", "is_user_call",
