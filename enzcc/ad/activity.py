@@ -623,7 +623,11 @@ _LIBRARY_PREFIXES = ("_ZNSt7__cxx1112basic_string", "_ZNKSt7__cxx1112basic_strin
                      "_ZNSt8ios_base", "_ZNSt9basic_ios", "_ZNKSt9basic_ios", "_ZNSi", "_ZNSo", "_ZNSdC", "_ZNSdD",
                      "_ZNSt6locale", "_ZNKSt5ctype", "_ZNSt12__basic_file", "_ZNKSt12__basic_file", "_ZNKSt13basic_filebuf",
                      "_ZNKSt14basic_ifstream", "_ZNKSt14basic_ofstream", "_ZSt16__ostream_insert", "_ZStlsI",
-                     "_ZStrsI", "_ZSt4endl", "_ZSt5flush", "_ZSt7getline")
+                     "_ZStrsI", "_ZSt4endl", "_ZSt5flush", "_ZSt7getline",
+                     # std exceptions (they keep a copy of their message)
+                     "_ZNSt9exception", "_ZNSt13runtime_error", "_ZNKSt13runtime_error", "_ZNSt11logic_error",
+                     "_ZNKSt11logic_error", "_ZNSt12out_of_range", "_ZNSt16invalid_argument", "_ZNSt12length_error",
+                     "_ZNSt12domain_error", "_ZNSt14overflow_error", "_ZNSt15underflow_error", "_ZNSt11range_error")
 """C++ strings and streams: a pointer they keep (a stream's buffer, a string's own storage) is used only by the
 library itself, which never writes floats with derivatives."""
 
