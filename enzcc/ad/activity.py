@@ -301,6 +301,15 @@ class Activity:
                     and id(inst.pointer) not in self.active_ptrs):
                 continue
             root = self._unknown_root(inst.pointer, const_args)
+            if root is not None and not isinstance(root, Argument) and self._escaped_allocation(insts) is not None:
+                a = self._escaped_allocation(insts)
+                from enzcc.ad.shadow import describe_pointer
+
+                raise ad_error(f"a value with derivatives is stored through a pointer taken from "
+                               f"{describe_pointer(root)}, which has no shadow and may point to local memory with "
+                               f"derivatives ({describe_pointer(a)}, "
+                               "whose address was stored where enzcc does not follow it); its derivative would "
+                               "be lost", inst)
             if root is not None and read_back is None:
                 # memory read again in the function (a float load, a copy from it): there the loss shows
                 read_back = {}
@@ -330,6 +339,26 @@ class Activity:
                     what = f"memory from {describe_pointer(root)}, which enzcc cannot give a shadow"
                 raise ad_error(f"a value with derivatives is stored into {what}; its derivative would be lost "
                                "(mark the memory enzyme_const if that is intended)", inst)
+
+    def _escaped_allocation(self, insts: list[Instruction]):
+        """An allocation with derivatives whose address is stored into memory that has none (a global holding
+        pointers, say), where a pointer loaded back would carry no shadow; None if there is none."""
+        if not hasattr(self, "_escaped"):
+            self._escaped = None
+            for inst in insts:
+                if isinstance(inst, Store) and isinstance(inst.value.type, T.PointerType) and \
+                        id(inst.value) in self.active_ptrs and id(inst.pointer) not in self.active_ptrs:
+                    base = inst.value
+                    for _ in range(64):
+                        if isinstance(base, (GetElementPtr, Cast)) and base.opcode in ("getelementptr", "bitcast",
+                                                                                       "addrspacecast"):
+                            base = base.operands[0]
+                        else:
+                            break
+                    if isinstance(base, Alloca) or (isinstance(base, Call) and is_allocation(base)):
+                        self._escaped = base
+                        break
+        return self._escaped
 
     def _unknown_root(self, p: Value, const_args: set[int], depth: int = 0):
         """The first place ``p`` comes from that is neither an ``enzyme_const`` argument nor memory reached

@@ -117,3 +117,34 @@ int main(void) { double x[1] = {3}, dx[1] = {0}; __enzyme_autodiff((void *)f, en
     r = enzcc("-O1", "k.c", "keep.o", "-lm", "-o", "k", check=False)
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
     assert r.stderr.strip().count("\n") == 0 and "no derivative rule for call to 'keep'" in r.stderr, r.stderr
+
+
+def test_local_array_reached_through_a_pointer_global(enzcc):
+    """The address of a local array with derivatives goes through a global holding pointers (no shadow):
+    where the optimizer forwards it (-O2) the gradient is right; where it does not (-O0), the store through the
+    pointer loaded back is a one-line error, never a lost derivative."""
+    enzcc.write("g.c", PRELUDE + r"""
+static double *saved;
+static void keep(double *p) { saved = p; }
+static double *kept(void) { return saved; }
+double f(const double *x) {
+  double v[2] = {0, 0};
+  keep(v);
+  double *p = kept();
+  p[1] = x[0] * x[0];
+  return v[0] + v[1] * x[1];
+}
+int main(void) {
+  double x[2] = {3, 2}, dx[2] = {0};
+  __enzyme_autodiff((void *)f, enzyme_dup, x, dx);
+  report("d0", dx[0]);
+  report("d1", dx[1]);
+  return 0;
+}
+""")
+    r = enzcc("-O0", "g.c", "-lm", "-o", "g0", check=False)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip().count("\n") == 0 and "stored through a pointer taken from pointer @saved" in r.stderr
+    enzcc("-O2", "g.c", "-lm", "-o", "g2")
+    out = dict(line.split() for line in enzcc.run("./g2").stdout.splitlines())
+    assert float(out["d0"]) == 12.0 and float(out["d1"]) == 9.0
