@@ -438,7 +438,8 @@ class Activity:
 
         An allocation whose address escapes (stored in other memory, passed to code of the program that was
         not inlined, to BLAS, to a container's node or to ``posix_memalign``) is of the first kind: what reaches
-        it there is out of sight. One only read and written here, with floating-point or pointer types or by
+        it there is out of sight; so is heap memory that holds floats (an inner derivative's tape and shadows in
+        nested AD are followed that way). A local variable only read and written here, with floating-point or pointer types or by
         memcpy, is of the second (:meth:`_writers`): a local ``std::string``, a stream or a constant table
         never gets a shadow, and calls that only see such memory need no derivative rule. An allocation that
         keeps its own address (a small-buffer string or vector) does not escape by that: pointers loaded from
@@ -475,7 +476,7 @@ class Activity:
                     escapes = True
                 elif isinstance(u, Call) and (u.callee_name or "").startswith(("llvm.memcpy", "llvm.memmove")):
                     holds = True
-            if escapes:
+            if escapes or (holds and not isinstance(a, Alloca)):  # (heap memory: shadowed as before)
                 escaping.append(a)
             elif holds:
                 candidates.append(a)

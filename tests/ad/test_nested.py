@@ -206,3 +206,46 @@ int main(void) { report("d", __enzyme_autodiff((void *)f, 0.7)); return 0; }
     assert r.returncode == 1 and r.stderr.strip().count("\n") == 0, r.stderr
     assert "cannot differentiate 'f': nested AD must not be recursive" in r.stderr
     assert not (enzcc.cwd / "r.o").exists()
+
+
+THIRD_ORDER_LOOP = r"""
+#include <stdint.h>
+double pow(double, double);
+__attribute__((noinline)) uint64_t factorial(uint64_t x) { return x == 0 ? 1 : x * factorial(x - 1); }
+uint64_t __enzyme_iter(uint64_t, uint64_t);
+double my_sin(double x) {  /* Taylor series whose length grows with the order of the derivative */
+  double result = 0;
+  uint64_t n = __enzyme_iter(12, 1);
+  for (uint64_t i = 0; i <= n; i++) {
+    if (i % 2 == 0) continue;
+    result += pow(x, i) / factorial(i) * (i % 4 == 1 ? 1 : -1);
+  }
+  return result;
+}
+double d1(double x) { return __enzyme_autodiff((void *)my_sin, x); }
+double d2(double x) { return __enzyme_autodiff((void *)d1, x); }
+double d3(double x) { return __enzyme_autodiff((void *)d2, x); }
+int main(void) {
+  report("d1", d1(1.23));
+  report("d2", d2(1.23));
+  report("d3", d3(1.23));
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O1", "-O2"])
+def test_third_order_through_a_loop_is_right_or_refused(enzcc, opt):
+    """Reverse over reverse over reverse through a loop whose tape grows: either the right values or a one-line
+    error (memory of an inner derivative whose type enzcc cannot tell), never a program that misbehaves."""
+    import math
+
+    enzcc.write("t.c", PRELUDE + THIRD_ORDER_LOOP)
+    r = enzcc(opt, "t.c", "-lm", "-o", "t", check=False)
+    if r.returncode != 0:
+        assert r.stderr.strip().count("\n") == 0 and "error" in r.stderr and "Traceback" not in r.stderr, r.stderr
+        return
+    out = dict(line.split() for line in enzcc.run("./t").stdout.splitlines())
+    assert float(out["d1"]) == pytest.approx(math.cos(1.23), rel=1e-8)
+    assert float(out["d2"]) == pytest.approx(-math.sin(1.23), rel=1e-8)
+    assert float(out["d3"]) == pytest.approx(-math.cos(1.23), rel=1e-8)
