@@ -439,7 +439,8 @@ class Activity:
         An allocation whose address escapes (stored in other memory, passed to code of the program that was
         not inlined, to BLAS, to a container's node or to ``posix_memalign``) is of the first kind: what reaches
         it there is out of sight; so is heap memory that holds floats (an inner derivative's tape and shadows in
-        nested AD are followed that way). A local variable only read and written here, with floating-point or pointer types or by
+        nested AD are followed that way). A local variable (or heap object without floats) only read and
+        written here, with floating-point or pointer types or by
         memcpy, is of the second (:meth:`_writers`): a local ``std::string``, a stream or a constant table
         never gets a shadow, and calls that only see such memory need no derivative rule. An allocation that
         keeps its own address (a small-buffer string or vector) does not escape by that: pointers loaded from
@@ -456,14 +457,15 @@ class Activity:
                 self._self_ref.add(id(a))
                 uses = self._alloc_uses(a, follow_loads=True)
                 derived = {id(u.user) for u in uses} | {id(a)}
-            holds = escapes = False
+            holds = escapes = floats = False
             for use in uses:
                 u = use.user
                 if isinstance(u, (Load,)) and has_float(u.type):
-                    holds = True
+                    holds = floats = True
                 elif isinstance(u, Store) and use.index == 1 and (has_float(u.value.type)
                                                                   or isinstance(u.value.type, T.PointerType)):
                     holds = True
+                    floats = floats or has_float(u.value.type)
                 elif isinstance(u, Store) and use.index == 0:
                     if id(u.pointer) not in derived:
                         # the pointer itself is stored (into an object's field): its later uses, through a load
@@ -475,8 +477,8 @@ class Activity:
                                                                      and use.index == 1)):
                     escapes = True
                 elif isinstance(u, Call) and (u.callee_name or "").startswith(("llvm.memcpy", "llvm.memmove")):
-                    holds = True
-            if escapes or (holds and not isinstance(a, Alloca)):  # (heap memory: shadowed as before)
+                    holds = floats = True
+            if escapes or (floats and not isinstance(a, Alloca)):  # (heap memory with floats: as before)
                 escaping.append(a)
             elif holds:
                 candidates.append(a)
@@ -553,8 +555,8 @@ class Activity:
         from enzcc.ad.adjoint import is_inactive_call
 
         name = call.callee_name or ""
-        if not name:  # through a function pointer: program code only if some function here has its address taken
-            return self._program_code_reachable_indirectly()
+        if not name:  # through a function pointer: program code only if a function here of that type may be it
+            return call.function_type in self._address_taken_types()
         if name.startswith("llvm.") or name.startswith(_LIBRARY_PREFIXES) or is_inactive_call(name):
             return False
         attrs = list(call.arg_attrs[k]) if 0 <= k < len(call.arg_attrs) else []
@@ -565,33 +567,29 @@ class Activity:
         return not any(a in ("nocapture", "captures(none)") or a.startswith("captures(none") or
                        a == "readnone" for a in attrs)
 
-    def _program_code_reachable_indirectly(self) -> bool:
-        """Whether a call through a function pointer may run a function defined in this module (one whose
-        address is used other than by direct calls): otherwise its targets are library code (a stream's
-        virtual functions)."""
-        cached = getattr(self, "_indirect_targets", None)
+    def _address_taken_types(self) -> set:
+        """The types of the functions defined here whose address is used other than by direct calls (in code,
+        a vtable or a table of callbacks): what a call through a function pointer may run of the program.
+        Other targets are library code (a stream's virtual functions)."""
+        cached = getattr(self, "_taken_types", None)
         if cached is None:
             module = getattr(self.fn, "module", None)
-            cached = False
+            cached = set()
             if module is not None:
-                for f in module.functions.values():
-                    if f.is_declaration or not f.is_parsed:
+                defined = {n: f for n, f in module.functions.items() if not f.is_declaration}
+                taken = set()
+                for f in defined.values():
+                    if not f.is_parsed:
                         continue
                     for inst in f.instructions():
                         for k, op in enumerate(inst.operands):
-                            if isinstance(op, GlobalRef) and op.symbol in module.functions and \
-                                    not module.functions[op.symbol].is_declaration and \
+                            if isinstance(op, GlobalRef) and op.symbol in defined and \
                                     not (isinstance(inst, Call) and k == 0):
-                                cached = True
-                                break
-                        if cached:
-                            break
-                    if cached:
-                        break
-                if not cached:  # (a vtable, a table of callbacks)
-                    cached = any(sym in module.functions and not module.functions[sym].is_declaration
-                                 for g in module.globals.values() for sym in g.initializer_symbols())
-            self._indirect_targets = cached
+                                taken.add(op.symbol)
+                for g in module.globals.values():
+                    taken |= {sym for sym in g.initializer_symbols() if sym in defined}
+                cached = {defined[n].function_type for n in taken}
+            self._taken_types = cached
         return cached
 
     def _opaque(self, call: Call) -> bool:
