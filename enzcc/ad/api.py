@@ -29,6 +29,8 @@ CALL_MARKERS = {"enzyme_tape": True, "enzyme_allocated": True, "enzyme_noret": F
                 "enzyme_const_return": False, "enzyme_active_return": False, "enzyme_width": True,
                 "enzyme_context": True}
 
+NOCACHE = "enzyme_nocache"
+
 #: argument kinds
 CONST, DUP, DUPNONEED, OUT = "const", "dup", "dupnoneed", "out"
 
@@ -185,7 +187,9 @@ def parse_call(call: Call, module) -> DiffCall:
                        "linked in)", call, cls=MissingBodyError)
     if fn.is_varargs:
         raise ad_error(f"cannot differentiate variadic function '{fn.name}'", call)
-    rest = args[1:]
+    # enzyme_nocache before an argument: the user promises its memory is not changed before the reverse pass,
+    # so Enzyme need not keep a copy; enzcc keeps what it needs anyway (the same derivative), so it is accepted
+    rest = [a for a in args[1:] if marker_symbol(a) != NOCACHE]
     extra = _call_markers(rest, mode, call, callee)
     if mode == "size":
         return _parse_size(call, fn, rest, extra)
