@@ -74,6 +74,8 @@ class ForwardMode:
         self.kinds = [s.kind for s in dc.args]
         self.tangents: dict[int, Value] = {}
         self._keep: list[Value] = []
+        self._emitted: dict[int, Value] = {}
+        """Placeholder of a call's tangent (:meth:`_tangent_of_user_call`) -> the tangent, once the call is made."""
         self.lane_calls: dict[int, tuple] = {}
         """Calls made once for all lanes (:meth:`_lane_call`): call -> (emit, what each lane gave)."""
 
@@ -358,14 +360,17 @@ class ForwardMode:
             args, d = [], 0
             for a, k in zip(inst.args, kinds):
                 args.append(a)
-                if k == DUP:
-                    args += [lane_args[d] for lane_args, _ in lanes]
+                if k == DUP:  # (a tangent that was another such call's placeholder: what replaced it)
+                    args += [self._emitted.get(id(lane_args[d]), lane_args[d]) for lane_args, _ in lanes]
                     d += 1
             new = b.call(F, args)
             if is_float(inst.type):
                 primal = b.extract_value(new, [0])
                 for lane, (_, ph) in enumerate(lanes):
-                    ph.replace_all_uses_with(b.extract_value(new, [1 + lane]))
+                    t = b.extract_value(new, [1 + lane])
+                    ph.replace_all_uses_with(t)
+                    self._emitted[id(ph)] = t
+                    self._keep.append(ph)
                     ph.erase()
                 inst.replace_all_uses_with(primal)
             elif inst.has_uses():
