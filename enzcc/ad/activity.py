@@ -275,18 +275,8 @@ class Activity:
                                            "are a float and follow its derivative")
             else:
                 continue
-            stack, seen = [start], set()
-            while stack:
-                v = stack.pop()
-                if id(v) in seen or not isinstance(v, Instruction):
-                    continue
-                seen.add(id(v))
-                if isinstance(v, Load):
-                    if id(v.pointer) in self.active_ptrs and not _integer_tbaa(v):
-                        raise ad_error(what, inst)
-                elif v.opcode in ("trunc", "zext", "sext", "lshr", "ashr", "shl", "and", "or", "xor", "phi",
-                                  "select", "bitcast", "freeze", "extractelement", "extractvalue"):
-                    stack += [op for op in v.operands if isinstance(op, Instruction)]
+            if self._active_bits_load(start, _BIT_MOVES, lambda load: not _integer_tbaa(load)):
+                raise ad_error(what, inst)
 
     def _check_lost_stores(self, insts: list[Instruction], arg_kinds: list[str]) -> None:
         """A value with derivatives stored into memory without derivatives loses them. That is what the user
@@ -348,13 +338,9 @@ class Activity:
             for inst in insts:
                 if isinstance(inst, Store) and isinstance(inst.value.type, T.PointerType) and \
                         id(inst.value) in self.active_ptrs and id(inst.pointer) not in self.active_ptrs:
-                    base = inst.value
-                    for _ in range(64):
-                        if isinstance(base, (GetElementPtr, Cast)) and base.opcode in ("getelementptr", "bitcast",
-                                                                                       "addrspacecast"):
-                            base = base.operands[0]
-                        else:
-                            break
+                    from enzcc.ad.memory import base_object
+
+                    base = base_object(inst.value)
                     if isinstance(base, Alloca) or (isinstance(base, Call) and is_allocation(base)):
                         self._escaped = base
                         break
@@ -608,13 +594,9 @@ class Activity:
     def _known_inactive_source(self, p: Value) -> bool:
         """The source of a copy is memory without derivatives: an allocation or global that has none, a
         constant."""
-        base = p
-        for _ in range(64):
-            if isinstance(base, (GetElementPtr, Cast)) and base.opcode in ("getelementptr", "bitcast",
-                                                                           "addrspacecast"):
-                base = base.operands[0]
-            else:
-                break
+        from enzcc.ad.memory import base_object
+
+        base = base_object(p)
         if id(base) in self.active_ptrs:
             return False
         if isinstance(base, Alloca) or (isinstance(base, Call) and is_allocation(base)):
@@ -628,21 +610,28 @@ class Activity:
         """An integer that may hold bits loaded from memory with derivatives (through bit operations)."""
         if not isinstance(v, Instruction) or not isinstance(v.type, (T.IntType, T.VectorType)):
             return False
-        stack, seen = [v], set()
+        return self._active_bits_load(v, _BIT_MOVES + ("insertelement", "insertvalue", "add", "sub", "mul"))
+
+    def _active_bits_load(self, start: Value, moves: tuple[str, ...], counts=lambda load: True) -> bool:
+        """Whether ``start`` comes, through instructions in ``moves``, from a load of memory with derivatives
+        (one that ``counts``)."""
+        stack, seen = [start], set()
         while stack:
             x = stack.pop()
             if id(x) in seen or not isinstance(x, Instruction):
                 continue
             seen.add(id(x))
             if isinstance(x, Load):
-                if id(x.pointer) in self.active_ptrs:
+                if id(x.pointer) in self.active_ptrs and counts(x):
                     return True
-            elif x.opcode in ("trunc", "zext", "sext", "lshr", "ashr", "shl", "and", "or", "xor", "phi",
-                              "select", "bitcast", "freeze", "extractelement", "extractvalue", "insertelement",
-                              "insertvalue", "add", "sub", "mul"):
+            elif x.opcode in moves:
                 stack += [op for op in x.operands if isinstance(op, Instruction)]
         return False
 
+
+_BIT_MOVES = ("trunc", "zext", "sext", "lshr", "ashr", "shl", "and", "or", "xor", "phi", "select", "bitcast", "freeze",
+              "extractelement", "extractvalue")
+"""Instructions that move integer bits along (a float's bits may pass through them)."""
 
 _LIBRARY_PREFIXES = ("_ZNSt7__cxx1112basic_string", "_ZNKSt7__cxx1112basic_string", "_ZNSt7__cxx1118basic_stringstream",
                      "_ZNSt7__cxx1119basic_ostringstream", "_ZNSt7__cxx1119basic_istringstream",
