@@ -199,10 +199,9 @@ def _begin(mode, inst: Call):
 def forward(mode, inst: Call) -> None:
     """Forward mode: the loop of the steps' tangents (no checkpointing: nothing is taped). In vector mode each
     lane gives its shadows and one loop runs the step's derivative for all lanes."""
-    seen = mode.__dict__.setdefault("_checkpoints", {})
-    if id(inst) not in seen:
-        seen[id(inst)] = _begin(mode, inst)
-    ck, kinds, differentiated = seen[id(inst)]
+    if id(inst) not in mode.lane_state:
+        mode.lane_state[id(inst)] = _begin(mode, inst)
+    ck, kinds, differentiated = mode.lane_state[id(inst)]
 
     def emit(lanes) -> None:
         b = IRBuilder.before(inst)

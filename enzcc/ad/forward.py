@@ -78,6 +78,8 @@ class ForwardMode:
         """Placeholder of a call's tangent (:meth:`_tangent_of_user_call`) -> the tangent, once the call is made."""
         self.lane_calls: dict[int, tuple] = {}
         """Calls made once for all lanes (:meth:`_lane_call`): call -> (emit, what each lane gave)."""
+        self.lane_state: dict[int, object] = {}
+        """What the first lane worked out about such a call for the others (its activity, a parsed loop)."""
 
     def build(self):
         G = self.G
@@ -344,9 +346,8 @@ class ForwardMode:
         callee = self.module.functions[inst.callee_name]
         check_call_signature(inst, self.activity)
         if self.lane == 0:
-            self._user_call_kinds = getattr(self, "_user_call_kinds", {})
-            self._user_call_kinds[id(inst)] = call_kinds(inst, self.activity, lambda a: id(a) in self.tangents, DUP)
-        kinds = self._user_call_kinds[id(inst)]
+            self.lane_state[id(inst)] = call_kinds(inst, self.activity, lambda a: id(a) in self.tangents, DUP)
+        kinds = self.lane_state[id(inst)]
         lane_args = [self.shadows.of(a, inst) if isinstance(a.type, T.PointerType) else self._t(a)
                      for a, k in zip(inst.args, kinds) if k == DUP]
         placeholder = None
