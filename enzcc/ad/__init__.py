@@ -23,7 +23,7 @@ from enzcc.ad.checkpoint import DRIVER_MARK, is_checkpoint, lower as lower_check
 from enzcc.ad.fixed_point import is_fixed_point, lower as lower_fixed_points, step_name as fixed_point_step
 from enzcc.ad.iters import advance as advance_iterations, is_iter, lower as lower_iterations
 from enzcc.ad.outline import is_set_fixed_point, lower as lower_marks, outline_marked_loops
-from enzcc.ad.typehints import is_hint, lower as lower_type_hints
+from enzcc.ad.typehints import is_hint, is_virtual_reverse, lower as lower_type_hints, lower_virtual_reverse
 from enzcc.ad.openmp import capture_floats_by_reference, forked_function_name, reductions_as_critical
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
@@ -142,7 +142,8 @@ def _differentiate_text(text: str, target_machine, inline: str) -> tuple[str, in
 #: more derivatives are made), in the order they are replaced (markers of fixed-point loops before the loops)
 _LOWERED_API = ((is_iter, lower_iterations), (is_set_fixed_point, lower_marks), (is_fixed_point, lower_fixed_points),
                 (is_checkpoint, lower_checkpoints),
-                (is_context_runtime, lower_contexts), (is_hint, lower_type_hints))
+                (is_context_runtime, lower_contexts), (is_hint, lower_type_hints),
+                (is_virtual_reverse, lower_virtual_reverse))
 
 
 def _lower_api_calls(module) -> int:

@@ -42,4 +42,30 @@ def lower(module) -> int:
     return len(calls)
 
 
-__all__ = ["SIZE_HINT", "TYPE_HINTS", "hinted_type", "is_hint", "lower"]
+VIRTUAL_REVERSE = "__enzyme_virtualreverse"
+
+
+def is_virtual_reverse(name: str | None) -> bool:
+    return (name or "").startswith(VIRTUAL_REVERSE)
+
+
+def lower_virtual_reverse(module) -> int:
+    """``__enzyme_virtualreverse(f)`` is ``f``. Enzyme makes it a table of ``f``'s derivatives, for a shadow
+    object's function pointer or vtable, through which its derivatives dispatch a call. enzcc dispatches calls
+    through function pointers and virtual calls by the primal pointer alone (the shadow's is never read), so
+    the shadow only needs to hold a valid pointer, such as the primal one."""
+    from enzcc.ad.api import calls_named
+    from enzcc.ad.errors import ad_error
+
+    calls = calls_named(module, VIRTUAL_REVERSE)
+    for call in calls:
+        if len(call.args) != 1 or call.args[0].type != call.type:
+            raise ad_error(f"{VIRTUAL_REVERSE} takes one function pointer and returns it", call)
+        value = call.args[0]
+        call.replace_all_uses_with(value)
+        call.erase()
+    return len(calls)
+
+
+__all__ = ["SIZE_HINT", "TYPE_HINTS", "VIRTUAL_REVERSE", "hinted_type", "is_hint", "is_virtual_reverse", "lower",
+           "lower_virtual_reverse"]

@@ -623,3 +623,49 @@ def test_context_through_the_header(enzcc, opt):
     assert v["dy_other"] == pytest.approx(2.0, rel=1e-12)
     assert v["dscale_other"] == pytest.approx(x, rel=1e-12)
     assert v["doffset_first"] == 1.0
+
+
+VIRTUAL_REVERSE = r"""
+template <typename T> T __enzyme_virtualreverse(T);
+struct Object {
+  virtual double eval(double v) = 0;
+  double val;
+};
+struct Scale : Object { double eval(double v) { return val * v * v; } };
+struct Shift : Object { double eval(double v) { return val + sin(v); } };
+double eval(Object &o, double v) { return o.eval(v) * o.val; }
+struct S { double (*fn)(double); double val; };
+double square(double x) { return x * x; }
+double through_pointer(S *s) { return s->fn(s->val) + s->val; }
+int main() {
+  /* Enzyme's idiom: the shadow object's vtable (or function pointer) is __enzyme_virtualreverse of its own */
+  Object *o = new Scale(), *d = new Scale();
+  o->val = 2;
+  *(void **)d = __enzyme_virtualreverse(*(void **)d);
+  d->val = 0;
+  report("scale.v", __enzyme_autodiff<double>((void *)eval, enzyme_dup, o, d, 1.5));
+  report("scale.val", d->val);
+  Object *o2 = new Shift(), *d2 = new Shift();
+  o2->val = 2;
+  *(void **)d2 = __enzyme_virtualreverse(*(void **)d2);
+  d2->val = 0;
+  report("shift.v", __enzyme_autodiff<double>((void *)eval, enzyme_dup, o2, d2, 1.5));
+  report("shift.val", d2->val);
+  S s = {square, 3.0}, ds = {__enzyme_virtualreverse(square), 0.0};
+  __enzyme_autodiff<void>((void *)through_pointer, enzyme_dup, &s, &ds);
+  report("ptr.val", ds.val);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O2"])
+def test_virtualreverse(enzcc, opt):
+    """``__enzyme_virtualreverse`` on a shadow object's vtable or function pointer: enzcc dispatches by the
+    primal pointer, so the derivatives are the analytic ones."""
+    v = run_cxx(enzcc, VIRTUAL_REVERSE, opt)
+    assert v["scale.v"] == pytest.approx(2 * 2 * 2 * 1.5, rel=1e-14)       # d/dv val^2 v^2
+    assert v["scale.val"] == pytest.approx(2 * 2 * 1.5 * 1.5, rel=1e-14)    # d/dval val^2 v^2
+    assert v["shift.v"] == pytest.approx(2 * math.cos(1.5), rel=1e-14)      # d/dv (val + sin v) val
+    assert v["shift.val"] == pytest.approx(2 * 2 + math.sin(1.5), rel=1e-14)
+    assert v["ptr.val"] == pytest.approx(2 * 3 + 1, rel=1e-14)
