@@ -432,6 +432,7 @@ def test_std_list_map_unordered_map(enzcc, opt):
 
 
 STRUCTS_BY_VALUE = r"""
+#include <memory>
 struct pair { double x, y; };
 struct trip { double a, b, c; };  /* (passed in memory by the C++ ABI, pair in two registers) */
 double square(pair p) { return p.x * p.y; }
@@ -447,6 +448,9 @@ int main() {
   auto lam = [](pair p, double k) { return k * p.x * p.x * p.y; };
   report("lambda", enzyme::get<0>(enzyme::autodiff<enzyme::Forward>(lam, enzyme::Duplicated{pair{3, 1}, pair{1, 2}},
                                   enzyme::Const<double>{2.0})));
+  auto owned = std::make_unique<double>(3.0);  /* a move-only callable: used in place, not copied */
+  auto only = [k = std::move(owned)](pair p) { return *k * p.x * p.y; };
+  report("moveonly", enzyme::get<0>(enzyme::autodiff<enzyme::Forward>(only, enzyme::Duplicated{pair{2, 3}, pair{1, 0}})));
   /* a constant struct by value in reverse mode */
   report("const", enzyme::get<0>(enzyme::get<0>(enzyme::autodiff<enzyme::Reverse>(scaled, enzyme::Const{pair{2, 3}},
                                                                                   enzyme::Active<double>{2.0}))));
@@ -465,6 +469,7 @@ def test_structs_by_value(enzcc, opt):
                                      + 0.5 * 0.5 * 4.0, rel=1e-13)
     assert v["lambda"] == pytest.approx(2 * (2 * 3 * 1 * 1 + 9 * 2), rel=1e-14)
     assert v["const"] == pytest.approx(2 * 3 * 2 * 2, rel=1e-14)
+    assert v["moveonly"] == pytest.approx(9, rel=1e-14)
 
 
 def test_struct_by_value_gradient_is_a_compile_error(enzcc):
