@@ -291,8 +291,8 @@ class Activity:
                     and id(inst.pointer) not in self.active_ptrs):
                 continue
             root = self._unknown_root(inst.pointer, const_args)
-            if root is not None and not isinstance(root, Argument) and self._escaped_allocation(insts) is not None:
-                a = self._escaped_allocation(insts)
+            a = self._escaped_allocation(insts) if root is not None and not isinstance(root, Argument) else None
+            if a is not None:
                 from enzcc.ad.shadow import describe_pointer
 
                 raise ad_error(f"a value with derivatives is stored through a pointer taken from "
@@ -438,8 +438,7 @@ class Activity:
         for a in allocs:
             uses = self._alloc_uses(a, follow_loads=False)
             derived = {id(u.user) for u in uses} | {id(a)}
-            if any(isinstance(u.user, Store) and u.index == 0 and id(u.user.pointer) in derived
-                   and any(id(x) in derived for x in [u.user.value]) for u in uses):
+            if any(isinstance(u.user, Store) and u.index == 0 and id(u.user.pointer) in derived for u in uses):
                 self._self_ref.add(id(a))
                 uses = self._alloc_uses(a, follow_loads=True)
                 derived = {id(u.user) for u in uses} | {id(a)}
@@ -542,7 +541,12 @@ class Activity:
 
         name = call.callee_name or ""
         if not name:  # through a function pointer: program code only if a function here of that type may be it
-            return call.function_type in self._address_taken_types()
+            from enzcc.ad.inline import address_taken_functions
+
+            module = getattr(self.fn, "module", None)
+            return module is not None and any(not module.functions[n].is_declaration and
+                       module.functions[n].function_type == call.function_type
+                       for n in address_taken_functions(module))
         if name.startswith("llvm.") or name.startswith(_LIBRARY_PREFIXES) or is_inactive_call(name):
             return False
         attrs = list(call.arg_attrs[k]) if 0 <= k < len(call.arg_attrs) else []
@@ -552,31 +556,6 @@ class Activity:
             attrs += list(getattr(callee.args[k], "attrs", []) or [])
         return not any(a in ("nocapture", "captures(none)") or a.startswith("captures(none") or
                        a == "readnone" for a in attrs)
-
-    def _address_taken_types(self) -> set:
-        """The types of the functions defined here whose address is used other than by direct calls (in code,
-        a vtable or a table of callbacks): what a call through a function pointer may run of the program.
-        Other targets are library code (a stream's virtual functions)."""
-        cached = getattr(self, "_taken_types", None)
-        if cached is None:
-            module = getattr(self.fn, "module", None)
-            cached = set()
-            if module is not None:
-                defined = {n: f for n, f in module.functions.items() if not f.is_declaration}
-                taken = set()
-                for f in defined.values():
-                    if not f.is_parsed:
-                        continue
-                    for inst in f.instructions():
-                        for k, op in enumerate(inst.operands):
-                            if isinstance(op, GlobalRef) and op.symbol in defined and \
-                                    not (isinstance(inst, Call) and k == 0):
-                                taken.add(op.symbol)
-                for g in module.globals.values():
-                    taken |= {sym for sym in g.initializer_symbols() if sym in defined}
-                cached = {defined[n].function_type for n in taken}
-            self._taken_types = cached
-        return cached
 
     def _opaque(self, call: Call) -> bool:
         """A call to code enzcc does not see (a declaration it knows nothing about): it may read the

@@ -183,6 +183,15 @@ def _address_taken_of_type(module, function_type) -> "Inexact | None":
     in any function, not only the callee of a direct call) and whose type is the call's. A program calls only such functions through a pointer of that type, unless
     the pointer comes from outside the module: then none matches and the program traps, instead of taking
     a derivative of the wrong function. None when there are none or more than :data:`MAX_UNKNOWN_TARGETS`."""
+    taken = address_taken_functions(module)
+    names = sorted(n for n in taken if module.functions[n].function_type == function_type)
+    return Inexact(names) if 0 < len(names) <= MAX_UNKNOWN_TARGETS else None
+
+
+def address_taken_functions(module) -> set[str]:
+    """The functions defined in the module, and allocators, whose address is taken somewhere (a global's
+    initializer such as a vtable, or a value operand in any function, not only a direct call's callee); made
+    once per module."""
     taken = module.__dict__.get("_enzcc_address_taken")
     if taken is None:
         taken = set()
@@ -201,8 +210,7 @@ def _address_taken_of_type(module, function_type) -> "Inexact | None":
                  (not module.functions[n].is_declaration or n in ALLOCATORS) and
                  not n.startswith(("__enzcc_", "llvm."))}
         module.__dict__["_enzcc_address_taken"] = taken
-    names = sorted(n for n in taken if module.functions[n].function_type == function_type)
-    return Inexact(names) if 0 < len(names) <= MAX_UNKNOWN_TARGETS else None
+    return taken
 
 
 class Inexact(list):
