@@ -18,7 +18,7 @@ from enzcc.ad.globals import used_globals, zero_shadows
 from enzcc.ad.hints import hints_of
 from enzcc.ad.inline import invoke_to_call, is_kept_recursive
 from enzcc.ad.context import MARKER as CONTEXT_MARKER, copy_in, copy_out, is_runtime as is_context_runtime, \
-    lower as lower_contexts, uses_implicit_contexts, GLOBAL_CONTEXT
+    lower as lower_contexts, nested_context_call, uses_implicit_contexts, GLOBAL_CONTEXT
 from enzcc.ad.checkpoint import DRIVER_MARK, is_checkpoint, lower as lower_checkpoints, step_name as checkpoint_step
 from enzcc.ad.fixed_point import is_fixed_point, lower as lower_fixed_points, step_name as fixed_point_step
 from enzcc.ad.iters import advance as advance_iterations, is_iter, lower as lower_iterations
@@ -98,9 +98,11 @@ def _differentiate_text(text: str, target_machine, inline: str) -> tuple[str, in
                 raise ad_error(f"cannot differentiate '{fn.name}': it takes derivatives itself in a program that "
                                "reads Enzyme's shadows of globals (__enzyme_shadow(address, width, lane)), and "
                                "derivatives of that (nested AD) are not supported", inst)
-            if isinstance(inst, Call) and is_context_runtime(inst.callee_name):
+            if isinstance(inst, Call) and is_context_runtime(inst.callee_name) and \
+                    nested_context_call(inst) is None:
                 raise ad_error(f"cannot differentiate '{fn.name}': it calls {inst.callee_name}, and derivatives of "
-                               "code that uses an enzyme_context (nested AD) are not supported", inst)
+                               "code that asks the program's own shadows of globals (nested AD) are not "
+                               "supported", inst)
             if isinstance(inst, Call) and inst.callee_name == DRIVER_MARK:
                 raise ad_error(f"cannot differentiate '{fn.name}': it runs the reverse mode of a checkpointed loop "
                                "(__enzyme_checkpoint_for/while), and derivatives of that (higher order) are not "

@@ -129,6 +129,11 @@ class Activity:
         escaping, candidates = self._float_holding_allocations(insts)
         for a in escaping:
             self._mark(self.active_ptrs, a)
+        from enzcc.ad.context import nested_context_call
+
+        for inst in insts:  # a context made here: the shadows of globals an inner derivative accumulates into
+            if isinstance(inst, Call) and nested_context_call(inst) == "new":
+                self._mark(self.active_ptrs, inst)
         self.active_globals: list[GlobalRef] = []
         """The globals written by differentiated code (:mod:`enzcc.ad.globals`) this function uses."""
         module = getattr(fn, "module", None)
@@ -186,6 +191,8 @@ class Activity:
 
     def _propagate_pointers(self, insts: list[Instruction]) -> None:
         """Active pointers forwarded (geps, casts, phis, loads of active memory...) to a fixpoint."""
+        from enzcc.ad.context import nested_context_call
+
         changed = True
         while changed:
             changed = False
@@ -221,6 +228,9 @@ class Activity:
                 elif isinstance(inst, Call) and is_mirrored(inst.callee_name) and \
                         any(id(a) in self.active_ptrs for a in inst.args):
                     changed |= self._mark(self.active_ptrs, inst)  # a node of a container with derivatives
+                elif isinstance(inst, Call) and id(inst.args[0] if inst.args else None) in self.active_ptrs and \
+                        nested_context_call(inst) == "shadow":
+                    changed |= self._mark(self.active_ptrs, inst)  # a global's shadow in a context
 
     def _propagate_varied(self, insts: list[Instruction], inactive) -> None:
         """Varied floats: forward from active arguments and loads of shadowed memory, to a fixpoint."""

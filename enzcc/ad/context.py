@@ -23,8 +23,13 @@ Enzyme itself keeps of the global for vector width ``width``: in a program that 
 width (made on first use, :func:`implicit_context`), so those shadows persist: reverse mode adds the globals'
 adjoints to them, forward mode reads the tangents seeded there.
 
+Nested AD: forward mode over code that uses contexts (a gradient taken in a context of its own, differentiated
+again in another) gives each context's memory a tangent, a second context (:func:`shadow_of_nested_call`);
+each round has shadow globals of its own, so the two never share one.
+
 Not supported, one-line errors: a context with split mode, with a function also differentiated without one
-that reaches a global holding pointers, and derivatives of code that uses a context (nested AD).
+that reaches a global holding pointers, reverse mode over code that uses a context, and derivatives of code
+that uses the program's own contexts (the query form).
 """
 
 from __future__ import annotations
@@ -56,6 +61,52 @@ def is_runtime(name: str | None) -> bool:
     name = name or ""
     return name.startswith(ZERO) or name.startswith(CONTEXT) or \
         (name.startswith(SHADOW) and not name.startswith("__enzyme_shadows"))
+
+
+def nested_context_call(call: Call) -> str | None:
+    """For a call to the context runtime inside code that is differentiated again (nested AD): ``"new"``
+    (``__enzyme_context``), ``"shadow"`` (the context form of ``__enzyme_shadow``, also enzcc's own) or
+    ``"zero"`` (``__enzyme_zero_shadows``). None for other calls, and for the runtime calls whose derivative is
+    not supported: those that reach the program's own contexts (the query form)."""
+    name = call.callee_name or ""
+    if not is_runtime(name) or name.startswith((GLOBAL_CONTEXT, _NEW_CONTEXT)):
+        return None
+    if name.startswith(ZERO):
+        return "zero"
+    if name.startswith(CONTEXT):
+        return "new"
+    if len(call.args) == 3 and all(isinstance(a.type, T.PointerType) for a in call.args[:2]):
+        return "shadow"
+    return None
+
+
+def shadow_of_nested_call(shadows, call: Call) -> Value:
+    """Forward mode over code that uses contexts: the memory of a context (the shadows of globals an inner
+    derivative reads and accumulates into) has a tangent, which is a second context of the same width, made
+    next to it: its floats start at zero, like the context's own. ``__enzyme_shadow(ctx, address, lane)`` in it
+    is the same query on that second context. Globals holding pointers are refused: a context's copy of a
+    pointer would need the pointer's tangent, which is not made."""
+    from enzcc.ad.activity import has_pointer
+    from enzcc.ad.errors import ad_error
+
+    kind = nested_context_call(call)
+    b = IRBuilder.after(call)
+    callee = call.callee.resolve() if hasattr(call.callee, "resolve") else call.callee
+    if kind == "new":
+        module = call.module
+        for sym in sorted(module.globals):
+            gv = eligible(module, sym)
+            if gv is not None and has_pointer(gv.value_type):
+                raise ad_error(f"derivatives of code that makes an enzyme_context, in a program whose global "
+                               f"'{sym}' holds pointers, are not supported", call)
+        return b.call(callee, list(call.args))
+    return b.call(callee, [shadows.of(call.args[0], call), *call.args[1:]])
+
+
+def zero_nested_shadows(shadows, call: Call) -> None:
+    """``__enzyme_zero_shadows(ctx)`` zeroes the context's floats: the same for its tangent."""
+    callee = call.callee.resolve() if hasattr(call.callee, "resolve") else call.callee
+    IRBuilder.after(call).call(callee, [shadows.of(call.args[0], call), *call.args[1:]])
 
 
 def query_form(module) -> Function | None:
@@ -156,6 +207,10 @@ def copy_in(b: IRBuilder, module, fn_name: str, ctx: Value, width: int) -> list:
     pairs = []
     for symbol in info.reached_by(fn_name):
         size = ConstantInt(T.i64, dl.alloc_size(module.globals[symbol].value_type))
+        if eligible(module, symbol) is None:  # enzcc's own global (an earlier round's shadow): no derivative in
+            for lane in range(width):         # the context, zero at entry like any other
+                b.memset(shadow_global(module, symbol, lane), 0, size)
+            continue
         for lane in range(width):
             theirs = b.call(shadow, [ctx, module.global_ref(symbol), ConstantInt(T.i32, lane)])
             ours = shadow_global(module, symbol, lane)
@@ -469,4 +524,4 @@ def _kind(t) -> str:
 
 
 __all__ = ["CONTEXT", "MARKER", "SHADOW", "ZERO", "context_width", "copy_in", "copy_out", "eligible",
-           "is_runtime", "lower"]
+           "is_runtime", "lower", "nested_context_call", "shadow_of_nested_call", "zero_nested_shadows"]

@@ -14,6 +14,7 @@ from enzcc.ad.errors import ad_error, no_rule_error
 from enzcc.ad.memory import memory_types_for
 from enzcc.ad import checkpoint, custom, fixed_point
 from enzcc.ad.checkpoint import is_checkpoint
+from enzcc.ad.context import nested_context_call, zero_nested_shadows
 from enzcc.ad.fixed_point import is_fixed_point
 from enzcc.ad.hints import hints_of, rule_name
 from enzcc.ad.prepare import finalize, inactive_functions, new_derivative_function, prepare
@@ -258,6 +259,11 @@ class ForwardMode:
             return
         if is_allocation(inst) or name == "posix_memalign":
             return  # the shadow allocation was made with the shadows
+        nested = nested_context_call(inst)
+        if nested is not None:  # (a context's tangent, and shadows in it, were made with the shadows)
+            if nested == "zero" and act.is_active_ptr(inst.args[0]):
+                zero_nested_shadows(self.shadows, inst)
+            return
         if name in ("free", "_ZdlPv", "_ZdlPvm", "_ZdaPv"):
             # the primal is released: so is its shadow, if it was allocated here (shadows come from malloc)
             p = inst.args[0]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from enzcc.ad import shadow_reuse
 from enzcc.ad.activity import ALLOCATORS, Activity, has_pointer, is_allocation
+from enzcc.ad.context import nested_context_call, shadow_of_nested_call
 from enzcc.ad.errors import ad_error
 from enzcc.ad.memory import base_object
 from enzcc.ad.mirror import is_mirrored, mirror_call
@@ -137,6 +138,11 @@ class Shadows:
                     self._set(inst, self._shadow_allocation(inst))
                 elif isinstance(inst, Call) and is_mirrored(inst.callee_name):
                     self._set(inst, mirror_call(self, inst))
+                elif isinstance(inst, Call) and nested_context_call(inst) is not None:
+                    if self.activity.mode != "forward":
+                        raise ad_error(f"reverse mode over code that calls {inst.callee_name} (an enzyme_context) "
+                                       "is not supported; forward mode over it is", inst, fn=self.fn)
+                    self._set(inst, shadow_of_nested_call(self, inst))
                 else:
                     raise ad_error(f"cannot compute the shadow of pointer produced by '{inst.opcode}'", inst,
                                    fn=self.fn)

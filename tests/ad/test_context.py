@@ -118,11 +118,73 @@ int main(void) { void *c = __enzyme_context(1); __enzyme_augmentfwd((void *)f, e
 """, "enzyme_context is supported with __enzyme_fwddiff and __enzyme_autodiff, not __enzyme_augmentfwd")
 
 
-def test_derivative_of_code_using_a_context_is_refused(enzcc):
+NESTED = r"""
+extern void *__enzyme_context(int);
+extern void *__enzyme_shadow(void *, void *, int);
+extern void __enzyme_zero_shadows(void *);
+extern int enzyme_context;
+double g = 2.0, h = 0.5;
+static double f(double y) { return g * y * y * y + sin(h * y); }
+/* f'(x) + f'(2x)/2 + x^3/4 + (2x)^3/8: two gradients in a context of its own, which holds the adjoint of g; its
+   shadows are read and zeroed between them */
+__attribute__((noinline)) double df(double x) {
+  void *inner = __enzyme_context(1);
+  double *dg = __enzyme_shadow(inner, &g, 0);
+  double a = __enzyme_autodiff((void *)f, enzyme_context, inner, x);
+  double first = *dg;
+  __enzyme_zero_shadows(inner);
+  double b = __enzyme_autodiff((void *)f, enzyme_context, inner, 2 * x);
+  return a + 0.5 * b + 0.25 * first + 0.125 * *dg;
+}
+int main(void) {
+  double x = 0.7, e = 1e-6;
+  report("ddx", __enzyme_fwddiff((void *)df, x, 1.0));  /* no outer context: g and h have no derivative */
+  report("fd_x", (df(x + e) - df(x - e)) / (2 * e));
+  void *outer = __enzyme_context(1);
+  double *tg = __enzyme_shadow(outer, &g, 0), *th = __enzyme_shadow(outer, &h, 0);
+  *tg = 1.0;
+  report("ddg", __enzyme_fwddiff((void *)df, enzyme_context, outer, x, 0.0));
+  *tg = 0.0; *th = 1.0;
+  report("ddh", __enzyme_fwddiff((void *)df, enzyme_context, outer, x, 0.0));
+  *th = 0.0;
+  report("ddx_outer", __enzyme_fwddiff((void *)df, enzyme_context, outer, x, 1.0));
+  g += e; double up = df(x); g -= 2 * e; double down = df(x); g += e;
+  report("fd_g", (up - down) / (2 * e));
+  h += e; up = df(x); h -= 2 * e; down = df(x); h += e;
+  report("fd_h", (up - down) / (2 * e));
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O1", "-O2", "-O3"])
+def test_forward_over_reverse_in_contexts(enzcc, opt):
+    # each round has shadows of its own: the outer tangent of g is not the inner adjoint of g
+    v = build_and_run(enzcc, NESTED, opt, extra=("-w",))
+    x, g, h = 0.7, 2.0, 0.5
+    f2 = lambda y: 6 * g * y - h * h * math.sin(h * y)  # noqa: E731
+    fh = lambda y: math.cos(h * y) - h * y * math.sin(h * y)  # noqa: E731
+    want = {"ddx": f2(x) + f2(2 * x) + 3.75 * x * x, "ddg": 3 * x * x + 6 * x * x, "ddh": fh(x) + 0.5 * fh(2 * x)}
+    want["ddx_outer"] = want["ddx"]
+    for k, w in want.items():
+        assert v[k] == pytest.approx(w, rel=1e-12), k
+    for k in ("x", "g", "h"):
+        assert v[f"fd_{k}"] == pytest.approx(want[f"dd{k}"], rel=1e-6), k
+
+
+def test_reverse_over_code_using_a_context_is_refused(enzcc):
     _refused(enzcc, r"""
 double df(double x) { void *c = __enzyme_context(1); return __enzyme_autodiff((void *)f, enzyme_context, c, x); }
-int main(void) { printf("%g\n", __enzyme_fwddiff((void *)df, 1.0, 1.0)); return 0; }
-""", "derivatives of code that uses an enzyme_context (nested AD) are not supported")
+int main(void) { printf("%g\n", __enzyme_autodiff((void *)df, 1.0)); return 0; }
+""", "reverse mode over code that calls __enzyme_context (an enzyme_context) is not supported")
+
+
+def test_nested_context_with_pointer_globals_is_refused(enzcc):
+    _refused(enzcc, r"""
+double *p;
+double df(double x) { void *c = __enzyme_context(1); return __enzyme_autodiff((void *)f, enzyme_context, c, x); }
+int main(void) { p = &g; printf("%g\n", __enzyme_fwddiff((void *)df, 1.0, 1.0)); return 0; }
+""", "global 'p' holds pointers")
 
 
 def test_pointer_global_without_a_context_is_refused(enzcc):
