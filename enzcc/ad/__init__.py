@@ -86,13 +86,16 @@ def _differentiate_text(text: str, target_machine, inline: str) -> tuple[str, in
                            "call it", calls[0])
     requests = [parse_call(c, module) for c in calls if not (c.callee_name or "").startswith(BATCH)]
     prep_names: dict[str, str] = {}
-    todo = [dc.fn for dc in requests]
+    todo = [(dc.fn, dc.mode == "forward") for dc in requests]
     protected = hints_of(module).protected()
-    while todo:  # the functions asked for, and those their recursive calls reach
-        fn = todo.pop()
-        if fn.name in prep_names:
+    seen = set()
+    while todo:  # the functions asked for, and those their recursive calls reach (in forward mode only, or not)
+        fn, forward = todo.pop()
+        if (fn.name, forward) in seen:
             continue
-        prep_names[fn.name] = _make_prepared_copy(module, fn)
+        seen.add((fn.name, forward))
+        if fn.name not in prep_names:
+            prep_names[fn.name] = _make_prepared_copy(module, fn)
         for inst in module.functions[prep_names[fn.name]].instructions():
             if isinstance(inst, Call) and inst.callee_name == GLOBAL_CONTEXT:
                 raise ad_error(f"cannot differentiate '{fn.name}': it takes derivatives itself in a program that "
@@ -103,19 +106,19 @@ def _differentiate_text(text: str, target_machine, inline: str) -> tuple[str, in
                 raise ad_error(f"cannot differentiate '{fn.name}': it calls {inst.callee_name}, and derivatives of "
                                "code that asks the program's own shadows of globals (nested AD) are not "
                                "supported", inst)
-            if isinstance(inst, Call) and inst.callee_name == DRIVER_MARK:
-                raise ad_error(f"cannot differentiate '{fn.name}': it runs the reverse mode of a checkpointed loop "
-                               "(__enzyme_checkpoint_for/while), and derivatives of that (higher order) are not "
-                               "supported", inst)
+            if isinstance(inst, Call) and inst.callee_name == DRIVER_MARK and not forward:
+                raise ad_error(f"cannot differentiate '{fn.name}' in reverse mode: it runs the reverse mode of a "
+                               "checkpointed loop (__enzyme_checkpoint_for/while), and reverse mode over that is not "
+                               "supported (forward mode over it is)", inst)
             forked = forked_function_name(inst) or fixed_point_step(inst) or checkpoint_step(inst)
             if forked in module.functions and not module.functions[forked].is_declaration:
-                todo.append(module.functions[forked])  # an OpenMP parallel region's body, a fixed point's step
+                todo.append((module.functions[forked], forward))  # an OpenMP region's body, a fixed point's step
             elif isinstance(inst, Call) and is_kept_recursive(inst):
-                todo.append(module.functions[inst.callee_name])
+                todo.append((module.functions[inst.callee_name], forward))
             elif isinstance(inst, Call) and inst.callee_name in module.functions and \
                     not module.functions[inst.callee_name].is_declaration and \
                     inst.callee_name not in protected:
-                todo.append(module.functions[inst.callee_name])  # not inlined (--ad-inline): called
+                todo.append((module.functions[inst.callee_name], forward))  # not inlined (--ad-inline): called
     copies = [module.functions[name] for name in prep_names.values()]
     if all(_straight_line(fn) for fn in copies):
         for fn in copies:  # (nothing for SROA or CFG simplification: the text's round trip through LLVM is skipped)
@@ -134,7 +137,7 @@ def _differentiate_text(text: str, target_machine, inline: str) -> tuple[str, in
         steps.update((s, s) for s in outline_marked_loops(module, module.functions[name]))
     count = differentiate_module(module, {**prep_names, **steps})
     for name in prep_names.values():
-        del module.functions[name]
+        module.remove_function(name)  # (its calls no longer count as uses of their callees)
     if len(calls) == len(every):  # the last round: no more derivatives of these functions
         _lower_api_calls(module)
     return str(module), count

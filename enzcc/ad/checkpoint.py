@@ -39,6 +39,16 @@ DRIVER_MARK = "__enzcc_checkpoint_driver"
 """Called where a sweep's driver starts, so that a later round of AD (a derivative of this derivative) finds the
 driver after it was inlined, and refuses it; removed by :func:`lower`."""
 
+_SCHEME_CALLS = {"init": (T.ptr, (T.ptr, T.i64, T.ptr, T.i64)), "next": (T.void, (T.ptr, T.ptr)),
+                 "slot": (T.void, (T.ptr, T.i64, T.i64, T.ptr, T.i64)), "set_nsteps": (T.void, (T.ptr, T.i64)),
+                 "finalize": (T.void, (T.ptr,))}
+"""The drivers call the scheme's functions through these (``__enzcc_ckpt_<name>(function, args...)``: its
+result and arguments), declared until no more derivatives are taken, then defined by :func:`lower`. The
+optimizer between two rounds of nested AD therefore cannot inline the scheme (a constant table) into a driver,
+and forward mode over a driver finds its snapshots (:func:`forward_snapshot`). ``init`` takes the regions and
+adds up their sizes itself; ``slot`` is ``store`` or ``restore``."""
+_SCHEME_PREFIX = "__enzcc_ckpt_scheme_"
+
 # the header's ABI (ENZYME_CKPT_ABI_VERSION 1): action flags, and the byte offsets of the structures' fields
 _STORE, _RESTORE, _FORWARD, _FIRSTUTURN, _UTURN, _DONE = 1, 2, 3, 4, 5, 7
 _INIT, _NEXT, _STORE_FN, _RESTORE_FN, _SET_NSTEPS, _FINALIZE = 8, 16, 24, 32, 40, 48
@@ -170,7 +180,46 @@ def lower(module) -> int:
         inst.erase()
     if DRIVER_MARK in module.functions:
         module.remove_function(DRIVER_MARK)
+    for what, (ret, params) in _SCHEME_CALLS.items():
+        fn = module.functions.get(_SCHEME_PREFIX + what)
+        if fn is not None and fn.is_declaration:
+            _define_scheme_call(fn, what, ret, params)
     return len(calls)
+
+
+def _scheme_call(module, b: IRBuilder, what: str, function: Value, args) -> Value:
+    """At ``b``: the scheme's function ``what`` (see :data:`_SCHEME_CALLS`), called through its wrapper."""
+    ret, params = _SCHEME_CALLS[what]
+    fn = module.get_or_insert_function(_SCHEME_PREFIX + what, T.FunctionType(ret, (T.ptr, *params)))
+    fn.fn_attrs = ["nounwind"]
+    return b.call(fn, [function, *args])
+
+
+def _define_scheme_call(fn: Function, what: str, ret, params) -> None:
+    """The body of a wrapper: the call through the function pointer (``init`` gets the regions' total size)."""
+    fn.linkage = "internal"
+    fn.fn_attrs = ["nounwind", "alwaysinline"]
+    function, *args = fn.args
+    b = IRBuilder.at_end(fn.append_block("entry"))
+    if what == "init":
+        data, n, regions, count = args
+        head, body, done = (fn.append_block(x) for x in ("sum", "add", "call"))
+        entry = b.block
+        b.br(head)
+        hb = IRBuilder.at_end(head)
+        k = hb.phi(T.i64, [(ConstantInt(T.i64, 0), entry)])
+        total = hb.phi(T.i64, [(ConstantInt(T.i64, 0), entry)])
+        hb.cond_br(hb.icmp("slt", k, count), body, done)
+        ab = IRBuilder.at_end(body)
+        at = ab.gep(T.i8, regions, [ab.add(ab.mul(k, ConstantInt(T.i64, _REGION_BYTES)), ConstantInt(T.i64, 8))])
+        k.add_incoming(ab.add(k, ConstantInt(T.i64, 1)), body)
+        total.add_incoming(ab.add(total, ab.load(T.i64, at)), body)
+        ab.br(head)
+        db = IRBuilder.at_end(done)
+        db.ret(db.call(function, [data, n, total], function_type=T.FunctionType(T.ptr, (T.ptr, T.i64, T.i64))))
+        return
+    r = b.call(function, list(args), function_type=T.FunctionType(ret, tuple(params)))
+    b.ret_void() if isinstance(ret, T.VoidType) else b.ret(r)
 
 
 def _mark_driver(module, b: IRBuilder) -> None:
@@ -221,6 +270,49 @@ def forward(mode, inst: Call) -> None:
 
     mode._lane_call(inst, emit, [mode.shadows.of(a, inst) for a, k in zip(ck.args, kinds[1:]) if k == DUP]
                     if differentiated else None)
+
+
+def is_snapshot_call(name: str | None) -> bool:
+    """A driver's call of the scheme's ``init``, ``store`` or ``restore``: they take the regions."""
+    return name in (_SCHEME_PREFIX + "init", _SCHEME_PREFIX + "slot")
+
+
+def forward_snapshot(mode, inst: Call) -> None:
+    """Forward mode over a checkpointed loop's reverse mode (forward over reverse: Hessian-vector products). The
+    driver runs under its tangent as it is: the schedule replays the steps' tangents (their forward derivatives)
+    and turns each step with the tangent of its augmented primal and reverse. A snapshot must then hold each
+    region's tangent with its value: the regions the scheme's ``init``, ``store`` and ``restore`` get are the
+    driver's, then their shadows (one set per vector lane; a region without one counts 0 bytes), so that every
+    call of one schedule sees the same list."""
+    regions, count = inst.args[-2], inst.args[-1]
+    if not mode.activity.is_active_ptr(regions):
+        return
+    if not isinstance(count, ConstantInt):
+        raise ad_error("forward mode over a checkpointed loop's reverse sweep whose number of regions is not "
+                       "known at compile time is not supported", inst)
+
+    def emit(lanes) -> None:
+        k_regions = count.value
+        size = (1 + len(lanes)) * k_regions * _REGION_BYTES
+        fn = inst.parent.parent
+        ext = IRBuilder.at_start(fn.entry_block).alloca(T.ArrayType(size, T.i8), align=8, in_entry=True)
+        b = IRBuilder.before(inst)
+        b.memcpy(ext, regions, ConstantInt(T.i64, k_regions * _REGION_BYTES))
+        at = lambda base, off: b.gep(T.i8, base, [ConstantInt(T.i64, off)])  # noqa: E731
+        for lane, shadow in enumerate(lanes):
+            for k in range(k_regions):
+                p = b.load(T.ptr, at(shadow, k * _REGION_BYTES))
+                nbytes = b.load(T.i64, at(regions, k * _REGION_BYTES + 8))
+                off = ((lane + 1) * k_regions + k) * _REGION_BYTES
+                b.store(p, at(ext, off))
+                b.store(b.select(b.icmp("eq", p, ConstantNull(T.ptr)), ConstantInt(T.i64, 0), nbytes),
+                        at(ext, off + 8))
+                b.store(ConstantInt(T.i64, 0), at(ext, off + 16))
+        n = len(inst.args)
+        inst.set_operand(n - 1, ext)  # (operands: the callee, then the arguments)
+        inst.set_operand(n, ConstantInt(count.type, (1 + len(lanes)) * k_regions))
+
+    mode._lane_call(inst, emit, mode.shadows.of(regions, inst))
 
 
 # -- reverse mode -------------------------------------------------------------------------------------------
@@ -306,15 +398,13 @@ class _Driver:
         ptr = lambda off: b.load(T.ptr, b.gep(T.i8, scheme, [ConstantInt(T.i64, off)]))  # noqa: E731
         self.init, self.next, self.store_fn, self.restore_fn, self.set_nsteps, self.finalize = (
             ptr(o) for o in (_INIT, _NEXT, _STORE_FN, _RESTORE_FN, _SET_NSTEPS, _FINALIZE))
-        self.regions = b.alloca(T.ArrayType(max(1, len(kept)) * _REGION_BYTES, T.i8))
-        self.total = ConstantInt(T.i64, 0)
+        self.regions = b.alloca(T.ArrayType(max(1, len(kept)) * _REGION_BYTES, T.i8), align=8)
         for k, (p, n) in enumerate(kept):
             at = lambda off: b.gep(T.i8, self.regions, [ConstantInt(T.i64, k * _REGION_BYTES + off)])  # noqa
             b.store(p, at(0))
             b.store(n, at(8))
             b.store(ConstantInt(T.i32, 0), at(16))
             b.store(ConstantInt(T.i32, 0), at(20))
-            self.total = b.add(self.total, n)
         self.nregions = ConstantInt(T.i64, len(kept))
         self.action = b.alloca(T.ArrayType(_ACTION_BYTES, T.i8))
 
@@ -333,12 +423,11 @@ class _Driver:
 
     def slot(self, b: IRBuilder, fn: Value, slot: Value, step: Value) -> None:
         """``store`` or ``restore`` of ``slot``."""
-        b.call(fn, [self.state, slot, step, self.regions, self.nregions],
-               function_type=T.FunctionType(T.void, (T.ptr, T.i64, T.i64, T.ptr, T.i64)))
+        _scheme_call(self.module, b, "slot", fn, [self.state, slot, step, self.regions, self.nregions])
 
     def ask(self, b: IRBuilder):
         """``next_action``: (flag, iteration, startiteration, cpnum)."""
-        b.call(self.next, [self.state, self.action], function_type=T.FunctionType(T.void, (T.ptr, T.ptr)))
+        _scheme_call(self.module, b, "next", self.next, [self.state, self.action])
         at = lambda off: b.gep(T.i8, self.action, [ConstantInt(T.i64, off)])  # noqa: E731
         return (b.load(T.i32, self.action), b.load(T.i64, at(8)), b.load(T.i64, at(16)), b.load(T.i64, at(24)))
 
@@ -398,7 +487,7 @@ def _forward_sweep(module, fn: Function, ck: Checkpoint, nkept: int) -> None:
     d = _Driver(module, fn, ck, scheme, kept, b)
     d.start = start
     d.check_scheme(scheme)
-    d.state = b.call(d.init, [data, n, d.total], function_type=T.FunctionType(T.ptr, (T.ptr, T.i64, T.i64)))
+    d.state = _scheme_call(module, b, "init", d.init, [data, n, d.regions, d.nregions])
     head, iteration, first, fwd, turn, done, bad = d.action_loop(b, _FIRSTUTURN)
 
     def ended(eb: IRBuilder, steps: Value) -> None:  # a while loop's step said stop: the scheme learns the count
@@ -408,7 +497,7 @@ def _forward_sweep(module, fn: Function, ck: Checkpoint, nkept: int) -> None:
         fail_at_run_time(module, IRBuilder.at_end(missing),
                          f"{CHECKPOINT_WHILE}: the scheme has no set_nsteps (it cannot checkpoint while loops)")
         sb2 = IRBuilder.at_end(has)
-        sb2.call(d.set_nsteps, [d.state, steps], function_type=T.FunctionType(T.void, (T.ptr, T.i64)))
+        _scheme_call(module, sb2, "set_nsteps", d.set_nsteps, [d.state, steps])
         sb2.br(head)
 
     d.run_forward(IRBuilder.at_end(fwd), first, iteration, args, head, ended if ck.is_while else None)
@@ -420,7 +509,7 @@ def _forward_sweep(module, fn: Function, ck: Checkpoint, nkept: int) -> None:
     pair = tb.insert_value(ConstantZero(T.StructType((T.ptr, T.i64))), d.state, [0])
     tb.ret(tb.insert_value(pair, iteration, [1]))
     db = IRBuilder.at_end(done)  # no steps: nothing to reverse
-    db.call(d.finalize, [d.state], function_type=T.FunctionType(T.void, (T.ptr,)))
+    _scheme_call(module, db, "finalize", d.finalize, [d.state])
     db.ret(ConstantZero(T.StructType((T.ptr, T.i64))))
     fail_at_run_time(module, IRBuilder.at_end(bad),
                      f"{ck.what}: the scheme's action in the forward sweep is not store, restore, forward, "
@@ -459,7 +548,7 @@ def _reverse_sweep(module, fn: Function, entry: _Entry, nargs: int, nshadows: in
     ub.br(head)
     db = IRBuilder.at_end(done)
     d.slot(db, d.restore_fn, ConstantInt(T.i64, -1), turn)
-    db.call(d.finalize, [state], function_type=T.FunctionType(T.void, (T.ptr,)))
+    _scheme_call(module, db, "finalize", d.finalize, [state])
     db.ret_void()
     fail_at_run_time(module, IRBuilder.at_end(bad),
                      f"{ck.what}: the scheme's action in the reverse sweep is not store, restore, forward, turn "
@@ -571,5 +660,6 @@ def _check_writes(module, ck: Checkpoint, body: Function) -> None:
                        "holds; pass it as enzyme_checkpoint_region, pointer, bytes", ck.call)
 
 
-__all__ = ["CHECKPOINT_FOR", "CHECKPOINT_WHILE", "DRIVER_MARK", "augment", "forward", "is_checkpoint", "kept_values",
+__all__ = ["CHECKPOINT_FOR", "CHECKPOINT_WHILE", "DRIVER_MARK", "augment", "forward", "forward_snapshot",
+           "is_checkpoint", "is_snapshot_call", "kept_values",
            "lower", "parse", "reverse", "step_name"]

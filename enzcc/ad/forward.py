@@ -259,6 +259,9 @@ class ForwardMode:
             return
         if is_allocation(inst) or name == "posix_memalign":
             return  # the shadow allocation was made with the shadows
+        if checkpoint.is_snapshot_call(name):
+            checkpoint.forward_snapshot(self, inst)
+            return
         nested = nested_context_call(inst)
         if nested is not None:  # (a context's tangent, and shadows in it, were made with the shadows)
             if nested == "zero" and act.is_active_ptr(inst.args[0]):

@@ -27,6 +27,23 @@ def _slot_size(module, ty: T.Type) -> int:
     return (size + SLOT - 1) // SLOT * SLOT
 
 
+def _counter(inst):
+    """Tag a load or store of a tape's byte counts (``used``, ``capacity``) as an integer access (``!tbaa``
+    "long" under a root of enzcc's own, which orders nothing against the program's accesses). When the tape
+    lives in memory with derivatives (a callee's tape record in nested AD), the next round's activity analysis
+    then knows these bits are no float (see ``enzcc.ad.activity._integer_tbaa``)."""
+    module = inst.module
+    tag = getattr(module, "_enzcc_counter_tbaa", None)
+    if tag is None:
+        root = module.add_metadata('!{!"enzcc tape"}')
+        char = module.add_metadata(f'!{{!"omnipotent char", {root}, i64 0}}')
+        long = module.add_metadata(f'!{{!"long", {char}, i64 0}}')
+        tag = module.add_metadata(f"!{{{long}, {long}, i64 0}}")
+        module._enzcc_counter_tbaa = tag
+    inst.set_metadata("tbaa", tag)
+    return inst
+
+
 class Tape:
     def __init__(self, module, fn: Function):
         self.module = module
@@ -62,9 +79,9 @@ class Tape:
             b = IRBuilder.at_end(entry)
             used_p = b.struct_gep(STATE, s, 1)
             cap_p = b.struct_gep(STATE, s, 2)
-            used = b.load(T.i64, used_p)
+            used = _counter(b.load(T.i64, used_p))
             new = b.add(used, n)
-            cap = b.load(T.i64, cap_p)
+            cap = _counter(b.load(T.i64, cap_p))
             b.cond_br(b.icmp("ugt", new, cap), grow, ok)
             g = IRBuilder.at_end(grow)
             doubled = g.shl(cap, 1)
@@ -80,12 +97,12 @@ class Tape:
             f.unreachable()
             gs = IRBuilder.at_end(good)
             gs.store(nb, s)
-            gs.store(want, cap_p)
+            _counter(gs.store(want, cap_p))
             gs.br(ok)
             o = IRBuilder.at_end(ok)
             cur = o.load(T.ptr, s)
             p = o.gep(T.i8, cur, [used])
-            o.store(new, used_p)
+            _counter(o.store(new, used_p))
             o.ret(p)
         return self._helper("__enzcc_tape_reserve", T.FunctionType(T.ptr, (T.ptr, T.i64)), body)
 
@@ -94,8 +111,8 @@ class Tape:
             s, n = fn.args
             b = IRBuilder.at_end(fn.append_block("entry"))
             used_p = b.struct_gep(STATE, s, 1)
-            new = b.sub(b.load(T.i64, used_p), n)
-            b.store(new, used_p)
+            new = b.sub(_counter(b.load(T.i64, used_p)), n)
+            _counter(b.store(new, used_p))
             b.ret(b.gep(T.i8, b.load(T.ptr, s), [new]))
         return self._helper("__enzcc_tape_pop", T.FunctionType(T.ptr, (T.ptr, T.i64)), body)
 
