@@ -15,6 +15,10 @@ reverse sweep (:func:`reverse`) restores slot -2 and differentiates the last ste
 (each turn differentiates one step: its augmented primal, then its reverse, so no tape outlives a step) until
 the scheme is done, and restores slot -1: the memory is left as the forward sweep left it.
 
+Forward mode over this reverse mode (a Hessian-vector product) differentiates the drivers like other code: the
+schedule replays and turns the steps' tangents, and the snapshots also hold the regions' tangents
+(:func:`forward_snapshot`). Reverse mode over it is refused.
+
 A step that writes memory a snapshot does not hold (through a pointer argument that no region covers, or a
 pointer it loads) would be recomputed from a wrong state: that is a one-line error.
 """
