@@ -26,7 +26,7 @@ from enzcc.ir.builder import IRBuilder
 from enzcc.ir.instructions import (Alloca, BinaryOp, Call, Cast, ExtractElement, ExtractValue, FCmp, Freeze,
                                    GetElementPtr, ICmp, InsertElement, InsertValue, Instruction, Load, Select,
                                    ShuffleVector, Store, UnaryOp)
-from enzcc.ir.values import (Argument, Constant, ConstantInt, ConstantPoison, ConstantUndef, ConstantZero,
+from enzcc.ir.values import (Argument, Constant, ConstantInt, ConstantNull, ConstantPoison, ConstantUndef, ConstantZero,
                              Value)
 
 
@@ -487,6 +487,8 @@ class AdjointGenerator:
         act = self.activity
         if not act.is_active_ptr(dest) and not act.is_active_ptr(src):
             return
+        if isinstance(dest, ConstantNull):
+            return  # a copy into null (a path the optimizer left that would crash first): no adjoint
         kind = self.memtypes.copy_kind(inst)
         if kind is None:
             raise ad_error("cannot tell whether the memory this memcpy copies holds floating-point values "

@@ -49,6 +49,10 @@ class MemoryTypes:
             if isinstance(inst, Load):
                 if not _is_bit_copy(inst):
                     self._note(inst.pointer, inst.type)
+                if isinstance(inst.type, T.PointerType):
+                    pointee = _pointee_kind(tbaa_access_type(inst))
+                    if pointee is not None:  # loaded from a field of type float * (clang's pointer TBAA)
+                        self._note(inst, pointee)
             elif isinstance(inst, Store):
                 if not (isinstance(inst.value, Load) and _is_bit_copy(inst.value)):
                     self._note(inst.pointer, inst.value.type)
@@ -259,6 +263,21 @@ def _tbaa_struct_kind(call: Call):
     return None
 
 
+def _pointee_kind(name: str | None):
+    """What memory a pointer points to, from the TBAA name of the field it was loaded from (clang's pointer
+    TBAA: ``p1 float`` is ``float *``, ``p2 double`` is ``double **``): a float type, an integer type, ``T.ptr``
+    for pointers to pointers; None for ``any pointer``, ``void *``, structures and the rest."""
+    m = re.fullmatch(r"p(\d+) (.+)", name or "")
+    if m is None:
+        return None
+    if int(m.group(1)) > 1:
+        return T.ptr
+    if m.group(2) in _TBAA_FLOATS:
+        return _TBAA_FLOATS[m.group(2)]
+    bits = {"bool": 8, "_Bool": 8, "short": 16, "int": 32, "long": 64, "long long": 64}.get(m.group(2))
+    return T.IntType(bits) if bits else None
+
+
 def tbaa_access_type(inst) -> str | None:
     """The name of the type a load or store's ``!tbaa`` tag says it accesses, or None."""
     ref = inst.get_metadata("tbaa")
@@ -278,6 +297,9 @@ def _tbaa_type_name(module, tag_text: str | None, depth: int = 0) -> str | None:
     if tag_text is None or depth > 8:
         return None
     m = re.match(r'\s*!\{!"([^"]*)"', tag_text)
+    if m:
+        return m.group(1)
+    m = re.match(r'\s*!\{!\d+, i64 \d+, !"([^"]*)"', tag_text)  # a type node of the new struct-path format
     if m:
         return m.group(1)
     refs = re.findall(r"!(\d+)", tag_text)

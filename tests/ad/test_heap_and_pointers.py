@@ -175,6 +175,38 @@ def test_copies_typed_by_the_caller(enzcc, opt):
     assert (v["g.rev.0"], v["g.rev.1"]) == (3, 4)
 
 
+FIELD_COPIES = r"""
+/* the copied arrays are reached through struct fields; nothing in copy or its caller reads them with a type,
+   but clang's pointer TBAA says the fields are float * and double * (at -O1 and above) */
+typedef struct { float *data; double *wide; long n; } vec;
+__attribute__((noinline)) void copy(vec *out, const vec *in) {
+  memcpy(out->data, in->data, in->n * sizeof(float));
+  memcpy(out->wide, in->wide, in->n * sizeof(double));
+}
+int main(void) {
+  vec in = {malloc(12), malloc(24), 3}, din = {calloc(3, 4), calloc(3, 8), 3};
+  vec out = {malloc(12), malloc(24), 3}, dout = {malloc(12), malloc(24), 3};
+  for (int i = 0; i < 3; i++) { dout.data[i] = i + 1; dout.wide[i] = 10 * (i + 1); }
+  __enzyme_autodiff((void *)copy, enzyme_dup, &out, &dout, enzyme_dup, &in, &din);
+  for (int i = 0; i < 3; i++) {
+    char k[16];
+    snprintf(k, 16, "f%d", i); report(k, din.data[i]);
+    snprintf(k, 16, "d%d", i); report(k, din.wide[i]);
+    snprintf(k, 16, "out%d", i); report(k, dout.data[i] + dout.wide[i]);
+  }
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", ["-O1", "-O2", "-O3"])
+def test_copies_typed_by_pointer_tbaa(enzcc, opt):
+    # the adjoints move back into the source's shadow, and the destination's shadow is zeroed
+    v = build_and_run(enzcc, FIELD_COPIES, opt)
+    for i in range(3):
+        assert (v[f"f{i}"], v[f"d{i}"], v[f"out{i}"]) == (i + 1, 10 * (i + 1), 0)
+
+
 def test_copy_of_untyped_memory_is_refused(enzcc):
     """Nothing says what the copied bytes are (the caller only memsets them): an error, not a zero."""
     from adharness import PRELUDE
