@@ -199,7 +199,7 @@ def eligible(module, symbol: str):
 def copy_in(b: IRBuilder, module, fn_name: str, ctx: Value, width: int) -> list:
     """Before a call differentiating ``fn_name`` with context ``ctx``: the context's shadows of the globals
     it reaches become the module's shadow globals. Returns what :func:`copy_out` needs."""
-    from enzcc.ad.globals import shadow_global
+    from enzcc.ad.globals import declared_shadow, shadow_global
 
     info = module.enzcc_active_globals
     shadow = _declare_shadow(module)
@@ -207,6 +207,9 @@ def copy_in(b: IRBuilder, module, fn_name: str, ctx: Value, width: int) -> list:
     pairs = []
     for symbol in info.reached_by(fn_name):
         size = ConstantInt(T.i64, dl.alloc_size(module.globals[symbol].value_type))
+        if declared_shadow(module, symbol) is not None:
+            raise ad_error(f"'{fn_name}' is differentiated with an enzyme_context and reaches '{symbol}', whose "
+                           "shadow enzyme_shadow declares: use one or the other")
         if eligible(module, symbol) is None:  # enzcc's own global (an earlier round's shadow): no derivative in
             for lane in range(width):         # the context, zero at entry like any other
                 b.memset(shadow_global(module, symbol, lane), 0, size)

@@ -123,6 +123,18 @@ class ActiveGlobals:
                 if eligible(module, symbol) is not None and symbol not in self.names:
                     self.names.add(symbol)
                     self.in_context.add(symbol)
+        from enzcc.ad.hints import hints_of
+
+        declared = hints_of(module).shadows
+        for name in prepared if declared else ():  # a global with a declared shadow has derivatives, read or not
+            self.names |= self._used_by(name) & declared.keys()
+        for symbol, shadow in declared.items():
+            if shadow in self.names:
+                from enzcc.ad.errors import ad_error
+
+                raise ad_error(f"differentiated code writes '{shadow}', the shadow enzyme_shadow declares for "
+                               f"'{symbol}' (nested AD over code that accumulates into it, or code that writes it "
+                               "itself): not supported")
 
     def reached_by(self, name: str) -> list[str]:
         """The active globals the differentiated function ``name`` (or what it calls) uses."""
@@ -149,6 +161,11 @@ def shadow_global(module, symbol: str, lane: int = 0) -> GlobalRef:
     """The zero-filled shadow of global ``@symbol`` (one per vector lane), shared by the derived functions of
     one AD round. A later round (nested AD) gets shadows of its own: the earlier round's shadow of ``@symbol``
     is a global that round's code reads and writes, which now has a derivative of its own."""
+    from enzcc.ad.hints import hints_of
+
+    declared = hints_of(module).shadows.get(symbol)
+    if declared is not None:
+        return _declared(module, symbol, declared, lane)
     info = getattr(module, "enzcc_active_globals", None)
     names = info.shadow_names if info is not None else {}
     name = names.get((symbol, lane))
@@ -157,6 +174,28 @@ def shadow_global(module, symbol: str, lane: int = 0) -> GlobalRef:
         module.add_global(name, module.globals[symbol].value_type, align=16)
         names[(symbol, lane)] = name
     return module.global_ref(name)
+
+
+def _declared(module, symbol: str, shadow: str, lane: int) -> GlobalRef:
+    """The shadow the program declared for ``@symbol`` (``enzyme_shadow``): one lane, of the same type."""
+    from enzcc.ad.errors import ad_error
+
+    if lane:
+        raise ad_error(f"'{symbol}' has the one shadow enzyme_shadow declares: vector mode (enzyme_width) with "
+                       "derivatives through it is not supported")
+    have, want = module.globals[shadow], module.globals[symbol]
+    if have.kind != "global" or have.is_constant or have.value_type != want.value_type:
+        raise ad_error(f"enzyme_shadow: '{shadow}' must be a mutable global of the type of '{symbol}' "
+                       f"({want.value_type})")
+    return module.global_ref(shadow)
+
+
+def declared_shadow(module, symbol: str) -> str | None:
+    """The global the program declared as ``@symbol``'s shadow with ``enzyme_shadow``, if any: enzcc never
+    zeroes it (the program reads and seeds it)."""
+    from enzcc.ad.hints import hints_of
+
+    return hints_of(module).shadows.get(symbol)
 
 
 def zero_shadows(b: IRBuilder, module, fn_name: str, width: int = 1) -> None:
@@ -169,6 +208,8 @@ def zero_shadows(b: IRBuilder, module, fn_name: str, width: int = 1) -> None:
         return
     dl = module.data_layout
     for symbol in info.reached_by(fn_name):
+        if declared_shadow(module, symbol) is not None:
+            continue  # the program's own: it accumulates across calls
         if symbol in info.in_context and has_pointer(module.globals[symbol].value_type):
             raise ad_error(f"'{fn_name}' reaches global '{symbol}', which holds pointers and has derivatives only "
                            "in an enzyme_context: differentiate it with enzyme_context here too")
@@ -211,5 +252,5 @@ def expand_global_addresses(fn) -> None:
             inst.set_operand(i, materialize(op, b))
 
 
-__all__ = ["ActiveGlobals", "active_globals", "expand_global_addresses", "global_roots", "shadow_global",
+__all__ = ["ActiveGlobals", "active_globals", "declared_shadow", "expand_global_addresses", "global_roots", "shadow_global",
            "used_globals", "writable_global", "written_globals", "zero_shadows"]

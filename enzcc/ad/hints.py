@@ -6,7 +6,10 @@
   ``void *__enzyme_inactive_global[] = {(void *)&g};``: its memory carries no derivatives;
   ``enzyme_inactive_noblock``: as ``enzyme_inactive``; ``enzyme_nofree``, ``enzyme_notypeanalysis``,
   ``enzyme_no_escaping_allocation``: accepted (promises and hints enzcc's derivatives do not rely on);
-  ``__attribute__((enzyme_function_like("log")))``: as ``__enzyme_function_like`` below.
+  ``__attribute__((enzyme_function_like("log")))``: as ``__enzyme_function_like`` below;
+  ``__attribute__((enzyme_shadow(g_shadow))) double g;``: the program's global ``g_shadow`` (same type, in the
+  same scope) is ``g``'s shadow: reverse mode adds ``g``'s adjoint into it, forward mode reads the tangent seeded
+  there; it is never zeroed by enzcc (:mod:`enzcc.ad.globals`).
 - ``void *__enzyme_function_like[2] = {(void *)mylog, (void *)"log"};``: calls are differentiated with the rule
   of the named math function.
 - ``void *__enzyme_allocation_like[4] = {(void *)my_alloc, (void *)1, (void *)"2,-1", (void *)my_free};``:
@@ -74,6 +77,8 @@ class Hints:
     inactive_globals: frozenset = frozenset()
     """Global variables whose memory carries no derivatives (what is stored there loses its derivative, as
     the user asked)."""
+    shadows: dict = field(default_factory=dict)
+    """Global variable -> the global the program declared its shadow with ``enzyme_shadow``."""
 
     def protected(self) -> set[str]:
         """Functions that must stay calls until the derivative is made (not inlined before)."""
@@ -113,6 +118,8 @@ def read_hints(names: Iterable[str], text_of: Callable[[str], str | None],
     derivative: dict[str, str] = {}
     inactive_globals: set[str] = set()
     allocators: dict = {}
+    shadows: dict[str, str] = {}
+    names = list(names)
     for name in names:
         if name == ANNOTATIONS:
             text = text_of(name) or ""
@@ -126,6 +133,8 @@ def read_hints(names: Iterable[str], text_of: Callable[[str], str | None],
                         inactive_globals.add(fn)
                 elif what and what.startswith("enzyme_function_like="):
                     like[fn] = what.split("=", 1)[1]
+                elif what and what.startswith("enzyme_shadow="):
+                    shadows[fn] = _declared_shadow(fn, what.split("=", 1)[1], names, is_function)
                 elif what and what.startswith("enzyme_") and what not in KNOWN_ANNOTATIONS:
                     raise ADError(f"attribute {what} on '{fn}' is not supported by enzcc "
                                   f"(known: {', '.join(KNOWN_ANNOTATIONS)})")
@@ -190,7 +199,34 @@ def read_hints(names: Iterable[str], text_of: Callable[[str], str | None],
                                   "would silently differ from the one you registered")
             raise ADError(f"@{name} is not an Enzyme global enzcc knows (known: {INACTIVE_FN}, {INACTIVE_GLOBAL}, "
                           f"{FUNCTION_LIKE}, {ALLOCATION_LIKE}, {REGISTER_GRADIENT}_*, {REGISTER_DERIVATIVE}_*)")
-    return Hints(frozenset(inactive), like, gradient, derivative, allocators, frozenset(inactive_globals))
+    return Hints(frozenset(inactive), like, gradient, derivative, allocators, frozenset(inactive_globals), shadows)
+
+
+def _declared_shadow(symbol: str, name: str, names: list[str], is_function) -> str:
+    """The global that ``enzyme_shadow(name)`` on global ``symbol`` names: ``name`` itself (C, C++ at global
+    scope) or, for a C++ global in a namespace or class (``_ZN6Params6offsetE``), ``name`` in the same scope
+    (``_ZN6Params13offset_shadowE``)."""
+    if is_function(symbol):
+        raise ADError(f"enzyme_shadow({name}) is on function '{symbol}': it applies to global variables")
+    candidates = [name]
+    if symbol.startswith("_ZN") and symbol.endswith("E"):  # nested name: <length><identifier>..., its own last
+        parts, rest = [], symbol[3:-1]
+        while rest:
+            k = re.match(r"\d+", rest)
+            if k is None:
+                parts = []
+                break
+            n = int(k.group(0))
+            parts.append(rest[k.end():k.end() + n])
+            rest = rest[k.end() + n:]
+        if len(parts) > 1:
+            candidates.insert(0, "_ZN" + "".join(f"{len(p)}{p}" for p in parts[:-1] + [name]) + "E")
+    present = set(names)
+    for c in candidates:
+        if c in present:
+            return c
+    raise ADError(f"enzyme_shadow({name}) on '{symbol}': no global variable '{name}' is defined in this program "
+                  "(a declared shadow must be defined, with external linkage: not static)")
 
 
 def hints_of(module) -> Hints:

@@ -15,7 +15,7 @@ ENZYME_ATTRIBUTES = ("enzyme_inactive", "enzyme_inactive_noblock", "enzyme_nofre
                      "enzyme_no_escaping_allocation", "enzyme_sparse_accumulate")
 ATTRIBUTE_DEFINES = [f'-D{a}=annotate("{a}")' for a in ENZYME_ATTRIBUTES] + \
     ['-Denzyme_function_like(name)=annotate("enzyme_function_like=" name)',
-     '-Denzyme_shadow(name)=annotate("enzyme_shadow")']  # a global's own shadow global: refused by name
+     '-Denzyme_shadow(name)=annotate("enzyme_shadow=" #name)']  # the global that is a global's shadow
 
 
 #: enzcc's own headers (``#include <enzyme/enzyme>``, the C++ interface; ``<enzyme/fixed_point.h>``), searched

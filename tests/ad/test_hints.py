@@ -52,10 +52,79 @@ def test_promise_attributes_are_accepted(enzcc, attr):
 def test_unimplemented_attribute_is_an_error(enzcc):
     _refused(enzcc, NOFREE.replace("enzyme_nofree", "enzyme_sparse_accumulate"),
              "attribute enzyme_sparse_accumulate on 'sq' is not supported by enzcc")
-    # a global whose shadow the program names: ignoring it would leave that shadow without its derivative
-    _refused(enzcc, "double scale_shadow;\n__attribute__((enzyme_shadow(scale_shadow))) double scale = 2.0;\n" +
+
+
+# globals whose shadows the program declares: g only read, acc written; the shadows persist across calls
+SHADOWS = r"""
+double g_shadow, acc_shadow, unused_shadow = 7;
+__attribute__((enzyme_shadow(g_shadow))) double g = 2.0;
+__attribute__((enzyme_shadow(acc_shadow))) double acc;
+__attribute__((enzyme_shadow(unused_shadow))) double unused = 1.0;
+__attribute__((noinline)) double f(double x) { acc = g * x; return acc * x + sin(g); }
+int main(void) {
+  double x = 3.0;
+  report("dx", __enzyme_autodiff((void *)f, x));   /* 2 g x */
+  report("dg", g_shadow);                          /* x^2 + cos(g) */
+  report("dacc", acc_shadow);                      /* the store of acc overwrote it: 0 */
+  report("dx2", __enzyme_autodiff((void *)f, x));
+  report("dg2", g_shadow);                         /* accumulated: twice */
+  g_shadow = 1.0;
+  report("fwd", __enzyme_fwddiff((void *)f, x, 0.0));  /* tangent of g: x^2 + cos(g) */
+  report("unused", unused_shadow);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", OPTS)
+def test_declared_global_shadows(enzcc, opt):
+    import math
+
+    v = build_and_run(enzcc, SHADOWS, opt)
+    x, g = 3.0, 2.0
+    assert v["dx"] == v["dx2"] == pytest.approx(2 * g * x)
+    assert v["dg"] == pytest.approx(x * x + math.cos(g)) and v["dg2"] == pytest.approx(2 * (x * x + math.cos(g)))
+    assert v["dacc"] == 0 and v["unused"] == 7
+    assert v["fwd"] == pytest.approx(x * x + math.cos(g))
+
+
+SCOPED = r"""
+namespace phys {
+struct Params {
+  static double offset_shadow;
+  __attribute__((enzyme_shadow(offset_shadow))) static double offset;
+};
+double Params::offset_shadow = 0, Params::offset = 1.5;
+}
+__attribute__((noinline)) double f(double x) { return phys::Params::offset * x * x; }
+int main() {
+  report("dx", __enzyme_autodiff((void *)f, 2.0));
+  report("doffset", phys::Params::offset_shadow);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O2"])
+def test_declared_shadow_of_a_class_member(enzcc, opt):
+    enzcc.write("s.cpp", PRELUDE + SCOPED)
+    enzcc(opt, "s.cpp", "-o", "s", cmd="enzcc++")
+    assert enzcc.run("./s").stdout.split() == ["dx", "6", "doffset", "4"]
+
+
+def test_declared_shadow_errors(enzcc):
+    _refused(enzcc, "__attribute__((enzyme_shadow(nowhere))) double scale = 2.0;\n" +
              NOFREE.replace("return sq(x) + x;", "return sq(x) * scale;"),
-             "attribute enzyme_shadow on 'scale' is not supported by enzcc")
+             "enzyme_shadow(nowhere) on 'scale': no global variable 'nowhere' is defined in this program")
+    _refused(enzcc, "float s;\n__attribute__((enzyme_shadow(s))) double scale = 2.0;\n" +
+             NOFREE.replace("return sq(x) + x;", "return sq(x) * scale;"),
+             "enzyme_shadow: 's' must be a mutable global of the type of 'scale' (double)")
+    _refused(enzcc, "double s;\n__attribute__((enzyme_shadow(s))) double scale = 2.0;\n" +
+             NOFREE.replace("return sq(x) + x;", "return sq(x) * scale;").replace(
+                 'report("rev", __enzyme_autodiff((void *)g, 3.0));',
+                 "double d = __enzyme_fwddiff((void *)dg, 3.0, 1.0); report(\"rev\", d);").replace(
+                 "int main", "double dg(double x) { return __enzyme_autodiff((void *)g, x); }\nint main"),
+             "differentiated code writes 's', the shadow enzyme_shadow declares for 'scale'")
 
 
 # mylog truncates to 6 decimals: its automatic derivative is 0 (fptosi), log's rule gives 1/x
