@@ -39,7 +39,11 @@ INACTIVE_CALLS = {"printf", "fprintf", "puts", "putchar", "fputs", "fflush", "ab
                   "malloc_usable_size", "strlen", "strnlen", "strcmp", "strncmp", "memcmp", "bcmp",
                   "_ZSt11_Hash_bytesPKvmm", "_ZSt15_Fnv_hash_bytesPKvmm"}
 #: const member functions of std::string (size, data, compare, find...): they read characters only
-STRING_QUERY_PREFIXES = ("_ZNKSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEE",)
+STRING_QUERY_PREFIXES = ("_ZNKSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEE",
+                         # its other members (constructors, assignment, append, destructor) too: they move
+                         # characters, never floats, even where the string is a field of memory with derivatives
+                         # (a map's key in its node); the shadow's copy of the string is never used as one
+                         "_ZNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEE")
 #: C++ output streams (std::ostream members, std::operator<< for text, std::endl): they only print
 OUTPUT_STREAM_PREFIXES = ("_ZNSo", "_ZStlsISt11char_traitsIcE", "_ZSt16__ostream_insertIcSt11char_traitsIcE",
                           "_ZSt4endlIcSt11char_traitsIcE", "_ZSt5flushIcSt11char_traitsIcE",

@@ -431,6 +431,30 @@ def test_std_list_map_unordered_map(enzcc, opt):
     assert_checked(run_cxx(enzcc, CONTAINERS, opt), {"list", "map", "unordered_map"})
 
 
+STRING_KEYS = r"""
+#include <string>
+#include <unordered_map>
+double __enzyme_autodiff(void *, ...);
+/* a map keyed by strings, built here: a new key is moved into its node, next to the value with a derivative */
+double keyed(double x) {
+  std::unordered_map<std::string, double> m;
+  m["a"] = x * x;
+  m["b"] = 3 * x;
+  m["a"] *= m["b"];
+  return m["a"] + m["b"];
+}
+int main() {
+  const double x = 1.3;
+  check("keyed", __enzyme_autodiff((void *)keyed, x), 9 * x * x + 3, keyed, x);
+}
+"""
+
+
+def test_map_with_string_keys(enzcc):
+    # (-O0: at -O1 and above the key's move becomes a byte copy of the node that type analysis refuses)
+    assert_checked(run_cxx(enzcc, STRING_KEYS, "-O0"), {"keyed"})
+
+
 STRUCTS_BY_VALUE = r"""
 #include <memory>
 struct pair { double x, y; };
