@@ -494,6 +494,11 @@ class AdjointGenerator:
         if isinstance(dest, ConstantNull):
             return  # a copy into null (a path the optimizer left that would crash first): no adjoint
         kind = self.memtypes.copy_kind(inst)
+        if kind is None and not act.is_active_ptr(src):
+            # bytes without derivatives overwrite memory with them: whatever they are, the copy's shadow is zero
+            # (the forward sweep zeroed it too), and so is the adjoint of what they overwrote
+            b.memset(self._shadow(dest, block, b, inst), 0, self._primal(size, block, b))
+            return
         if kind is None:
             raise ad_error("cannot tell whether the memory this memcpy copies holds floating-point values "
                            "(nothing in the function or its caller reads or writes it with one type)", inst)

@@ -226,6 +226,27 @@ int main(void) {
     assert "cannot tell whether the memory this memcpy copies holds floating-point values" in r.stderr
 
 
+def test_copy_of_untyped_constant_memory_zeroes_the_adjoint(enzcc):
+    """The same copy from memory without derivatives (enzyme_const): whatever the bytes are, they overwrite the
+    destination, whose adjoint is then zero."""
+    from adharness import PRELUDE
+
+    enzcc.write("u.c", PRELUDE + r"""
+void g(double *x, int n, double *out) { memcpy(out, x, 16); }
+int main(void) {
+  void *x = malloc(16), *o = malloc(16);
+  double *dO = malloc(16);
+  memset(x, 0, 16);
+  dO[0] = 3; dO[1] = 4;
+  __enzyme_autodiff((void *)g, enzyme_const, x, enzyme_const, 2, enzyme_dup, o, dO);
+  report("d0", dO[0]); report("d1", dO[1]);
+  return 0;
+}
+""")
+    enzcc("-O2", "u.c", "-o", "u")
+    assert enzcc.run("./u").stdout.split() == ["d0", "0", "d1", "0"]
+
+
 POSIX_MEMALIGN = r"""
 double pm(double x) {
   double *p;
