@@ -127,6 +127,8 @@ class Instruction(Value):
         """The opcode keyword (``fadd``, ``call``, ``br``, ...)."""
         self.parent: BasicBlock | None = None
         """The basic block containing the instruction (None when detached)."""
+        self._index_hint: int = 0
+        """Where the instruction was last seen in its block (see :meth:`BasicBlock.index_of`)."""
         self.flags: list[str] = list(flags)
         """Keyword flags in print order (``nuw``, ``nsw``, ``exact``, ``disjoint``,
         ``nneg``, ``samesign``, ``inbounds``, ``nusw``, fast-math flags ...)."""
