@@ -40,7 +40,7 @@ class BasicBlock(Value):
     def index_of(self, inst: Instruction) -> int:
         """Position of ``inst`` in this block.
 
-        Each instruction remembers where it was last inserted or found (``_index_hint``); an insertion or a
+        Each instruction remembers where it was last found (``_index_hint``); an insertion or a
         removal right before it moves it by one place, so the hint and its neighbours are looked at first and
         only a stale hint costs a search of the block (a builder inserting before an anchor, or an erase, in
         blocks of tens of thousands of instructions made this search quadratic)."""
@@ -66,7 +66,6 @@ class BasicBlock(Value):
             raise IRError("instruction already belongs to a block")
         self.instructions.insert(index, inst)
         inst.parent = self
-        inst._index_hint = index
         return inst
 
     def append(self, inst: Instruction) -> Instruction:
