@@ -71,7 +71,11 @@ def is_float(ty: T.Type) -> bool:
 
 def calls_named(module, prefix: str) -> list[Call]:
     """The calls to functions named ``prefix...`` in the module's definitions (a function not parsed yet is
-    parsed only when its text names such a function)."""
+    parsed only when its text names such a function). A module that names no such function has none: its
+    instructions are not looked at (the lowerings of the API ask for one prefix each, and a derivative of
+    generated code is a very long function)."""
+    if not any(name.startswith(prefix) for name in (*module.functions, *module.globals)):
+        return []
     out = []
     for fn in list(module.definitions()):
         text = fn._body_text

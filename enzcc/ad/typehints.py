@@ -36,7 +36,7 @@ def lower(module) -> int:
     """Remove the hint calls left in the program."""
     from enzcc.ad.api import calls_named
 
-    calls = [c for c in calls_named(module, "__enzyme_") if is_hint(c.callee_name)]
+    calls = [c for prefix in (*TYPE_HINTS, SIZE_HINT) for c in calls_named(module, prefix)]
     for call in calls:
         call.erase()
     return len(calls)

@@ -119,6 +119,10 @@ class Instruction(Value):
     is_terminator = False
     """True for block terminators."""
 
+    #: where the instruction was last found in its block (:meth:`BasicBlock.index_of`); an attribute of its own
+    #: only once looked for, so that the many instructions never looked for take no memory for it
+    _index_hint = 0
+
     def __init__(self, opcode: str, type: T.Type, operands: Iterable[Value] = (),
                  name: str | None = None, flags: Iterable[str] = (),
                  metadata: Iterable[tuple[str, str]] = ()):
