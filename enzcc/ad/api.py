@@ -259,7 +259,11 @@ def parse_call(call: Call, module) -> DiffCall:
                                f"(parameter {param.index + 1} of '{fn.name}')", call)
         else:
             if isinstance(param.type, T.PointerType):
-                kind = DUP
+                nxt = rest[pos] if pos < len(rest) else None
+                # as Enzyme: a pointer to integers the function only reads and writes as such, followed by a
+                # value that cannot be its shadow, is constant (an int * without a marker)
+                kind = CONST if nxt is not None and not isinstance(nxt.type, T.PointerType) and \
+                    _integer_memory(param) else DUP
             elif is_float(param.type):
                 kind = DUP if mode == "forward" else OUT
             else:
@@ -509,6 +513,33 @@ def _describe(v: Value) -> str:
     if isinstance(v, Argument):
         return f"a function pointer passed in as parameter {v.index + 1}"
     return f"a {v.type} value computed at run time"
+
+
+def _integer_memory(param: Argument) -> bool:
+    """The parameter's memory is only read and written as integers in its function (through address
+    arithmetic), or not at all: nothing with a derivative can be in it."""
+    if param.parent is not None:
+        param.parent.blocks  # noqa: B018 (a body not parsed yet is parsed: its uses of the parameter count)
+    stack, seen = [param], set()
+    while stack:
+        p = stack.pop()
+        for u in p.uses:
+            user = u.user
+            if id(user) in seen:
+                continue
+            seen.add(id(user))
+            if isinstance(user, GetElementPtr) and u.index == 0:
+                stack.append(user)
+            elif isinstance(user, Load) and isinstance(user.type, T.IntType):
+                continue
+            elif isinstance(user, Store) and u.index == 1 and isinstance(user.value.type, T.IntType):
+                continue
+            elif isinstance(user, Store) and u.index == 0 and isinstance(user.pointer, Alloca) and \
+                    all(isinstance(x.user, Load) or x.user is user for x in user.pointer.uses):
+                stack += [x.user for x in user.pointer.uses if x.user is not user]  # (-O0: kept in a local)
+            else:
+                return False
+    return True
 
 
 def _coerce(value: Value, param: Argument, call: Call, fn, callee: str, what: str = "") -> Value:

@@ -3,7 +3,7 @@ differences computed by the same program."""
 
 import pytest
 
-from adharness import assert_close, build_and_run
+from adharness import PRELUDE, assert_close, build_and_run
 from enzcc_testing import need
 
 pytestmark = need("clang-22", "llvm-objcopy-22")
@@ -192,6 +192,26 @@ int main(void) {
 }
 """
     assert_close(build_and_run(enzcc, src, "-O2"), "ad.", "an.", rel=1e-12)
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O2"])
+def test_unmarked_pointer_to_integers_is_constant(enzcc, opt):
+    """As in Enzyme: an int * without a marker, followed by a value that cannot be its shadow, is constant; a
+    pointer to floats in the same place still needs its shadow (one-line error)."""
+    src = r"""
+__attribute__((noinline)) void f(double *x, int *n, int m) { for (int i = 0; i < *n + m; i++) x[i] *= x[i]; }
+int main(void) {
+  double x[3] = {1, 2, 3}, dx[3] = {1, 1, 1};
+  int n = 2;
+  __enzyme_autodiff((void *)f, x, dx, &n, 1);
+  report("d0", dx[0]); report("d1", dx[1]); report("d2", dx[2]);
+  return 0;
+}
+"""
+    assert build_and_run(enzcc, src, opt) == {"d0": 2, "d1": 4, "d2": 6}
+    enzcc.write("e.c", PRELUDE + src.replace("int *n, int m", "double *n, int m").replace("int n = 2", "double n = 2"))
+    r = enzcc(opt, "e.c", "-o", "e", check=False)
+    assert r.returncode == 1 and "shadow of argument for parameter 2 of 'f' has type i32, expected ptr" in r.stderr
 
 
 def test_output_buffer_seed_and_accumulation(enzcc):
