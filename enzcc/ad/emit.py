@@ -28,6 +28,25 @@ def signed_i64(b: IRBuilder, v: Value) -> Value:
     return v if v.type == T.i64 else b.sext(v, T.i64)
 
 
+def round_function(module, name: str, ftype: T.FunctionType, body, names=None):
+    """The internal helper ``name`` of this round of AD, made by ``body(fn)`` on first request. A function of
+    that name an earlier round (nested AD) left is not reused: the optimizer has since specialized it to that
+    round's calls (a parameter's ``range(i64 8, 41)`` inferred from them, which another call would break)."""
+    from enzcc.ir.function import Function
+
+    made = getattr(module, "_enzcc_round_functions", None)
+    if made is None:
+        made = module._enzcc_round_functions = {}
+    fn = made.get(name)
+    if fn is None:
+        fn = Function(module.unique_function_name(name), ftype, names)
+        fn.linkage = "internal"
+        module.add_function(fn)
+        made[name] = fn
+        body(fn)
+    return fn
+
+
 def internal_function(module, name: str, ret: T.Type, params, names=None):
     """A new internal function named ``name`` (made unique) with an empty body."""
     from enzcc.ir.function import Function
@@ -220,15 +239,12 @@ def digamma_function(module):
     """``double __enzcc_digamma(double)``, psi(x) = d/dx log|Gamma(x)| (the derivative of ``lgamma``), added
     to the module on first use: reflection psi(x) = psi(1 - x) - pi / tan(pi x) below 0, the recurrence
     psi(x) = psi(x + 1) - 1/x up to 10, then the asymptotic series (error below 1e-14 there)."""
-    from enzcc.ir.function import Function
+    return round_function(module, DIGAMMA, T.FunctionType(T.f64, (T.f64,)), _digamma_body, ["x"])
 
-    fn = module.functions.get(DIGAMMA)
-    if fn is not None:
-        return fn
+
+def _digamma_body(fn) -> None:
+    module = fn.module
     d = T.f64
-    fn = Function(DIGAMMA, T.FunctionType(d, (d,)), ["x"])
-    fn.linkage = "internal"
-    module.add_function(fn)
     entry, reflect, loop, tail = (fn.append_block(n) for n in ("entry", "reflect", "loop", "tail"))
     x = fn.args[0]
     b = IRBuilder.at_end(entry)
@@ -259,7 +275,6 @@ def digamma_function(module):
     log = b.call_intrinsic("llvm.log", [xv], overload_types=[d])
     r = b.fsub(b.fsub(b.fadd(shift, log), b.fdiv(const_float(d, 0.5), xv)), series)
     b.ret(r)
-    return fn
 
 
 def emit_partial(b: IRBuilder, rule, arg: str, env: dict, ty: T.Type) -> Value:

@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from enzcc.ad.api import DUP, MarkerArgs, calls_named, loop_step, loop_step_kinds, loop_step_name
-from enzcc.ad.emit import internal_function, signed_i64
+from enzcc.ad.emit import internal_function, round_function, signed_i64
 from enzcc.ad.errors import ad_error
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
@@ -475,13 +475,12 @@ def _restore(module, b: IRBuilder, regions, buf) -> None:
 def _sumsq(module, ty: T.FloatType) -> Function:
     """``sumsq(p, bytes, prev)``: the sum of squares of the ``ty`` elements of ``p`` (minus ``prev``'s, when
     ``prev`` is not null), in double."""
-    name = f"__enzcc_fp_sumsq_{ty}"
-    fn = module.functions.get(name)
-    if fn is not None:
-        return fn
-    fn = Function(name, T.FunctionType(T.f64, (T.ptr, T.i64, T.ptr)), ["p", "bytes", "prev"])
-    fn.linkage = "internal"
-    module.add_function(fn)
+    return round_function(module, f"__enzcc_fp_sumsq_{ty}", T.FunctionType(T.f64, (T.ptr, T.i64, T.ptr)),
+                          lambda fn: _sumsq_body(fn, ty), ["p", "bytes", "prev"])
+
+
+def _sumsq_body(fn, ty: T.FloatType) -> None:
+    module = fn.module
     p, nbytes, prev = fn.args
     entry, loop, done = (fn.append_block(n) for n in ("entry", "loop", "done"))
     b = IRBuilder.at_end(entry)
@@ -505,7 +504,6 @@ def _sumsq(module, ty: T.FloatType) -> Function:
     db = IRBuilder.at_end(done)
     r = db.phi(T.f64, [(ConstantFloat(T.f64, 0.0), entry), (nacc, loop)])
     db.ret(r)
-    return fn
 
 
 __all__ = ["FIXED_POINT", "augment", "forward", "is_fixed_point", "kept_values", "lower", "parse", "reverse", "step_name"]

@@ -1,5 +1,7 @@
 """The tape: a growable LIFO byte buffer private to one derivative call, plus small runtime helpers
-emitted into the module once (as internal functions the optimizer inlines).
+emitted into the module once (as internal functions the optimizer inlines). When a later round of AD
+differentiates the derivatives (nested AD, ``module.enzcc_chunked_tape``), the tape is a chain of chunks instead,
+never reallocated or copied (:meth:`Tape._chunk_reserve_fn`).
 
 When the module's derivatives are not differentiated again and it runs on a CPU
 (``module.enzcc_reuse_tape``), a finished call hands its buffer to the next one instead of freeing it
@@ -9,6 +11,7 @@ When the module's derivatives are not differentiated again and it runs on a CPU
 
 from __future__ import annotations
 
+from enzcc.ad.emit import round_function
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.function import Function
@@ -20,6 +23,10 @@ SPARE = "__enzcc_tape_spare"
 """Internal global: a finished call's buffer (its capacity in its first 8 bytes), or null."""
 KEEP_LIMIT = 64 << 20
 """Buffers larger than this are freed, not kept."""
+CHUNK = 64 << 10
+"""Bytes of a chunk of a tape that a later round of AD differentiates (``module.enzcc_chunked_tape``)."""
+CHUNK_HEADER = 24
+"""A chunk starts with the previous chunk, its used bytes and its capacity."""
 
 
 def _slot_size(module, ty: T.Type) -> int:
@@ -60,19 +67,15 @@ class Tape:
     # -- runtime helpers (defined once per module) -------------------------------------------------
 
     def _helper(self, name: str, ftype: T.FunctionType, body) -> Function:
-        fn = self.module.functions.get(name)
-        if fn is not None:
-            return fn
-        fn = Function(name, ftype)
-        fn.linkage = "internal"
-        self.module.add_function(fn)
-        body(fn)
-        return fn
+        return round_function(self.module, name, ftype, body)
 
     def _libc(self, name: str, ftype: T.FunctionType) -> Function:
         return self.module.get_or_insert_function(name, ftype)
 
     def reserve_fn(self) -> Function:
+        if getattr(self.module, "enzcc_chunked_tape", False):
+            return self._chunk_reserve_fn()
+
         def body(fn):
             s, n = fn.args
             entry, grow, ok = fn.append_block("entry"), fn.append_block("grow"), fn.append_block("ok")
@@ -107,6 +110,9 @@ class Tape:
         return self._helper("__enzcc_tape_reserve", T.FunctionType(T.ptr, (T.ptr, T.i64)), body)
 
     def pop_fn(self) -> Function:
+        if getattr(self.module, "enzcc_chunked_tape", False):
+            return self._chunk_pop_fn()
+
         def body(fn):
             s, n = fn.args
             b = IRBuilder.at_end(fn.append_block("entry"))
@@ -115,6 +121,70 @@ class Tape:
             _counter(b.store(new, used_p))
             b.ret(b.gep(T.i8, b.load(T.ptr, s), [new]))
         return self._helper("__enzcc_tape_pop", T.FunctionType(T.ptr, (T.ptr, T.i64)), body)
+
+    # -- chunks: the tape of derivatives that a later round differentiates again --------------------
+
+    def _chunk_reserve_fn(self) -> Function:
+        """``reserve(state, n)`` on a chain of chunks: a record that does not fit starts a new chunk, whose
+        header keeps the previous chunk and its used bytes and capacity. Nothing is ever copied or reallocated,
+        so the next round of AD (nested AD) differentiates plain stores and loads of typed values, not a
+        ``realloc`` or ``memcpy`` of records whose layout it cannot know."""
+        def body(fn):
+            s, n = fn.args
+            entry, grow, ok = fn.append_block("entry"), fn.append_block("grow"), fn.append_block("ok")
+            b = IRBuilder.at_end(entry)
+            used_p, cap_p = b.struct_gep(STATE, s, 1), b.struct_gep(STATE, s, 2)
+            buf = b.load(T.ptr, s)
+            used = _counter(b.load(T.i64, used_p))
+            cap = _counter(b.load(T.i64, cap_p))
+            b.cond_br(b.icmp("ugt", b.add(used, n), cap), grow, ok)
+            g = IRBuilder.at_end(grow)
+            want = g.call_intrinsic("llvm.umax", [g.add(n, ConstantInt(T.i64, CHUNK_HEADER)),
+                                                  ConstantInt(T.i64, CHUNK)], [T.i64])
+            nb = g.call(self._libc("malloc", T.FunctionType(T.ptr, (T.i64,))), [want])
+            fail, good = fn.append_block("fail"), fn.append_block("linked")
+            g.cond_br(g.icmp("eq", nb, ConstantNull(T.ptr)), fail, good)
+            f = IRBuilder.at_end(fail)
+            f.call(self._libc("abort", T.FunctionType(T.void, ())), [])
+            f.unreachable()
+            k = IRBuilder.at_end(good)
+            k.store(buf, nb)
+            _counter(k.store(used, k.gep(T.i8, nb, [ConstantInt(T.i64, 8)])))
+            _counter(k.store(cap, k.gep(T.i8, nb, [ConstantInt(T.i64, 16)])))
+            k.store(nb, s)
+            _counter(k.store(want, cap_p))
+            k.br(ok)
+            o = IRBuilder.at_end(ok)
+            base = o.phi(T.ptr, [(buf, entry), (nb, good)])
+            at = o.phi(T.i64, [(used, entry), (ConstantInt(T.i64, CHUNK_HEADER), good)])
+            _counter(o.store(o.add(at, n), used_p))
+            o.ret(o.gep(T.i8, base, [at]))
+        return self._helper("__enzcc_tape_chunk_reserve", T.FunctionType(T.ptr, (T.ptr, T.i64)), body)
+
+    def _chunk_pop_fn(self) -> Function:
+        """``pop(state, n)`` on a chain of chunks: an emptied chunk is freed and its predecessor resumed."""
+        def body(fn):
+            s, n = fn.args
+            entry, back, take = fn.append_block("entry"), fn.append_block("back"), fn.append_block("take")
+            b = IRBuilder.at_end(entry)
+            used_p, cap_p = b.struct_gep(STATE, s, 1), b.struct_gep(STATE, s, 2)
+            used = _counter(b.load(T.i64, used_p))
+            b.cond_br(b.icmp("eq", used, ConstantInt(T.i64, CHUNK_HEADER)), back, take)
+            k = IRBuilder.at_end(back)
+            buf = k.load(T.ptr, s)
+            prev = k.load(T.ptr, buf)
+            prev_used = _counter(k.load(T.i64, k.gep(T.i8, buf, [ConstantInt(T.i64, 8)])))
+            prev_cap = _counter(k.load(T.i64, k.gep(T.i8, buf, [ConstantInt(T.i64, 16)])))
+            k.call(self._libc("free", T.FunctionType(T.void, (T.ptr,))), [buf])
+            k.store(prev, s)
+            _counter(k.store(prev_cap, cap_p))
+            k.br(take)
+            t = IRBuilder.at_end(take)
+            at = t.phi(T.i64, [(used, entry), (prev_used, back)])
+            new = t.sub(at, n)
+            _counter(t.store(new, used_p))
+            t.ret(t.gep(T.i8, t.load(T.ptr, s), [new]))
+        return self._helper("__enzcc_tape_chunk_pop", T.FunctionType(T.ptr, (T.ptr, T.i64)), body)
 
     def memcpy_adjoint_helper(self, elem: T.Type, atomic: bool = False) -> Function:
         """``helper(ddst, dsrc, nbytes, has_src)``: ``dsrc[i] += ddst[i]; ddst[i] = 0`` element-wise: the
