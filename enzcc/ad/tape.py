@@ -159,7 +159,7 @@ class Tape:
             at = o.phi(T.i64, [(used, entry), (ConstantInt(T.i64, CHUNK_HEADER), good)])
             _counter(o.store(o.add(at, n), used_p))
             o.ret(o.gep(T.i8, base, [at]))
-        return self._helper("__enzcc_tape_chunk_reserve", T.FunctionType(T.ptr, (T.ptr, T.i64)), body)
+        return self._chunk_helper("__enzcc_tape_chunk_reserve", body)
 
     def _chunk_pop_fn(self) -> Function:
         """``pop(state, n)`` on a chain of chunks: an emptied chunk is freed and its predecessor resumed."""
@@ -184,7 +184,16 @@ class Tape:
             new = t.sub(at, n)
             _counter(t.store(new, used_p))
             t.ret(t.gep(T.i8, t.load(T.ptr, s), [new]))
-        return self._helper("__enzcc_tape_chunk_pop", T.FunctionType(T.ptr, (T.ptr, T.i64)), body)
+        return self._chunk_helper("__enzcc_tape_chunk_pop", body)
+
+    def _chunk_helper(self, name: str, body) -> Function:
+        """A chunk helper stays a call until the next round of AD inlines it into its prepared copy: inlined by
+        the optimizer in between, its branches were threaded through the derivative's loops into irreducible
+        control flow, which that round cannot differentiate."""
+        fn = self._helper(name, T.FunctionType(T.ptr, (T.ptr, T.i64)), body)
+        if "noinline" not in fn.fn_attrs:
+            fn.fn_attrs = [*fn.fn_attrs, "noinline"]
+        return fn
 
     def memcpy_adjoint_helper(self, elem: T.Type, atomic: bool = False) -> Function:
         """``helper(ddst, dsrc, nbytes, has_src)``: ``dsrc[i] += ddst[i]; ddst[i] = 0`` element-wise: the
