@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct
 
+from enzcc.ad.reducible import make_reducible
 from enzcc.ir.clone import clone_blocks
 
 from enzcc.ad.errors import ad_error
@@ -172,6 +173,7 @@ def prepare(fn: Function) -> None:
     fold_pointer_round_trips(fn)
     fold_sign_bit_operations(fn)
     retype_float_bits(fn)
+    make_reducible(fn)
     check_reducible(fn)
 
 
