@@ -194,8 +194,11 @@ def lower(module) -> int:
 def _scheme_call(module, b: IRBuilder, what: str, function: Value, args) -> Value:
     """At ``b``: the scheme's function ``what`` (see :data:`_SCHEME_CALLS`), called through its wrapper."""
     ret, params = _SCHEME_CALLS[what]
-    fn = module.get_or_insert_function(_SCHEME_PREFIX + what, T.FunctionType(ret, (T.ptr, *params)))
-    fn.fn_attrs = ["nounwind"]
+    name = _SCHEME_PREFIX + what
+    fn = module.functions.get(name)
+    if fn is None:
+        fn = module.get_or_insert_function(name, T.FunctionType(ret, (T.ptr, *params)))
+        fn.fn_attrs = ["nounwind"]
     return b.call(fn, [function, *args])
 
 

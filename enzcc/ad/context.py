@@ -34,7 +34,7 @@ that uses the program's own contexts (the query form).
 
 from __future__ import annotations
 
-from enzcc.ad.emit import fail_at_run_time, internal_function, signed_i64
+from enzcc.ad.emit import call_again, fail_at_run_time, internal_function, signed_i64
 from enzcc.ad.errors import ad_error
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
@@ -89,24 +89,20 @@ def shadow_of_nested_call(shadows, call: Call) -> Value:
     from enzcc.ad.activity import has_pointer
     from enzcc.ad.errors import ad_error
 
-    kind = nested_context_call(call)
-    b = IRBuilder.after(call)
-    callee = call.callee.resolve() if hasattr(call.callee, "resolve") else call.callee
-    if kind == "new":
+    if nested_context_call(call) == "new":
         module = call.module
         for sym in sorted(module.globals):
             gv = eligible(module, sym)
             if gv is not None and has_pointer(gv.value_type):
                 raise ad_error(f"derivatives of code that makes an enzyme_context, in a program whose global "
                                f"'{sym}' holds pointers, are not supported", call)
-        return b.call(callee, list(call.args))
-    return b.call(callee, [shadows.of(call.args[0], call), *call.args[1:]])
+        return call_again(call, call.args)
+    return call_again(call, [shadows.of(call.args[0], call), *call.args[1:]])
 
 
 def zero_nested_shadows(shadows, call: Call) -> None:
     """``__enzyme_zero_shadows(ctx)`` zeroes the context's floats: the same for its tangent."""
-    callee = call.callee.resolve() if hasattr(call.callee, "resolve") else call.callee
-    IRBuilder.after(call).call(callee, [shadows.of(call.args[0], call), *call.args[1:]])
+    call_again(call, [shadows.of(call.args[0], call), *call.args[1:]])
 
 
 def query_form(module) -> Function | None:

@@ -28,6 +28,12 @@ def signed_i64(b: IRBuilder, v: Value) -> Value:
     return v if v.type == T.i64 else b.sext(v, T.i64)
 
 
+def call_again(call, args) -> Value:
+    """The same function as ``call``'s called again, right after it, with ``args``."""
+    callee = call.callee.resolve() if hasattr(call.callee, "resolve") else call.callee
+    return IRBuilder.after(call).call(callee, list(args))
+
+
 def round_function(module, name: str, ftype: T.FunctionType, body, names=None):
     """The internal helper ``name`` of this round of AD, made by ``body(fn)`` on first request. A function of
     that name an earlier round (nested AD) left is not reused: the optimizer has since specialized it to that

@@ -9,7 +9,7 @@ from __future__ import annotations
 from enzcc.ad.activity import Activity, has_float, is_allocation, is_user_call
 from enzcc.ad.logic import call_kinds, check_call_signature
 from enzcc.ad.api import DUP, DUPNONEED, DiffCall, is_float
-from enzcc.ad.emit import add_values, emit_partial, times, zero
+from enzcc.ad.emit import add_values, call_again, emit_partial, times, zero
 from enzcc.ad.errors import ad_error, no_rule_error
 from enzcc.ad.memory import memory_types_for
 from enzcc.ad import checkpoint, custom, fixed_point
@@ -252,8 +252,7 @@ class ForwardMode:
             if act.is_active_ptr(dest):
                 b = IRBuilder.after(inst)
                 if act.is_active_ptr(src):
-                    b.call(inst.callee.resolve() if hasattr(inst.callee, "resolve") else inst.callee,
-                           [self.shadows.of(dest, inst), self.shadows.of(src, inst), inst.args[2], inst.args[3]])
+                    call_again(inst, [self.shadows.of(dest, inst), self.shadows.of(src, inst), *inst.args[2:]])
                 else:
                     b.memset(self.shadows.of(dest, inst), 0, inst.args[2])
             return

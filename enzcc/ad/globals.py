@@ -161,9 +161,7 @@ def shadow_global(module, symbol: str, lane: int = 0) -> GlobalRef:
     """The zero-filled shadow of global ``@symbol`` (one per vector lane), shared by the derived functions of
     one AD round. A later round (nested AD) gets shadows of its own: the earlier round's shadow of ``@symbol``
     is a global that round's code reads and writes, which now has a derivative of its own."""
-    from enzcc.ad.hints import hints_of
-
-    declared = hints_of(module).shadows.get(symbol)
+    declared = declared_shadow(module, symbol)
     if declared is not None:
         return _declared(module, symbol, declared, lane)
     info = getattr(module, "enzcc_active_globals", None)

@@ -20,7 +20,8 @@ from enzcc.ir.values import GlobalRef, Value
 _TBAA_FLOATS = {"double": T.FloatType("double"), "float": T.FloatType("float"),
                 "long double": T.FloatType("x86_fp80")}
 #: TBAA names of integer types (C and C++; ``omnipotent char`` is any type, so it is not among them)
-_TBAA_INTS = ("bool", "_Bool", "short", "int", "long", "long long", "__int128")
+_TBAA_INT_BITS = {"bool": 8, "_Bool": 8, "short": 16, "int": 32, "long": 64, "long long": 64, "__int128": 128}
+_TBAA_INTS = tuple(_TBAA_INT_BITS)
 
 
 def base_object(p: Value) -> Value:
@@ -274,7 +275,7 @@ def _pointee_kind(name: str | None):
         return T.ptr
     if m.group(2) in _TBAA_FLOATS:
         return _TBAA_FLOATS[m.group(2)]
-    bits = {"bool": 8, "_Bool": 8, "short": 16, "int": 32, "long": 64, "long long": 64}.get(m.group(2))
+    bits = _TBAA_INT_BITS.get(m.group(2))
     return T.IntType(bits) if bits else None
 
 

@@ -7,7 +7,7 @@ result on the shadow nodes); there is nothing to do in the reverse sweep. This i
 from __future__ import annotations
 
 from enzcc.ir import types as T
-from enzcc.ir.builder import IRBuilder
+from enzcc.ad.emit import call_again
 
 #: mangled names of the pointer-linking functions
 MIRRORED = frozenset({
@@ -35,9 +35,7 @@ def is_mirrored(name: str | None) -> bool:
 def mirror_call(shadows, call):
     """The same call on the shadows of its pointer arguments, right after ``call`` (``shadows``: the
     :class:`enzcc.ad.shadow.Shadows` of the function); returns it (its result is the shadow of ``call``'s)."""
-    args = [shadows.of(a, call) if isinstance(a.type, T.PointerType) else a for a in call.args]
-    return IRBuilder.after(call).call(call.callee.resolve() if hasattr(call.callee, "resolve") else call.callee,
-                                      args)
+    return call_again(call, [shadows.of(a, call) if isinstance(a.type, T.PointerType) else a for a in call.args])
 
 
 __all__ = ["INACTIVE_PREFIXES", "MIRRORED", "is_mirrored", "mirror_call"]
