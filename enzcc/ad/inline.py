@@ -13,7 +13,7 @@ from enzcc.ir.clone import clone_blocks
 from enzcc.ad.activity import ALLOCATORS
 from enzcc.ad.errors import ad_error
 from enzcc.ad.globals import used_globals
-from enzcc.ad.memory import base_object
+from enzcc.ad.memory import base_object, byte_offset
 from enzcc.ir import types as T
 from enzcc.ir.instructions import Alloca, Br, Call, Cast, GetElementPtr, Invoke, Load, Phi, Ret, Select, Store
 from enzcc.ir.module import SYMBOL_REF
@@ -229,7 +229,7 @@ def _vtables_stored(vptr: Load) -> list | None:
     constructed there, and all its stores are in this function as long as the object is passed only to calls
     through a pointer (its virtual functions), to ``free`` / ``delete``, and never stored as a value; else None."""
     dl = vptr.module.data_layout
-    base, off = _byte_offset(vptr.pointer, dl)
+    base, off = byte_offset(vptr.pointer, dl)
     if off != 0 or base is None:
         return None
     objects, stack = [], [base]
@@ -257,7 +257,7 @@ def _vtables_stored(vptr: Load) -> list | None:
                 elif isinstance(u, Store):
                     if use.index == 0:
                         return None  # the address escapes into memory
-                    if _byte_offset(u.pointer, dl)[1] == 0 and isinstance(u.value.type, T.PointerType):
+                    if byte_offset(u.pointer, dl)[1] == 0 and isinstance(u.value.type, T.PointerType):
                         if _global_of(u.value) is None:
                             return None
                         out.append(u.value)
@@ -287,28 +287,6 @@ def _global_of(v):
     return v if isinstance(v, GlobalRef) else None
 
 
-def _byte_offset(p, dl):
-    """(object, constant byte offset) of an address made by ``getelementptr`` with constant indices."""
-    off = 0
-    while isinstance(p, GetElementPtr):
-        if not all(isinstance(i, ConstantInt) for i in p.indices):
-            return None, None
-        ty = p.source_type
-        idx = [i.value for i in p.indices]
-        off += idx[0] * dl.alloc_size(ty)
-        for i in idx[1:]:
-            if isinstance(ty, (T.StructType, T.NamedStructType)):
-                off += dl.field_offset(ty, i)
-                ty = ty.elements[i]
-            elif isinstance(ty, (T.ArrayType, T.VectorType)):
-                ty = ty.element
-                off += i * dl.alloc_size(ty)
-            else:
-                return None, None
-        p = p.pointer
-    return p, off
-
-
 def _is_object(v) -> bool:
     """A local object: a stack slot or fresh heap memory (``malloc``, ``new``...)."""
     from enzcc.ad.activity import is_allocation
@@ -322,7 +300,7 @@ def _stored_before(load: Load) -> list | None:
     single predecessors with nothing between that can change it (no call, no store that may overlap); else
     None."""
     dl = load.module.data_layout
-    base, off = _byte_offset(load.pointer, dl)
+    base, off = byte_offset(load.pointer, dl)
     if base is None:
         return None
     size = dl.store_size(load.type)
@@ -348,7 +326,7 @@ def _untouched(objects: list, block, end: int, dl) -> bool:
     """Nothing in ``block`` before position ``end`` can write into ``objects``."""
     for inst in block.instructions[:end]:
         if isinstance(inst, Store):
-            b, _ = _byte_offset(inst.pointer, dl)
+            b, _ = byte_offset(inst.pointer, dl)
             if b is None or any(b is o for o in objects) or not (isinstance(b, GlobalRef) or _is_object(b)):
                 return False
         elif isinstance(inst, Call) and not _only_marks(inst):
@@ -361,7 +339,7 @@ def _last_store(base, off: int, size: int, load: Load, block, end: int, dl):
     for _ in range(256):
         for inst in reversed(block.instructions[:end]):
             if isinstance(inst, Store):
-                b, o = _byte_offset(inst.pointer, dl)
+                b, o = byte_offset(inst.pointer, dl)
                 if b is base:
                     if o == off and inst.value.type == load.type:
                         return inst.value

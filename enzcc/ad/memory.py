@@ -15,7 +15,7 @@ from enzcc.ir import types as T
 from enzcc.ad.errors import ad_error
 from enzcc.ad.typehints import hinted_type
 from enzcc.ir.instructions import Alloca, Call, Cast, GetElementPtr, Load, Store
-from enzcc.ir.values import GlobalRef, Value
+from enzcc.ir.values import ConstantInt, GlobalRef, Value
 
 _TBAA_FLOATS = {"double": T.FloatType("double"), "float": T.FloatType("float"),
                 "long double": T.FloatType("x86_fp80")}
@@ -36,6 +36,29 @@ def base_object(p: Value) -> Value:
         else:
             return p
     return p
+
+
+def byte_offset(p, dl):
+    """(object, constant byte offset) of an address made by ``getelementptr`` with constant indices."""
+    off = 0
+    while isinstance(p, GetElementPtr):
+        if not all(isinstance(i, ConstantInt) for i in p.indices):
+            return None, None
+        ty = p.source_type
+        idx = [i.value for i in p.indices]
+        off += idx[0] * dl.alloc_size(ty)
+        for i in idx[1:]:
+            if isinstance(ty, (T.StructType, T.NamedStructType)):
+                off += dl.field_offset(ty, i)
+                ty = ty.elements[i]
+            elif isinstance(ty, (T.ArrayType, T.VectorType)):
+                ty = ty.element
+                off += i * dl.alloc_size(ty)
+            else:
+                return None, None
+        p = p.pointer
+    return p, off
+
 
 
 class MemoryTypes:
@@ -154,6 +177,9 @@ class MemoryTypes:
 
     def copy_kind(self, call: Call):
         """What a memcpy/memmove copies: a FloatType, ``T.ptr``, an IntType, or None when unknown."""
+        dl = call.module.data_layout if call.module is not None else None
+        if dl is not None and any(_string_characters(p, dl) for p in call.args[:2]):
+            return T.i8
         kinds = self.access_kinds(call.args[0]) | self.access_kinds(call.args[1])
         floats = {k for k in kinds if isinstance(k, T.FloatType)}
         if len(floats) == 1 and not any(isinstance(k, T.PointerType) for k in kinds):
@@ -170,6 +196,19 @@ class MemoryTypes:
         if kinds and all(isinstance(k, (T.PointerType, T.IntType)) for k in kinds):
             return T.ptr  # a struct of pointers and integers: the pointers' shadows are what matters
         return None
+
+
+_STRING_CLASS = "class.std::__cxx11::basic_string"
+
+
+def _string_characters(p: Value, dl) -> bool:
+    """An address in the character buffer a local ``std::string`` keeps in itself (libstdc++'s short strings:
+    bytes 16 to 31 of the object): what a copy moves there or from there is characters (a map's key moved into
+    its node, where a float-typed bit copy or the node's value would otherwise leave the bytes' type unknown)."""
+    base, off = byte_offset(p, dl)
+    ty = base.allocated_type if isinstance(base, Alloca) else None
+    return isinstance(ty, T.NamedStructType) and ty.name.startswith(_STRING_CLASS) and off is not None and \
+        16 <= off < 32
 
 
 def memory_web(p: Value):
@@ -309,4 +348,4 @@ def _tbaa_type_name(module, tag_text: str | None, depth: int = 0) -> str | None:
     return None
 
 
-__all__ = ["MemoryTypes", "base_object", "call_site_kinds", "memory_types_for"]
+__all__ = ["MemoryTypes", "base_object", "byte_offset", "call_site_kinds", "memory_types_for"]
