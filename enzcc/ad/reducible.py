@@ -45,8 +45,8 @@ def _irreducible_cycle(fn):
         inside = {id(b) for b in blocks}
         for scc in _components(blocks, inside, cut):
             members = {id(b) for b in scc}
-            if len(scc) == 1 and not any(s is scc[0] and (id(scc[0]), id(s)) not in cut for s in scc[0].successors):
-                continue
+            if len(scc) == 1:
+                continue  # (a block alone, looping on itself or not, has one entry)
             entries = [b for b in scc if any(id(p) not in members for p in b.predecessors)]
             entries.sort(key=lambda b: rank[id(b)])
             if len(entries) > 1:
