@@ -441,7 +441,7 @@ class CacheUtility:
                         items.append(("counter", T.i64, L))
                 if not items and (len(group) == 1 or id(block) in self.recomputed_branches):
                     continue
-                fwd = self._split_edge(pred, block)
+                fwd = pred.split_edge(block, f"{pred.name or ''}.to.{block.name or ''}")
                 fb = IRBuilder.before(fwd.terminator)
                 values = [fb.load(t, where) if kind == "slot" else self.counter[id(where.header)]
                           for kind, t, where in items]
@@ -470,21 +470,6 @@ class CacheUtility:
                 break
             loop = loop.parent
         return out
-
-    def _split_edge(self, pred: BasicBlock, block: BasicBlock) -> BasicBlock:
-        eb = BasicBlock(f"{pred.name or ''}.to.{block.name or ''}")
-        eb.move_after(pred)
-        IRBuilder.at_end(eb).br(block)
-        term = pred.terminator
-        for i, op in enumerate(term.operands):
-            if op is block:
-                term.set_operand(i, eb)
-        for phi in block.phis():
-            phi.replace_incoming_block(pred, eb)
-            # a switch with several cases to ``block`` gave one entry per case; ``eb`` is one edge
-            while phi.incoming_blocks.count(eb) > 1:
-                phi.remove_incoming(len(phi.incoming_blocks) - 1 - phi.incoming_blocks[::-1].index(eb))
-        return eb
 
 
 __all__ = ["CacheUtility"]

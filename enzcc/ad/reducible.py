@@ -115,17 +115,12 @@ def _dispatch(fn, scc: list[BasicBlock], entries: list[BasicBlock]) -> None:
             IRBuilder.at_end(head).insert(q)
     for i, e in enumerate(entries):
         for pred in e.predecessors:
-            edge = BasicBlock("irr.edge")
-            edge.move_after(pred)
-            IRBuilder.at_end(edge).br(head)
-            term = pred.terminator
-            for k, op in enumerate(term.operands):
-                if op is e:
-                    term.set_operand(k, edge)
+            edge = pred.split_edge(e, "irr.edge")
+            edge.terminator.set_operand(0, head)
             which.add_incoming(ConstantInt(T.i32, i), edge)
             for f in entries:
                 for p, q in moved[id(f)]:
-                    q.add_incoming(p.incoming_value_for(pred) if f is e else ConstantPoison(p.type), edge)
+                    q.add_incoming(p.incoming_value_for(edge) if f is e else ConstantPoison(p.type), edge)
     IRBuilder.at_end(head).switch(which, entries[0], [(i, e) for i, e in enumerate(entries) if i])
     for e in entries:
         for p, q in moved[id(e)]:

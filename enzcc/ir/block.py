@@ -214,6 +214,23 @@ class BasicBlock(Value):
         self.append(Br(new))
         return new
 
+    def split_edge(self, succ: "BasicBlock", name: str | None = None) -> "BasicBlock":
+        """A new block on the edge from this block to ``succ`` (placed right after this one, ending in
+        ``br label %succ``): every branch of this block to ``succ`` goes to it, and ``succ``'s phis name it, once
+        (a switch with several cases to ``succ`` gave one incoming entry per case; the new block is one edge)."""
+        new = BasicBlock(name)
+        new.move_after(self)
+        new.append(Br(succ))
+        term = self.terminator
+        for i, op in enumerate(term.operands):
+            if op is succ:
+                term.set_operand(i, new)
+        for phi in succ.phis():
+            phi.replace_incoming_block(self, new)
+            while phi.incoming_blocks.count(new) > 1:
+                phi.remove_incoming(len(phi.incoming_blocks) - 1 - phi.incoming_blocks[::-1].index(new))
+        return new
+
     def __str__(self) -> str:
         from .printer import format_block
         return format_block(self)
