@@ -69,6 +69,16 @@ class Tape:
     def _helper(self, name: str, ftype: T.FunctionType, body) -> Function:
         return round_function(self.module, name, ftype, body)
 
+    def _abort_if_null(self, fn: Function, b: IRBuilder, p: Value, name: str) -> IRBuilder:
+        """At ``b``: abort when the allocation ``p`` failed; returns a builder at the end of the block where it did
+        not (named ``name``)."""
+        fail, good = fn.append_block("fail"), fn.append_block(name)
+        b.cond_br(b.icmp("eq", p, ConstantNull(T.ptr)), fail, good)
+        f = IRBuilder.at_end(fail)
+        f.call(self._libc("abort", T.FunctionType(T.void, ())), [])
+        f.unreachable()
+        return IRBuilder.at_end(good)
+
     def _libc(self, name: str, ftype: T.FunctionType) -> Function:
         return self.module.get_or_insert_function(name, ftype)
 
@@ -93,12 +103,7 @@ class Tape:
             buf = g.load(T.ptr, s)
             realloc = self._libc("realloc", T.FunctionType(T.ptr, (T.ptr, T.i64)))
             nb = g.call(realloc, [buf, want])
-            fail, good = fn.append_block("fail"), fn.append_block("stored")
-            g.cond_br(g.icmp("eq", nb, ConstantNull(T.ptr)), fail, good)
-            f = IRBuilder.at_end(fail)
-            f.call(self._libc("abort", T.FunctionType(T.void, ())), [])
-            f.unreachable()
-            gs = IRBuilder.at_end(good)
+            gs = self._abort_if_null(fn, g, nb, "stored")
             gs.store(nb, s)
             _counter(gs.store(want, cap_p))
             gs.br(ok)
@@ -142,12 +147,8 @@ class Tape:
             want = g.call_intrinsic("llvm.umax", [g.add(n, ConstantInt(T.i64, CHUNK_HEADER)),
                                                   ConstantInt(T.i64, CHUNK)], [T.i64])
             nb = g.call(self._libc("malloc", T.FunctionType(T.ptr, (T.i64,))), [want])
-            fail, good = fn.append_block("fail"), fn.append_block("linked")
-            g.cond_br(g.icmp("eq", nb, ConstantNull(T.ptr)), fail, good)
-            f = IRBuilder.at_end(fail)
-            f.call(self._libc("abort", T.FunctionType(T.void, ())), [])
-            f.unreachable()
-            k = IRBuilder.at_end(good)
+            k = self._abort_if_null(fn, g, nb, "linked")
+            good = k.block
             k.store(buf, nb)
             _counter(k.store(used, k.gep(T.i8, nb, [ConstantInt(T.i64, 8)])))
             _counter(k.store(cap, k.gep(T.i8, nb, [ConstantInt(T.i64, 16)])))
