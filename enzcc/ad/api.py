@@ -519,7 +519,7 @@ def _integer_memory(param: Argument) -> bool:
     """The parameter's memory is only read and written as integers in its function (through address
     arithmetic), or not at all: nothing with a derivative can be in it."""
     if param.parent is not None:
-        param.parent.blocks  # noqa: B018 (a body not parsed yet is parsed: its uses of the parameter count)
+        param.parent.parse()  # (a body not parsed yet: its uses of the parameter count)
     stack, seen = [param], set()
     while stack:
         p = stack.pop()
