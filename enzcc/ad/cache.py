@@ -15,6 +15,7 @@ from enzcc.ad.activity import ALLOCATORS, has_float, is_allocation
 from enzcc.ad.adjoint import _IGNORED_INTRINSICS
 from enzcc.ad.hints import rule_name
 from enzcc.ad.iters import is_iter
+from enzcc.ad.tape import slot_size
 from enzcc.ir import types as T
 from enzcc.ir.block import BasicBlock
 from enzcc.ir.builder import IRBuilder
@@ -340,6 +341,57 @@ class CacheUtility:
 
     # -- caches and tape pushes --------------------------------------------------------------------
 
+    def _cache_sources(self, position: dict) -> None:
+        """A cut through the data flow, once every cache is known: cached cheap integer values that all come,
+        through cheap instructions, from one integer ``s`` that is not cached (a loop's ``len`` phi, from which its
+        ``len / 2``, ``n >> ctz(len)`` and ``len / 2 > 0`` are computed) cache ``s`` instead when that takes
+        no more tape slots than they do; :meth:`_uncache_recomputable` then recomputes them from it. Besides
+        the tape, the reverse sweep then sees how they relate (``len / 2 > 0`` guards the loop that indexes
+        ``a`` and ``a + len / 2``), which its optimization needs to tell memory accesses apart.
+
+        ``s`` must be defined in a loop that holds the cached value's block (or outside loops), so that its
+        slot holds the same iteration's value wherever the reverse sweep reads the cached one."""
+        by_source: dict[int, tuple[Value, list[_Cached]]] = {}
+
+        def sources(v: Value, depth: int, out: dict) -> bool:
+            for op in v.operands:
+                if isinstance(op, BasicBlock):
+                    return False
+                if not isinstance(op, Instruction) or id(op.parent) in self.always:
+                    continue
+                if id(op) in self.induction:
+                    return False  # (recomputed from the reverse iteration counter instead)
+                if id(op) in self.cached or not self._cheap(op) or depth >= self._MAX_RECOMPUTE_DEPTH:
+                    out[id(op)] = op
+                elif not sources(op, depth + 1, out):
+                    return False
+                if len(out) > 1:
+                    return False
+            return True
+
+        for c in self.cached.values():
+            v = c.value
+            if id(v) not in position or not self._cheap(v) or id(v) in self.induction or \
+                    not isinstance(v.type, T.IntType):
+                continue
+            found: dict = {}
+            if not sources(v, 1, found) or len(found) != 1:
+                continue
+            (s,) = found.values()
+            if id(s) in self.cached or id(s) not in position or not isinstance(s.type, T.IntType):
+                continue  # (integers only: a float source would put a value with a derivative on the tape)
+            loop = self.loops.loop_for(s.parent)
+            if loop is not None and not loop.contains(v.parent):
+                continue
+            by_source.setdefault(id(s), (s, []))[1].append(c)
+        for s, group in by_source.values():
+            slots = sum(slot_size(self.module, c.value.type) for c in group)
+            if slot_size(self.module, s.type) > slots:
+                continue
+            slot = IRBuilder.at_start(self.G.entry_block).alloca(s.type, in_entry=True)
+            self.cached[id(s)] = _Cached(s, slot)
+            self._keep.append(s)
+
     def _uncache_recomputable(self) -> None:
         """Once every cache is known: a cheap value computable from values that are cached (or free) anyway is
         recomputed from them where the reverse sweep reads it, instead of taking a tape slot of its own."""
@@ -347,6 +399,7 @@ class CacheUtility:
         for block in self.blocks:
             for inst in block.instructions:
                 position[id(inst)] = len(position)
+        self._cache_sources(position)
         eligible: set[int] = set()
 
         def from_caches(v: Value, depth: int) -> bool:

@@ -29,7 +29,7 @@ CHUNK_HEADER = 24
 """A chunk starts with the previous chunk, its used bytes and its capacity."""
 
 
-def _slot_size(module, ty: T.Type) -> int:
+def slot_size(module, ty: T.Type) -> int:
     size = module.data_layout.store_size(ty)
     return (size + SLOT - 1) // SLOT * SLOT
 
@@ -234,7 +234,7 @@ class Tape:
         offsets, total = [], 0
         for t in types:
             offsets.append(total)
-            total += _slot_size(self.module, t)
+            total += slot_size(self.module, t)
         p = b.call(self.reserve_fn(), [self.state, ConstantInt(T.i64, total)])
         self.used = True
         for v, off in zip(values, offsets):
@@ -246,7 +246,7 @@ class Tape:
         offsets, total = [], 0
         for t in types:
             offsets.append(total)
-            total += _slot_size(self.module, t)
+            total += slot_size(self.module, t)
         p = b.call(self.pop_fn(), [self.state, ConstantInt(T.i64, total)])
         out = []
         for t, off in zip(types, offsets):
