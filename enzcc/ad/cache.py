@@ -152,7 +152,8 @@ class CacheUtility:
     #: intrinsics as cheap as arithmetic (recomputed like it)
     _CHEAP_INTRINSICS = ("llvm.fmuladd.", "llvm.fma.", "llvm.fabs.", "llvm.copysign.", "llvm.minnum.",
                          "llvm.maxnum.", "llvm.minimum.", "llvm.maximum.",
-                         "llvm.smax.", "llvm.smin.", "llvm.umax.", "llvm.umin.", "llvm.abs.")
+                         "llvm.smax.", "llvm.smin.", "llvm.umax.", "llvm.umin.", "llvm.abs.",
+                         "llvm.cttz.", "llvm.ctlz.", "llvm.ctpop.")
 
     def _cheap(self, v: Value) -> bool:
         if isinstance(v, self._RECOMPUTABLE):

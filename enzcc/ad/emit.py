@@ -88,8 +88,14 @@ def const_value(v: Value) -> float | None:
     return None
 
 
+SUM_FLAGS = ("nsz",)
+"""Fast-math flags of the additions that sum derivatives (adjoints, tangent terms): the sign of a zero sum
+is insignificant, so that ``0.0 + d`` is ``d`` (an adjoint zeroed in memory and added to again, as the reverse
+of ``a[i] += t`` does, costs no addition)."""
+
+
 def add_values(b: IRBuilder, x: Value, y: Value) -> Value:
-    """``x + y`` for floats, float vectors and aggregates of them."""
+    """``x + y`` for floats, float vectors and aggregates of them (with :data:`SUM_FLAGS`)."""
     if is_zero_const(x):
         return y
     if is_zero_const(y):
@@ -102,7 +108,7 @@ def add_values(b: IRBuilder, x: Value, y: Value) -> Value:
             s = add_values(b, b.extract_value(x, [i]), b.extract_value(y, [i]))
             out = b.insert_value(out, s, [i])
         return out
-    return b.fadd(x, y)
+    return b.fadd(x, y, flags=b.default_flags or SUM_FLAGS)
 
 
 def zero(ty: T.Type) -> Value:
