@@ -572,6 +572,9 @@ def test_shadow_memory_kept_for_the_next_call_leaves_argument_loads_recomputable
 
     out, _ = differentiate_text(HEADER + SCRATCH_TABLE)
     assert "@__enzcc_shadow_take" in out and "@__enzcc_shadow_release" in out
+    # take and release stand for malloc and free: calls, the memory new (noalias) and not captured by release
+    assert "define internal noalias ptr @__enzcc_shadow_take(ptr %0, i64 %1) noinline {" in out
+    assert "define internal void @__enzcc_shadow_release(ptr %0, ptr captures(none) %1) noinline {" in out
     body = out.split("define internal void @diffe_g(")[1].split("\n}\n")[0]
     pushes = {block.split(":")[0]: [int(m) for m in re.findall(r"@__enzcc_tape_reserve\(ptr %\S+, i64 (\d+)\)",
                                                                block)]
