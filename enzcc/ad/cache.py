@@ -67,11 +67,7 @@ class CacheUtility:
         paired = self._sincos_partner(v, block, b)
         if paired is not None:
             return paired
-        c = self.cached.get(id(v))
-        if c is None:
-            slot = IRBuilder.at_start(self.G.entry_block).alloca(v.type, in_entry=True)
-            c = self.cached[id(v)] = _Cached(v, slot)
-            self._keep.append(v)
+        c = self.cached.get(id(v)) or self._new_cache(v)
         if not any(u is block for u in c.use_blocks):
             c.use_blocks.append(block)
         load = b.load(v.type, c.slot)
@@ -387,11 +383,15 @@ class CacheUtility:
             by_source.setdefault(id(s), (s, []))[1].append(c)
         for s, group in by_source.values():
             slots = sum(slot_size(self.module, c.value.type) for c in group)
-            if slot_size(self.module, s.type) > slots:
-                continue
-            slot = IRBuilder.at_start(self.G.entry_block).alloca(s.type, in_entry=True)
-            self.cached[id(s)] = _Cached(s, slot)
-            self._keep.append(s)
+            if slot_size(self.module, s.type) <= slots:
+                self._new_cache(s)
+
+    def _new_cache(self, v: Value) -> _Cached:
+        """Cache ``v``: a stack slot of its own, which :meth:`_emit_caches` stores and pushes."""
+        slot = IRBuilder.at_start(self.G.entry_block).alloca(v.type, in_entry=True)
+        c = self.cached[id(v)] = _Cached(v, slot)
+        self._keep.append(v)
+        return c
 
     def _uncache_recomputable(self) -> None:
         """Once every cache is known: a cheap value computable from values that are cached (or free) anyway is

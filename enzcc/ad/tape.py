@@ -229,12 +229,17 @@ class Tape:
 
     # -- use ----------------------------------------------------------------------------------------
 
-    def push_values(self, b: IRBuilder, values: list[Value], types: list[T.Type]) -> None:
-        """Push ``values`` as one record (the last value ends up on top)."""
+    def _layout(self, types: list[T.Type]) -> tuple[list[int], int]:
+        """A record of ``types``: each value's offset (a whole number of slots) and the record's bytes."""
         offsets, total = [], 0
         for t in types:
             offsets.append(total)
             total += slot_size(self.module, t)
+        return offsets, total
+
+    def push_values(self, b: IRBuilder, values: list[Value], types: list[T.Type]) -> None:
+        """Push ``values`` as one record (the last value ends up on top)."""
+        offsets, total = self._layout(types)
         p = b.call(self.reserve_fn(), [self.state, ConstantInt(T.i64, total)])
         self.used = True
         for v, off in zip(values, offsets):
@@ -243,10 +248,7 @@ class Tape:
 
     def pop_values(self, b: IRBuilder, types: list[T.Type]) -> list[Value]:
         """Pop one record pushed by :meth:`push_values` with the same types."""
-        offsets, total = [], 0
-        for t in types:
-            offsets.append(total)
-            total += slot_size(self.module, t)
+        offsets, total = self._layout(types)
         p = b.call(self.pop_fn(), [self.state, ConstantInt(T.i64, total)])
         out = []
         for t, off in zip(types, offsets):
