@@ -393,14 +393,10 @@ class CacheUtility:
         self._keep.append(v)
         return c
 
-    def _uncache_recomputable(self) -> None:
+    def _uncache_recomputable(self, position: dict) -> None:
         """Once every cache is known: a cheap value computable from values that are cached (or free) anyway is
-        recomputed from them where the reverse sweep reads it, instead of taking a tape slot of its own."""
-        position = {}
-        for block in self.blocks:
-            for inst in block.instructions:
-                position[id(inst)] = len(position)
-        self._cache_sources(position)
+        recomputed from them where the reverse sweep reads it, instead of taking a tape slot of its own.
+        ``position``: each primal instruction's place in the function."""
         eligible: set[int] = set()
 
         def from_caches(v: Value, depth: int) -> bool:
@@ -454,7 +450,12 @@ class CacheUtility:
             del self.cached[vid]
 
     def _emit_caches(self) -> None:
-        self._uncache_recomputable()
+        position = {}
+        for block in self.blocks:
+            for inst in block.instructions:
+                position[id(inst)] = len(position)
+        self._cache_sources(position)
+        self._uncache_recomputable(position)
         loops = self.loops
         push_sets: dict[int, list[_Cached]] = {}
         for c in self.cached.values():

@@ -108,7 +108,7 @@ def add_values(b: IRBuilder, x: Value, y: Value) -> Value:
             s = add_values(b, b.extract_value(x, [i]), b.extract_value(y, [i]))
             out = b.insert_value(out, s, [i])
         return out
-    return b.fadd(x, y, flags=b.default_flags or SUM_FLAGS)
+    return b.fadd(x, y, flags=SUM_FLAGS)
 
 
 def zero(ty: T.Type) -> Value:
