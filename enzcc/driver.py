@@ -285,7 +285,9 @@ class Driver:
             level = max((r.opt for r in records), default=0)
         triple = self.inv.target if self.inv.target else None
         return PipelineOptions(opt_level=level, ad_mode=self.inv.ad_mode, cpu=self.inv.cpu, triple=triple,
-                               ad_inline=self.inv.ad_inline, cache=not self.inv.no_cache)
+                               ad_inline=self.inv.ad_inline, cache=not self.inv.no_cache,
+                               loop_vectorize=self.inv.loop_vectorize, slp_vectorize=self.inv.slp_vectorize,
+                               unroll_loops=self.inv.unroll_loops)
 
     def asm_mode(self) -> int:
         """``-S``: clang's own assembly when enzcc has nothing to add (host C/C++ without ``__enzyme_*`` calls),

@@ -252,6 +252,34 @@ class Invocation:
                 on = True
         return on
 
+    def _last_switch(self, on: tuple[str, ...], off: tuple[str, ...]) -> bool | None:
+        """The last of the ``on``/``off`` flags given (True/False), None when neither is."""
+        value = None
+        for a in self.compile_args:
+            if a in on:
+                value = True
+            elif a in off:
+                value = False
+        return value
+
+    @property
+    def loop_vectorize(self) -> bool | None:
+        """``-fvectorize`` / ``-fno-vectorize`` (also ``-f[no-]tree-vectorize``), as clang reads them; None: the
+        level's default."""
+        return self._last_switch(("-fvectorize", "-ftree-vectorize"), ("-fno-vectorize", "-fno-tree-vectorize"))
+
+    @property
+    def slp_vectorize(self) -> bool | None:
+        """``-fslp-vectorize`` / ``-fno-slp-vectorize`` (also ``-f[no-]tree-slp-vectorize``); None: the level's
+        default."""
+        return self._last_switch(("-fslp-vectorize", "-ftree-slp-vectorize"),
+                                 ("-fno-slp-vectorize", "-fno-tree-slp-vectorize"))
+
+    @property
+    def unroll_loops(self) -> bool | None:
+        """``-funroll-loops`` / ``-fno-unroll-loops``; None: the level's default."""
+        return self._last_switch(("-funroll-loops",), ("-fno-unroll-loops",))
+
     @property
     def is_nvptx(self) -> bool:
         return bool(self.target and self.target.startswith("nvptx"))

@@ -391,3 +391,44 @@ def test_lto_objects(enzcc):
     assert enzcc.run("./ab2").stdout.strip() == "6"
     enzcc("-flto", "-fno-lto", "-O1", "-c", "b.c", "-o", "n.o")  # the last of -flto / -fno-lto wins
     assert (enzcc.cwd / "n.o").read_bytes()[:4] == b"\x7fELF"
+
+
+GRAD_PAIRS = r"""
+extern int enzyme_dup;
+void __enzyme_autodiff(void *, ...);
+/* y0 = x0 x2, y1 = x1 x3: the reverse sweep's two pairs of updates (dx0, dx1) and (dx2, dx3) are SLP pairs */
+static void f(const double *restrict x, double *restrict y) { y[0] = x[0] * x[2]; y[1] = x[1] * x[3]; }
+void grad(const double *restrict x, double *restrict dx, double *restrict y, double *restrict dy) {
+  __enzyme_autodiff((void *)f, enzyme_dup, x, dx, enzyme_dup, y, dy);
+}
+"""
+
+
+def _packed(asm: str) -> list[str]:
+    return [line.split()[0] for line in asm.splitlines() if line.split()[:1] in (["mulpd"], ["addpd"])]
+
+
+def test_vectorizers_run_after_ad_as_clang_runs_them(enzcc):
+    """The optimization after AD runs LLVM's SLP vectorizer from -O2 on, as clang does (llvmlite's default
+    pipeline never does): the gradient's paired updates become packed SSE2 instructions. -O1 and
+    ``-fno-slp-vectorize`` leave them scalar; the gradient is the same."""
+    enzcc.write("g.c", GRAD_PAIRS)
+    target = ["-target", "x86_64-linux-gnu", "-march=x86-64"]
+    enzcc("-S", "-O2", *target, "g.c", "-o", "o2.s")
+    enzcc("-S", "-O1", *target, "g.c", "-o", "o1.s")
+    enzcc("-S", "-O2", *target, "-fno-slp-vectorize", "g.c", "-o", "noslp.s")
+    assert _packed((enzcc.cwd / "o2.s").read_text())
+    assert not _packed((enzcc.cwd / "o1.s").read_text())
+    assert not _packed((enzcc.cwd / "noslp.s").read_text())
+    enzcc.write("main.c", r"""#include <stdio.h>
+void grad(const double *x, double *dx, double *y, double *dy);
+int main(void) {
+  double x[4] = {1, 2, 3, 4}, dx[4] = {0}, y[2], dy[2] = {10, 100};
+  grad(x, dx, y, dy);
+  printf("%g %g %g %g %g %g\n", dx[0], dx[1], dx[2], dx[3], y[0], y[1]);
+  return 0;
+}
+""")
+    for flags in (["-O2"], ["-O2", "-fno-slp-vectorize"]):
+        enzcc(*flags, "g.c", "main.c", "-o", "g")
+        assert enzcc.run("./g").stdout == "30 400 10 200 3 8\n"

@@ -106,3 +106,17 @@ def test_ad_inline_option():
     assert parse_args(["--ad-inline", "all", "-c", "a.c"]).ad_inline == "all"
     with pytest.raises(EnzccError, match="--ad-inline: expected 'auto', 'all' or 'none', not 'some'"):
         parse_args(["--ad-inline=some", "a.c"])
+
+
+def test_vectorizer_and_unroller_switches():
+    """clang's -f[no-]vectorize, -f[no-]slp-vectorize and -f[no-]unroll-loops (the last one given wins) reach
+    enzcc's own pipeline; they still go to clang unchanged."""
+    inv = parse_args(["-O2", "a.c"])
+    assert (inv.loop_vectorize, inv.slp_vectorize, inv.unroll_loops) == (None, None, None)
+    inv = parse_args(["-O2", "-fno-vectorize", "-fno-slp-vectorize", "-fno-unroll-loops", "a.c"])
+    assert (inv.loop_vectorize, inv.slp_vectorize, inv.unroll_loops) == (False, False, False)
+    assert "-fno-slp-vectorize" in inv.compile_args
+    inv = parse_args(["-fno-tree-vectorize", "-ftree-vectorize", "-fno-slp-vectorize", "-fslp-vectorize",
+                      "-O1", "a.c"])
+    assert (inv.loop_vectorize, inv.slp_vectorize) == (True, True)
+    assert parse_args(["-fno-tree-slp-vectorize", "a.c"]).slp_vectorize is False

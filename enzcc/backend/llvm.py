@@ -152,17 +152,21 @@ def target_machine(triple: str, opt_level: int, cpu: str | None = None, features
 
 
 def optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, level: int, vectorize: bool = True,
-             unroll: bool = True) -> None:
-    """Run LLVM's default per-module pipeline at ``-O<level>`` (new pass manager); ``unroll=False``: no loop
-    unrolling at all (loops marked as fixed-point iterations must stay loops until AD)."""
+             unroll: bool = True, loop_vectorize: bool | None = None, slp_vectorize: bool | None = None) -> None:
+    """Run LLVM's default per-module pipeline at ``-O<level>`` (new pass manager). The vectorizers run as clang
+    runs them: loops and straight-line code (SLP) from -O2 on, unless ``loop_vectorize`` / ``slp_vectorize``
+    (``-f[no-]vectorize``, ``-f[no-]slp-vectorize``) say otherwise; ``vectorize=False``: neither.
+    ``unroll=False``: no loop unrolling at all (``-fno-unroll-loops``; loops marked as fixed-point iterations
+    must stay loops until AD)."""
     pto = llvm.create_pipeline_tuning_options(speed_level=max(0, min(level, 3)))
+    # llvmlite's defaults are LLVM's (loop vectorizer on at every level, SLP never); clang's are by level
+    pto.loop_vectorization = vectorize and (level >= 2 if loop_vectorize is None else loop_vectorize)
+    pto.slp_vectorization = vectorize and (level >= 2 if slp_vectorize is None else slp_vectorize)
     if not unroll:
         pto.loop_unrolling = False
     if not vectorize:
         # before AD: scalar loops; vectorization comes after AD. Loops of constant trip count are still fully
         # unrolled, but no runtime or partial unrolling (remainder loops would add control flow to reverse).
-        pto.loop_vectorization = False
-        pto.slp_vectorization = False
         no_partial_unrolling()
     pb = llvm.create_pass_builder(tm, pto)
     pb.getModulePassManager().run(mod, pb)

@@ -36,6 +36,17 @@ class PipelineOptions:
     """Target triple; defaults to the first module's."""
     cache: bool = True
     """Reuse (and store) the output of an identical earlier run (:mod:`enzcc.backend.cache`)."""
+    loop_vectorize: bool | None = None
+    """``-f[no-]vectorize``; None: as clang at ``opt_level`` (from -O2)."""
+    slp_vectorize: bool | None = None
+    """``-f[no-]slp-vectorize``; None: as clang at ``opt_level`` (from -O2)."""
+    unroll_loops: bool | None = None
+    """``-f[no-]unroll-loops``; None: as clang at ``opt_level``."""
+
+    def vectorizers(self) -> dict:
+        """The keyword arguments of :func:`enzcc.backend.llvm.optimize` these options set."""
+        return {"loop_vectorize": self.loop_vectorize, "slp_vectorize": self.slp_vectorize,
+                "unroll": self.unroll_loops is not False}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -166,7 +177,7 @@ def ad_stage(mod: llvm.ModuleRef, opts: PipelineOptions, where: str, tm=None) ->
             return mod, True
         # the next level differentiates the optimized derivative, as the first one did the optimized primal
         L.optimize(mod, tm or L.target_machine(mod.triple or L.llvm.get_default_triple(), opts.opt_level),
-                   opts.opt_level, vectorize=False)
+                   opts.opt_level, vectorize=False, unroll=opts.unroll_loops is not False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -214,7 +225,7 @@ def run_pipeline(mod: llvm.ModuleRef, opts: PipelineOptions, tm: llvm.TargetMach
         with TIMES.stage("ad", where):
             mod, changed = ad_stage(mod, opts, where, tm)
         with TIMES.stage("optimize", f"-O{opts.opt_level} after AD"):
-            L.optimize(mod, tm, opts.opt_level)
+            L.optimize(mod, tm, opts.opt_level, **opts.vectorizers())
         return split_blocks(mod, where) if changed else mod
     with TIMES.stage("optimize", f"-O{opts.opt_level}"):
         # before AD, keep loops scalar: vectorization comes in the run after AD; a loop marked by
@@ -222,12 +233,14 @@ def run_pipeline(mod: llvm.ModuleRef, opts: PipelineOptions, tm: llvm.TargetMach
         from enzcc.ad.outline import SET_FIXED_POINT
 
         marked = needs_ad and any(L.value_name(f).startswith(SET_FIXED_POINT) for f in mod.functions)
-        L.optimize(mod, tm, opts.opt_level, vectorize=not needs_ad, unroll=not marked)
+        before = opts.vectorizers()
+        before["unroll"] = before["unroll"] and not marked
+        L.optimize(mod, tm, opts.opt_level, vectorize=not needs_ad, **before)
     with TIMES.stage("ad", where):
         mod, changed = ad_stage(mod, opts, where, tm)
     if changed:
         with TIMES.stage("optimize", f"-O{opts.opt_level} after AD"):
-            L.optimize(mod, tm, opts.opt_level)
+            L.optimize(mod, tm, opts.opt_level, **opts.vectorizers())
         mod = split_blocks(mod, where)
     return mod
 
@@ -296,7 +309,8 @@ def _cache_parts(records, opts: PipelineOptions, kind: str, archives) -> list:
     """Everything the output depends on besides enzcc itself (see :func:`enzcc.backend.cache.make_key`)."""
     import llvmlite
 
-    parts = [kind, llvmlite.__version__, repr((opts.opt_level, opts.ad_mode, opts.ad_inline, opts.cpu, opts.triple)),
+    parts = [kind, llvmlite.__version__, repr((opts.opt_level, opts.ad_mode, opts.ad_inline, opts.cpu, opts.triple,
+                                                      opts.loop_vectorize, opts.slp_vectorize, opts.unroll_loops)),
              os.environ.get("ENZCC_SPILL_THRESHOLD", "")]
     for rec in [*records, *(r for _, recs in archives for r in recs)]:
         parts += [f"{rec.lang}:{rec.opt}:{rec.target}", rec.bitcode]
