@@ -86,7 +86,7 @@ def _differentiate_text(text: str, target_machine, inline: str) -> tuple[str, in
                            "call it", calls[0])
     requests = [parse_call(c, module) for c in calls if not (c.callee_name or "").startswith(BATCH)]
     prep_names: dict[str, str] = {}
-    todo = [(dc.fn, dc.mode == "forward") for dc in requests]
+    todo = [(dc.fn, dc.mode in ("forward", "forward-split")) for dc in requests]
     protected = hints_of(module).protected()
     seen = set()
     while todo:  # the functions asked for, and those their recursive calls reach (in forward mode only, or not)
@@ -259,6 +259,7 @@ def differentiate_module(module: Module, prepared: dict[str, str] | None = None)
     logic = DerivedFunctions(module, prepared)
     calls = ready_calls(module, _enzyme_calls(module))
     module.enzcc_active_globals = ActiveGlobals(module, prepared or {}, _context_functions(module, calls))
+    forward_split = _forward_split_keys(module, calls)
     for call in calls:
         if isinstance(call, Invoke):  # C++: the __enzyme_* declaration may throw, as far as clang knows
             call = invoke_to_call(call)
@@ -267,8 +268,10 @@ def differentiate_module(module: Module, prepared: dict[str, str] | None = None)
             continue
         mode = mode_of(call.callee_name)
         dc = parse_call(call, module)
-        if mode in ("augment", "reverse-split", "size"):
-            _replace_split_call(dc, logic)
+        if mode == "forward-split":
+            _replace_fwdsplit_call(dc, logic)
+        elif mode in ("augment", "reverse-split", "size"):
+            _replace_split_call(dc, logic, forward_split)
         else:
             _replace_call(dc, logic.for_call(dc))
     logic.cleanup()
@@ -289,19 +292,101 @@ def _context_functions(module, calls) -> set[str]:
     return out
 
 
-def _replace_split_call(dc, logic) -> None:
+def _forward_split_keys(module, calls) -> set:
+    """(function, activity) of each ``__enzyme_fwdsplit`` call: the ``__enzyme_augmentfwd`` and
+    ``__enzyme_augmentsize`` calls of the same function and activity make and measure its tape
+    (:mod:`enzcc.ad.fwdsplit`), which an ``__enzyme_reverse`` cannot read."""
+    from enzcc.ad.fwdsplit import activity_key
+
+    keys = set()
+    for call in calls:
+        if mode_of(call.callee_name) == "forward-split":
+            dc = parse_call(call, module)
+            keys.add((dc.fn.name, activity_key(dc)))
+    if keys:
+        for call in calls:
+            if mode_of(call.callee_name) == "reverse-split":
+                dc = parse_call(call, module)
+                if (dc.fn.name, activity_key(dc)) in keys:
+                    raise ad_error(f"the tape of __enzyme_augmentfwd of '{dc.fn.name}' goes to __enzyme_fwdsplit and to "
+                                   f"{call.callee_name} in this program (the same argument activity): enzcc's tape serves "
+                                   "one of them", call)
+    return keys
+
+
+def _replace_fwdsplit_call(dc, logic) -> None:
+    """``__enzyme_fwdsplit(f, args and tangents..., tape)``: the tangent half of ``f``'s forward derivative
+    (:mod:`enzcc.ad.fwdsplit`), reading the tape its ``__enzyme_augmentfwd`` wrote."""
+    from enzcc.ad.fwdsplit import activity_key
+
+    call = dc.call
+    if dc.width > 1:
+        raise ad_error(f"vector mode (enzyme_width) is not supported with {call.callee_name}", call)
+    split = logic.forward_split(dc, activity_key(dc))
+    D = split.tangent(buffer=dc.allocated is not None, nofree=dc.nofree)
+    if dc.allocated is not None:
+        _check_allocated(dc, logic, split.size, {(dc.fn.name, activity_key(dc))})
+    b = IRBuilder.before(call)
+    args = []
+    for spec in dc.args:
+        args.append(_convert(b, spec.primal, spec.param.type))
+        if spec.shadow is not None:
+            args.append(_convert(b, spec.shadow, spec.param.type))
+    zero_shadows(b, dc.fn.module, dc.fn.name)
+    r = b.call(D, args + [dc.tape])
+    _deliver(dc, b, None if isinstance(r.type, T.VoidType) else r, f"the tangent of '{dc.fn.name}' is")
+
+
+def _check_allocated(dc, logic, size: int, forward_split: set = frozenset()) -> None:
+    """``enzyme_allocated, N``: N bytes must hold the tape (a compile-time error otherwise). N may be what an
+    ``__enzyme_augmentsize`` call returns, which is then the size of the tape it names."""
+    given = dc.allocated
+    if dc.allocated_call is not None:
+        sdc = parse_call(dc.allocated_call, dc.fn.module)
+        given = _split_size(sdc, logic, forward_split)
+    if size > given:
+        raise ad_error(f"the tape of '{dc.fn.name}' needs {size} bytes, enzyme_allocated gives {given}", dc.call)
+
+
+def _split_size(dc, logic, forward_split: set) -> int:
+    """The bytes of the tape of the split call ``dc`` (whatever its mode): that of forward split mode for a
+    function and activity an ``__enzyme_fwdsplit`` continues, else that of ``__enzyme_reverse``."""
+    from enzcc.ad.api import DUP, DUPNONEED, OUT
+    from enzcc.ad.fwdsplit import activity_key
+
+    if (dc.fn.name, activity_key(dc)) in forward_split:
+        return logic.forward_split(dc, activity_key(dc)).size
+    kinds = tuple("dup" if s.kind in (DUP, DUPNONEED) else "out" if s.kind == OUT else "const" for s in dc.args)
+    logic.split_of_call(dc.call, dc.fn, kinds, dc.active_return, dc=dc)
+    return logic.split_makers[("split", dc.fn.name, kinds, dc.active_return)].frame_size
+
+
+def _replace_split_call(dc, logic, forward_split: set = frozenset()) -> None:
     """``__enzyme_augmentfwd`` / ``__enzyme_reverse`` / ``__enzyme_augmentsize``: the callee's augmented
     primal and reverse functions (:mod:`enzcc.ad.split`); the tape is the frame the augmented primal
-    returns, or the caller's buffer (``enzyme_allocated, N, enzyme_tape, buffer``)."""
+    returns, or the caller's buffer (``enzyme_allocated, N, enzyme_tape, buffer``). For a function and activity
+    that an ``__enzyme_fwdsplit`` continues (``forward_split``), the augmented primal of forward split mode."""
     from enzcc.ad.api import DUP, DUPNONEED, OUT
+    from enzcc.ad.fwdsplit import activity_key
     from enzcc.ad.split import buffer_variant
 
     call = dc.call
-    kinds = tuple("dup" if s.kind in (DUP, DUPNONEED) else "out" if s.kind == OUT else "const" for s in dc.args)
-    active = dc.active_return
-    key = ("split", dc.fn.name, kinds, active)
-    aug, rev = logic.split_of_call(call, dc.fn, kinds, active, dc=dc)
-    size = logic.split_makers[key].frame_size
+    fkey = activity_key(dc)
+    if dc.mode != "reverse-split" and (dc.fn.name, fkey) in forward_split:  # (its size: _split_size)
+        split = logic.forward_split(dc, fkey)
+        aug, size = split.augmented(buffer=False), split.size
+        if dc.allocated is not None and dc.mode == "augment":
+            aug = split.augmented(buffer=True)
+    else:
+        kinds = tuple("dup" if s.kind in (DUP, DUPNONEED) else "out" if s.kind == OUT else "const" for s in dc.args)
+        active = dc.active_return
+        key = ("split", dc.fn.name, kinds, active)
+        aug, rev = logic.split_of_call(call, dc.fn, kinds, active, dc=dc)
+        size = logic.split_makers[key].frame_size
+        if dc.allocated is not None and dc.mode != "size":
+            aug, rev, size = buffer_variant(logic, key)
+        elif dc.nofree and dc.mode == "reverse-split":
+            _, rev, _ = buffer_variant(logic, key)  # (the same frame, not freed)
     b = IRBuilder.before(call)
     if dc.mode == "size":
         if not isinstance(call.type, T.IntType):
@@ -310,10 +395,7 @@ def _replace_split_call(dc, logic) -> None:
         _erase_call(call)
         return
     if dc.allocated is not None:
-        aug, rev, size = buffer_variant(logic, key)
-        if size > dc.allocated:
-            raise ad_error(f"the tape of '{dc.fn.name}' needs {size} bytes, enzyme_allocated gives "
-                           f"{dc.allocated}", call)
+        _check_allocated(dc, logic, size, forward_split)
     args = [_convert(b, s.primal, s.param.type) for s in dc.args] + \
         [s.shadow for s in dc.args if s.kind in (DUP, DUPNONEED)]
     has_result = not isinstance(dc.fn.return_type, T.VoidType)

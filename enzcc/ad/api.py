@@ -23,9 +23,11 @@ FWDDIFF = "__enzyme_fwddiff"
 AUGMENTFWD = "__enzyme_augmentfwd"
 REVERSE = "__enzyme_reverse"
 AUGMENTSIZE = "__enzyme_augmentsize"
+FWDSPLIT = "__enzyme_fwdsplit"
 MARKERS = ("enzyme_dupnoneed", "enzyme_dup", "enzyme_const", "enzyme_out", "enzyme_dupv", "enzyme_dupnoneedv")
 #: markers about the whole call (split mode): name -> whether a value follows
-CALL_MARKERS = {"enzyme_tape": True, "enzyme_allocated": True, "enzyme_noret": False, "enzyme_primal_return": False,
+CALL_MARKERS = {"enzyme_tape": True, "enzyme_allocated": True, "enzyme_noret": False, "enzyme_nofree": False,
+                "enzyme_primal_return": False,
                 "enzyme_const_return": False, "enzyme_active_return": False, "enzyme_width": True,
                 "enzyme_context": True}
 
@@ -54,6 +56,8 @@ def mode_of(callee: str | None) -> str | None:
         return None
     if callee.startswith(FWDDIFF):
         return "forward"
+    if callee.startswith(FWDSPLIT):
+        return "forward-split"
     if callee.startswith(AUTODIFF):
         return "reverse"
     if callee.startswith(AUGMENTFWD):
@@ -142,10 +146,15 @@ class DiffCall:
     """Split mode: the tape ``__enzyme_reverse`` is given, or the buffer of ``enzyme_tape``."""
     allocated: int | None = None
     """Split mode: the bytes of the caller's tape buffer (``enzyme_allocated, N``)."""
+    allocated_call: Call | None = None
+    """``enzyme_allocated, __enzyme_augmentsize(...)``: that call (its size is known when it is lowered)."""
     d_ret: Value | None = None
     """``__enzyme_reverse``: the adjoint of the result."""
     noret: bool = False
     """``enzyme_noret``: ``__enzyme_augmentfwd`` does not return the result."""
+    nofree: bool = False
+    """``enzyme_nofree``: ``__enzyme_reverse`` / ``__enzyme_fwdsplit`` leave the tape for the caller to free (with
+    ``__enzyme_fwdsplit``: one tape serves several tangents)."""
     primal_return: bool = False
     """``enzyme_primal_return``: ``__enzyme_fwddiff`` returns ``{result, tangent}``, ``__enzyme_autodiff``
     ``{result, derivatives of the enzyme_out arguments...}``."""
@@ -173,7 +182,8 @@ def parse_call(call: Call, module) -> DiffCall:
     mode = mode_of(callee)
     if mode is None:
         raise ad_error(f"{callee.split('.')[0]} is not supported by enzcc (known: __enzyme_autodiff, "
-                       "__enzyme_fwddiff, __enzyme_augmentfwd, __enzyme_reverse, __enzyme_augmentsize, "
+                       "__enzyme_fwddiff, __enzyme_augmentfwd, __enzyme_reverse, __enzyme_fwdsplit, "
+                       "__enzyme_augmentsize, "
                        "__enzyme_batch)", call)
     args = list(call.args)
     sret = None
@@ -199,6 +209,7 @@ def parse_call(call: Call, module) -> DiffCall:
         return _parse_size(call, fn, rest, extra)
     specs: list[ArgSpec] = []
     pos = 0
+    forwardish = mode in ("forward", "forward-split")  # (a float is passed with its tangent)
 
     def take(what: str, param: Argument) -> Value:
         nonlocal pos
@@ -265,22 +276,22 @@ def parse_call(call: Call, module) -> DiffCall:
                 kind = CONST if nxt is not None and not isinstance(nxt.type, T.PointerType) and \
                     _integer_memory(param) else DUP
             elif is_float(param.type):
-                kind = DUP if mode == "forward" else OUT
+                kind = DUP if forwardish else OUT
             else:
                 kind = CONST
         value = _coerce(value, param, call, fn, callee)
         shadow = None
         if kind == OUT:
-            if mode == "forward":
+            if forwardish:
                 raise ad_error(f"enzyme_out is not allowed with {callee} (forward mode passes value and "
                                f"tangent: use enzyme_dup) for parameter {param.index + 1} of '{fn.name}'", call)
             if not is_float(param.type):
                 raise ad_error(f"enzyme_out parameter {param.index + 1} of '{fn.name}' must be a floating-point "
                                f"value, not {param.type}", call)
         elif kind in (DUP, DUPNONEED):
-            if not isinstance(param.type, T.PointerType) and not (mode == "forward" and is_float(param.type)):
+            if not isinstance(param.type, T.PointerType) and not (forwardish and is_float(param.type)):
                 raise ad_error(f"enzyme_{kind} parameter {param.index + 1} of '{fn.name}' must be a pointer"
-                               f"{' or a floating-point value' if mode == 'forward' else ''}, not {param.type} "
+                               f"{' or a floating-point value' if forwardish else ''}, not {param.type} "
                                f"(use enzyme_out or enzyme_const)", call)
             lanes = []
             for lane in range(1 if stride is not None else width):
@@ -293,8 +304,8 @@ def parse_call(call: Call, module) -> DiffCall:
             shadow = lanes[0]
         specs.append(ArgSpec(param, kind, value, shadow, lanes if shadow is not None else [], stride))
     dc = DiffCall(call, mode, fn, specs, sret, **extra)
-    if mode == "reverse-split":
-        if dc.active_return:
+    if mode in ("reverse-split", "forward-split"):
+        if mode == "reverse-split" and dc.active_return:
             if pos >= len(rest):
                 raise ad_error(f"{callee} for '{fn.name}' needs the adjoint of the result after the arguments",
                                call)
@@ -347,9 +358,9 @@ def _call_markers(rest: list, mode: str, call, callee: str) -> dict:
         elif (name in ("enzyme_const_return", "enzyme_active_return") and mode == "reverse") or \
                 (name == "enzyme_noret" and mode in ("reverse", "forward")):
             pass  # (enzyme_noret: the result is not returned, already the default of these two)
-        elif mode not in ("augment", "reverse-split", "size"):
-            raise ad_error(f"{name} is only for split mode (__enzyme_augmentfwd, __enzyme_reverse), not {callee}",
-                           call)
+        elif mode not in ("augment", "reverse-split", "forward-split", "size"):
+            raise ad_error(f"{name} is only for split mode (__enzyme_augmentfwd, __enzyme_reverse, __enzyme_fwdsplit), "
+                           f"not {callee}", call)
         value = None
         if CALL_MARKERS[name]:
             if i + 1 >= len(rest):
@@ -361,9 +372,14 @@ def _call_markers(rest: list, mode: str, call, callee: str) -> dict:
                 raise ad_error(f"enzyme_tape must be followed by a pointer to the tape buffer in {callee}", call)
             out["tape"] = value
         elif name == "enzyme_allocated":
-            if not isinstance(value, ConstantInt):
-                raise ad_error(f"enzyme_allocated must be followed by a constant number of bytes in {callee}", call)
-            out["allocated"] = value.value
+            size_call = _augmentsize_call(value)
+            if size_call is not None:  # (what __enzyme_augmentsize gives: its size, once it is known)
+                out["allocated"], out["allocated_call"] = 0, size_call
+            elif not isinstance(value, ConstantInt):
+                raise ad_error(f"enzyme_allocated must be followed by a constant number of bytes (or what "
+                               f"__enzyme_augmentsize returns) in {callee}", call)
+            else:
+                out["allocated"] = value.value
         elif name == "enzyme_width":
             if not isinstance(value, ConstantInt) or value.value < 1:
                 raise ad_error(f"enzyme_width must be followed by a constant number of lanes (1 or more) in {callee}",
@@ -376,11 +392,20 @@ def _call_markers(rest: list, mode: str, call, callee: str) -> dict:
             out["context"] = value
         elif name == "enzyme_noret":
             out["noret"] = True
+        elif name == "enzyme_nofree":
+            out["nofree"] = True
         elif name == "enzyme_primal_return":
             out["primal_return"] = True
         else:
             out["return_kind"] = "const" if name == "enzyme_const_return" else "active"
     return out
+
+
+def _augmentsize_call(value: Value) -> Call | None:
+    """The ``__enzyme_augmentsize`` call ``value`` is (through integer casts), else None."""
+    while isinstance(value, Cast) and value.opcode in ("sext", "zext", "trunc"):
+        value = value.value
+    return value if isinstance(value, Call) and (value.callee_name or "").startswith(AUGMENTSIZE) else None
 
 
 def _parse_size(call, fn, rest: list, extra: dict) -> DiffCall:

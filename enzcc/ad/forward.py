@@ -92,6 +92,14 @@ class ForwardMode:
         self.memtypes = memory_types_for(self.dc, G, self.primal_args)
         # the primal instructions, before any tangent code: each lane adds its own tangent code next to them
         primal = [(block, list(block.instructions)) for block in reverse_post_order(G)]
+        self.primal_instructions = [i for _, insts in primal for i in insts]
+        """The instructions of the primal computation (everything else in G is tangent code): forward split mode
+        (:mod:`enzcc.ad.fwdsplit`) cuts G along them."""
+        self.primal_callees = {id(i): i.callee_name for i in self.primal_instructions if isinstance(i, Call)}
+        """Each call's callee (a call to a function that is not inlined is replaced by its derivative's)."""
+        self.primal_returns = {id(i): (i.operands[0] if i.operands else None)
+                               for i in self.primal_instructions if isinstance(i, Ret)}
+        """Each ``ret``'s primal result (the tangent replaces it)."""
         self.lane_returns = []
         for lane in range(self.width):
             self.tangents = {}

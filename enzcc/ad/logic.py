@@ -110,6 +110,18 @@ class DerivedFunctions:
         return pair
 
 
+    def forward_split(self, dc: DiffCall, key: tuple[str, ...]):
+        """``dc.fn``'s forward derivative for activity ``key``, cut into the augmented primal and the tangent
+        halves of forward split mode (:class:`enzcc.ad.fwdsplit.ForwardSplit`)."""
+        from enzcc.ad.fwdsplit import ForwardSplit
+
+        ckey = ("forward-split", dc.fn.name, key)
+        split = self.cache.get(ckey)
+        if split is None:
+            split = self.cache[ckey] = ForwardSplit(self, dc, key)
+        return split
+
+
 def _call_site(call, callee, kinds, mode: str, args=None, width: int = 1) -> DiffCall:
     """A :class:`DiffCall` describing a call inside differentiated code (its arguments, or ``args``, are the
     primal values at the call; the memory types at the call site type the callee's memory)."""

@@ -70,14 +70,7 @@ class Tape:
         return round_function(self.module, name, ftype, body)
 
     def _abort_if_null(self, fn: Function, b: IRBuilder, p: Value, name: str) -> IRBuilder:
-        """At ``b``: abort when the allocation ``p`` failed; returns a builder at the end of the block where it did
-        not (named ``name``)."""
-        fail, good = fn.append_block("fail"), fn.append_block(name)
-        b.cond_br(b.icmp("eq", p, ConstantNull(T.ptr)), fail, good)
-        f = IRBuilder.at_end(fail)
-        f.call(self._libc("abort", T.FunctionType(T.void, ())), [])
-        f.unreachable()
-        return IRBuilder.at_end(good)
+        return _abort_if_null(self.module, fn, b, p, name)
 
     def _libc(self, name: str, ftype: T.FunctionType) -> Function:
         return self.module.get_or_insert_function(name, ftype)
@@ -85,34 +78,7 @@ class Tape:
     def reserve_fn(self) -> Function:
         if getattr(self.module, "enzcc_chunked_tape", False):
             return self._chunk_reserve_fn()
-
-        def body(fn):
-            s, n = fn.args
-            entry, grow, ok = fn.append_block("entry"), fn.append_block("grow"), fn.append_block("ok")
-            b = IRBuilder.at_end(entry)
-            used_p = b.struct_gep(STATE, s, 1)
-            cap_p = b.struct_gep(STATE, s, 2)
-            used = _counter(b.load(T.i64, used_p))
-            new = b.add(used, n)
-            cap = _counter(b.load(T.i64, cap_p))
-            b.cond_br(b.icmp("ugt", new, cap), grow, ok)
-            g = IRBuilder.at_end(grow)
-            doubled = g.shl(cap, 1)
-            want = g.select(g.icmp("ugt", new, doubled), new, doubled)
-            want = g.select(g.icmp("ult", want, ConstantInt(T.i64, 4096)), ConstantInt(T.i64, 4096), want)
-            buf = g.load(T.ptr, s)
-            realloc = self._libc("realloc", T.FunctionType(T.ptr, (T.ptr, T.i64)))
-            nb = g.call(realloc, [buf, want])
-            gs = self._abort_if_null(fn, g, nb, "stored")
-            gs.store(nb, s)
-            _counter(gs.store(want, cap_p))
-            gs.br(ok)
-            o = IRBuilder.at_end(ok)
-            cur = o.load(T.ptr, s)
-            p = o.gep(T.i8, cur, [used])
-            _counter(o.store(new, used_p))
-            o.ret(p)
-        return self._helper("__enzcc_tape_reserve", T.FunctionType(T.ptr, (T.ptr, T.i64)), body)
+        return reserve_helper(self.module)
 
     def pop_fn(self) -> Function:
         if getattr(self.module, "enzcc_chunked_tape", False):
@@ -312,6 +278,53 @@ class Tape:
                          lambda k: k.store(cap, buf))  # (the next take finds the capacity at the start)
         return self._helper("__enzcc_tape_release", T.FunctionType(T.void, (T.ptr,)), body)
 
+
+
+def reserve_helper(module) -> Function:
+    """``reserve(state, n) -> ptr``: ``n`` more bytes at the end of the growing buffer of ``state``
+    (``{ptr, i64 used, i64 capacity}``), reallocated (doubled, at least 4 KiB) when they do not fit; aborts
+    when memory runs out."""
+    def libc(name: str, ftype: T.FunctionType) -> Function:
+        return module.get_or_insert_function(name, ftype)
+
+    def body(fn):
+        s, n = fn.args
+        entry, grow, ok = fn.append_block("entry"), fn.append_block("grow"), fn.append_block("ok")
+        b = IRBuilder.at_end(entry)
+        used_p = b.struct_gep(STATE, s, 1)
+        cap_p = b.struct_gep(STATE, s, 2)
+        used = _counter(b.load(T.i64, used_p))
+        new = b.add(used, n)
+        cap = _counter(b.load(T.i64, cap_p))
+        b.cond_br(b.icmp("ugt", new, cap), grow, ok)
+        g = IRBuilder.at_end(grow)
+        doubled = g.shl(cap, 1)
+        want = g.select(g.icmp("ugt", new, doubled), new, doubled)
+        want = g.select(g.icmp("ult", want, ConstantInt(T.i64, 4096)), ConstantInt(T.i64, 4096), want)
+        buf = g.load(T.ptr, s)
+        realloc = libc("realloc", T.FunctionType(T.ptr, (T.ptr, T.i64)))
+        nb = g.call(realloc, [buf, want])
+        gs = _abort_if_null(module, fn, g, nb, "stored")
+        gs.store(nb, s)
+        _counter(gs.store(want, cap_p))
+        gs.br(ok)
+        o = IRBuilder.at_end(ok)
+        cur = o.load(T.ptr, s)
+        p = o.gep(T.i8, cur, [used])
+        _counter(o.store(new, used_p))
+        o.ret(p)
+    return round_function(module, "__enzcc_tape_reserve", T.FunctionType(T.ptr, (T.ptr, T.i64)), body)
+
+
+def _abort_if_null(module, fn: Function, b: IRBuilder, p: Value, name: str) -> IRBuilder:
+    """At ``b``: abort when the allocation ``p`` failed; returns a builder at the end of the block where it did
+    not (named ``name``)."""
+    fail, good = fn.append_block("fail"), fn.append_block(name)
+    b.cond_br(b.icmp("eq", p, ConstantNull(T.ptr)), fail, good)
+    f = IRBuilder.at_end(fail)
+    f.call(module.get_or_insert_function("abort", T.FunctionType(T.void, ())), [])
+    f.unreachable()
+    return IRBuilder.at_end(good)
 
 def keep_or_free(fn: Function, b: IRBuilder, spare: Value, buf: Value, size: Value, free: Function,
                  before_keeping=None) -> None:

@@ -10,8 +10,10 @@ from enzcc.tools import find_tool, run
 
 #: Enzyme's function attributes. clang-22 does not know them and would drop them with a warning; as macros they
 #: become ``annotate`` attributes, which reach the IR in ``@llvm.global.annotations`` (read by enzcc.ad.hints,
-#: which refuses those it does not implement).
-ENZYME_ATTRIBUTES = ("enzyme_inactive", "enzyme_inactive_noblock", "enzyme_nofree", "enzyme_notypeanalysis",
+#: which refuses those it does not implement). Not ``enzyme_nofree``: that is also the name of a marker global
+#: programs declare (``int enzyme_nofree;``, split mode), and as an attribute a promise enzcc does not need
+#: (clang warns that it ignores it).
+ENZYME_ATTRIBUTES = ("enzyme_inactive", "enzyme_inactive_noblock", "enzyme_notypeanalysis",
                      "enzyme_no_escaping_allocation", "enzyme_sparse_accumulate")
 ATTRIBUTE_DEFINES = [f'-D{a}=annotate("{a}")' for a in ENZYME_ATTRIBUTES] + \
     ['-Denzyme_function_like(name)=annotate("enzyme_function_like=" name)',
