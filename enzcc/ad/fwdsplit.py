@@ -98,8 +98,8 @@ class ForwardSplit:
             if isinstance(inst, Invoke):
                 raise ad_error(f"{what}: an invoke (a call that may throw) in '{self.fn.name}' is not supported in "
                                "forward split mode", inst, fn=self.G)
-            if isinstance(inst, Call):
-                self._check_call(dc, inst.callee_name, inst, id(inst) in self.primal)
+            if isinstance(inst, Call) and id(inst) not in self.primal:  # (a primal call left as it was carries no
+                self._check_call(dc, inst.callee_name, inst, False)       # derivative: the tangent half drops it)
 
     def _check_call(self, dc: DiffCall, name: str | None, inst, primal: bool) -> None:
         """A call (to ``name``) that forward split mode cannot cut: one that is not inlined, or tangent code that

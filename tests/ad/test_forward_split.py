@@ -207,3 +207,29 @@ def test_reverse_with_enzyme_nofree_leaves_the_tape(enzcc, opt):
     v = build_and_run(enzcc, REVERSE_NOFREE, opt)
     assert v["dx"] == pytest.approx(2 * math.cos(1.0), rel=1e-12)
     assert v["da"] == pytest.approx(0.5 * math.cos(1.0), rel=1e-12)
+
+
+LOGGED = r"""
+extern int enzyme_const;
+typedef struct { void *tape; double y; } aug_t;
+aug_t __enzyme_augmentfwd(void *, ...);
+double __enzyme_fwdsplit(void *, ...);
+int logged;
+__attribute__((noinline)) void log_value(double v) { logged++; }
+void *__enzyme_inactivefn[] = {(void *)log_value};
+double f(double x) { double y = x * x * x; log_value(y); return y; }
+int main(void) {
+  aug_t t = __enzyme_augmentfwd((void *)f, 2.0);
+  report("y", t.y);
+  report("t", __enzyme_fwdsplit((void *)f, 2.0, 1.0, t.tape));
+  report("logged", logged);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O2"])
+def test_the_tangent_half_does_not_run_primal_calls(enzcc, opt):
+    """A call without derivative (an inactive function) runs in the augmented primal only."""
+    v = build_and_run(enzcc, LOGGED, opt)
+    assert (v["y"], v["t"], v["logged"]) == (8, 12, 1)
