@@ -351,14 +351,22 @@ def _check_allocated(dc, logic, size: int, forward_split: set = frozenset()) -> 
 def _split_size(dc, logic, forward_split: set) -> int:
     """The bytes of the tape of the split call ``dc`` (whatever its mode): that of forward split mode for a
     function and activity an ``__enzyme_fwdsplit`` continues, else that of ``__enzyme_reverse``."""
-    from enzcc.ad.api import DUP, DUPNONEED, OUT
     from enzcc.ad.fwdsplit import activity_key
 
     if (dc.fn.name, activity_key(dc)) in forward_split:
         return logic.forward_split(dc, activity_key(dc)).size
+    return _reverse_split(dc, logic)[3]
+
+
+def _reverse_split(dc, logic):
+    """(key, augmented primal, reverse, tape bytes) of the split call ``dc`` in reverse split mode
+    (:mod:`enzcc.ad.split`)."""
+    from enzcc.ad.api import DUP, DUPNONEED, OUT
+
     kinds = tuple("dup" if s.kind in (DUP, DUPNONEED) else "out" if s.kind == OUT else "const" for s in dc.args)
-    logic.split_of_call(dc.call, dc.fn, kinds, dc.active_return, dc=dc)
-    return logic.split_makers[("split", dc.fn.name, kinds, dc.active_return)].frame_size
+    key = ("split", dc.fn.name, kinds, dc.active_return)
+    aug, rev = logic.split_of_call(dc.call, dc.fn, kinds, dc.active_return, dc=dc)
+    return key, aug, rev, logic.split_makers[key].frame_size
 
 
 def _replace_split_call(dc, logic, forward_split: set = frozenset()) -> None:
@@ -366,7 +374,7 @@ def _replace_split_call(dc, logic, forward_split: set = frozenset()) -> None:
     primal and reverse functions (:mod:`enzcc.ad.split`); the tape is the frame the augmented primal
     returns, or the caller's buffer (``enzyme_allocated, N, enzyme_tape, buffer``). For a function and activity
     that an ``__enzyme_fwdsplit`` continues (``forward_split``), the augmented primal of forward split mode."""
-    from enzcc.ad.api import DUP, DUPNONEED, OUT
+    from enzcc.ad.api import DUP, DUPNONEED
     from enzcc.ad.fwdsplit import activity_key
     from enzcc.ad.split import buffer_variant
 
@@ -378,11 +386,7 @@ def _replace_split_call(dc, logic, forward_split: set = frozenset()) -> None:
         if dc.allocated is not None and dc.mode == "augment":
             aug = split.augmented(buffer=True)
     else:
-        kinds = tuple("dup" if s.kind in (DUP, DUPNONEED) else "out" if s.kind == OUT else "const" for s in dc.args)
-        active = dc.active_return
-        key = ("split", dc.fn.name, kinds, active)
-        aug, rev = logic.split_of_call(call, dc.fn, kinds, active, dc=dc)
-        size = logic.split_makers[key].frame_size
+        key, aug, rev, size = _reverse_split(dc, logic)
         if dc.allocated is not None and dc.mode != "size":
             aug, rev, size = buffer_variant(logic, key)
         elif dc.nofree and dc.mode == "reverse-split":
@@ -412,7 +416,7 @@ def _replace_split_call(dc, logic, forward_split: set = frozenset()) -> None:
             value = b.insert_value(b.insert_value(IRBuilder.poison(r.type), parts[0], [0]), parts[1], [1])
         _deliver(dc, b, value, "its augmented primal returns")
     else:
-        extra = [_convert(b, dc.d_ret, dc.fn.return_type)] if active else []
+        extra = [_convert(b, dc.d_ret, dc.fn.return_type)] if dc.active_return else []
         r = b.call(rev, args + extra + [dc.tape])
         _deliver(dc, b, None if isinstance(r.type, T.VoidType) else r, f"differentiating '{dc.fn.name}' gives")
 

@@ -337,51 +337,14 @@ def _replace_ret(ret: Ret, value) -> None:
 
 
 def _blocks_in_cycles(fn: Function) -> set[int]:
-    """The blocks that can be reached again from themselves (Tarjan's strongly connected components)."""
-    index: dict[int, int] = {}
-    low: dict[int, int] = {}
-    stack, on_stack, out = [], set(), set()
-    counter = [0]
+    """The blocks that can be reached again from themselves (strongly connected components, as
+    :mod:`enzcc.ad.reducible` finds them)."""
+    from enzcc.ad.reducible import _components
 
-    def visit(root):
-        work = [(root, iter(root.successors))]
-        index[id(root)] = low[id(root)] = counter[0]
-        counter[0] += 1
-        stack.append(root)
-        on_stack.add(id(root))
-        while work:
-            block, it = work[-1]
-            advanced = False
-            for s in it:
-                if id(s) not in index:
-                    index[id(s)] = low[id(s)] = counter[0]
-                    counter[0] += 1
-                    stack.append(s)
-                    on_stack.add(id(s))
-                    work.append((s, iter(s.successors)))
-                    advanced = True
-                    break
-                if id(s) in on_stack:
-                    low[id(block)] = min(low[id(block)], index[id(s)])
-            if advanced:
-                continue
-            work.pop()
-            if work:
-                low[id(work[-1][0])] = min(low[id(work[-1][0])], low[id(block)])
-            if low[id(block)] == index[id(block)]:
-                component = []
-                while True:
-                    x = stack.pop()
-                    on_stack.discard(id(x))
-                    component.append(x)
-                    if x is block:
-                        break
-                if len(component) > 1 or block in block.successors:
-                    out.update(id(x) for x in component)
-
-    for block in fn.blocks:
-        if id(block) not in index:
-            visit(block)
+    out: set[int] = set()
+    for comp in _components(fn.blocks, {id(b) for b in fn.blocks}, set()):
+        if len(comp) > 1 or comp[0] in comp[0].successors:
+            out.update(id(b) for b in comp)
     return out
 
 
