@@ -33,7 +33,7 @@ from enzcc.ad.api import CONST, DUP, ArgSpec, DiffCall
 from enzcc.ad.emit import fail_at_run_time
 from enzcc.ad.errors import ad_error
 from enzcc.ad.prepare import derivative_attributes
-from enzcc.ad.tape import STATE, reserve_helper, slot_size
+from enzcc.ad.tape import STATE, reserve_helper, slot_size, store_state
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.clone import clone_blocks
@@ -69,7 +69,7 @@ class ForwardSplit:
         if getattr(module, "enzcc_chunked_tape", False):
             raise ad_error(f"{dc.call.callee_name} in code that is differentiated again (nested AD) is not "
                            "supported", dc.call)
-        self.logic, self.module, self.fn, self.key = logic, module, dc.fn, key
+        self.module, self.fn, self.key = module, dc.fn, key
         specs = [ArgSpec(s.param, CONST if k == "const" else DUP, s.primal) for s, k in zip(dc.args, key)]
         maker = ForwardMode(DiffCall(dc.call, "forward", dc.fn, specs), module, logic.body_of(dc.fn), logic=logic)
         G = self.G = maker.G
@@ -188,7 +188,7 @@ class ForwardSplit:
                 vmap[a] = IRBuilder.poison(a.type)
         clone_blocks(G.blocks, A, vmap)
         primal = {id(vmap[i]) for i in G.instructions() if id(i) in self.primal}
-        for inst in list(A.instructions()):  # the tangent code goes (its users first)
+        for inst in A.instructions():  # (every return is the primal's)
             if id(inst) not in primal and isinstance(inst, Ret):
                 raise ad_error("internal error: a return outside the primal code (forward split mode)", inst, fn=A)
         for g_ret, value in ((i, self.primal_returns[id(i)]) for i in G.instructions() if id(i) in self.primal_returns):
@@ -206,8 +206,7 @@ class ForwardSplit:
             frame = b.call(malloc, [ConstantInt(T.i64, self.size)])
         b.store(ConstantInt(T.i64, self.tag), b.struct_gep(self.frame_type, frame, TAG))
         state = b.struct_gep(self.frame_type, frame, GROWING)
-        for field, value in enumerate((ConstantNull(T.ptr), ConstantInt(T.i64, 0), ConstantInt(T.i64, 0))):
-            b.store(value, b.struct_gep(STATE, state, field))
+        store_state(b, state, ConstantNull(T.ptr), ConstantInt(T.i64, 0))
         anchors = _first_non_phis(A)
         for value, block, slot in self.needed:
             v = vmap[value]

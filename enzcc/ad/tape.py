@@ -59,7 +59,7 @@ class Tape:
         self.state = b.alloca(STATE, in_entry=True)
         first = next(i for i in fn.entry_block.instructions if i.opcode != "alloca")
         fb = IRBuilder.before(first)
-        self._init = _store_state(fb, self.state, ConstantNull(T.ptr), ConstantInt(T.i64, 0))
+        self._init = store_state(fb, self.state, ConstantNull(T.ptr), ConstantInt(T.i64, 0))
         self._frees: list = []
         self.used = False
         """Some record is pushed: see :meth:`finish`."""
@@ -259,10 +259,10 @@ class Tape:
             p = b.atomic_rmw("xchg", self._spare(), ConstantNull(T.ptr), "acq_rel", align=8)
             b.cond_br(b.icmp("eq", p, ConstantNull(T.ptr)), empty, got)
             g = IRBuilder.at_end(got)
-            _store_state(g, s, p, g.load(T.i64, p))
+            store_state(g, s, p, g.load(T.i64, p))
             g.ret_void()
             e = IRBuilder.at_end(empty)
-            _store_state(e, s, ConstantNull(T.ptr), ConstantInt(T.i64, 0))
+            store_state(e, s, ConstantNull(T.ptr), ConstantInt(T.i64, 0))
             e.ret_void()
         return self._helper("__enzcc_tape_take", T.FunctionType(T.void, (T.ptr,)), body)
 
@@ -348,7 +348,7 @@ def keep_or_free(fn: Function, b: IRBuilder, spare: Value, buf: Value, size: Val
     IRBuilder.at_end(done).ret_void()
 
 
-def _store_state(b: IRBuilder, state: Value, buf: Value, capacity: Value) -> list:
+def store_state(b: IRBuilder, state: Value, buf: Value, capacity: Value) -> list:
     """Start a state on ``buf`` of ``capacity`` bytes, none used; returns the instructions."""
     out = []
     for field, value in enumerate((buf, ConstantInt(T.i64, 0), capacity)):

@@ -177,7 +177,7 @@ def ad_stage(mod: llvm.ModuleRef, opts: PipelineOptions, where: str, tm=None) ->
             return mod, True
         # the next level differentiates the optimized derivative, as the first one did the optimized primal
         L.optimize(mod, tm or L.target_machine(mod.triple or L.llvm.get_default_triple(), opts.opt_level),
-                   opts.opt_level, vectorize=False, unroll=opts.unroll_loops is not False)
+                   opts.opt_level, vectorize=False, unroll=opts.vectorizers()["unroll"])
 
 
 # ---------------------------------------------------------------------------------------------
