@@ -312,6 +312,10 @@ class AdjointGenerator:
                         not any(act.is_active_ptr(a) or act.is_active(a) for a in inst.args) and \
                         not act.reaches_active_globals(inst):
                     continue  # no derivative flows through it: the primal call stays
+                if inst.callee_name in hints_of(self.module).splitderivative:
+                    raise ad_error(f"'{inst.callee_name}' has only a forward split mode derivative registered "
+                                   "(__enzyme_register_splitderivative_*); register a gradient "
+                                   "(__enzyme_register_gradient_*) to differentiate this call in reverse mode", inst)
                 check_call_signature(inst, act)
                 if self.width > 1 and OUT in kinds:
                     k = kinds.index(OUT)

@@ -15,6 +15,13 @@ result and the result is used, the forward code calls ``f`` itself for it. ``f_r
 derivatives of ``f``'s float parameters in order (one value, a struct of them, or void). The user's
 ``f_rev`` frees the tape if it allocated one.
 
+``__enzyme_register_splitderivative_f = {f, f_aug, f_err}`` (forward split mode): ``f_aug`` takes the
+parameters of the reverse-mode convention above and returns its tape with the result, read in the same way
+(``{tape, result, shadow}`` in Enzyme's tests); ``f_err`` takes the parameters of the forward-mode convention,
+then the tape when ``f_aug`` returns one, and returns ``{result, tangent}`` (void for a void ``f``). The
+augmented primal calls ``f_aug`` and keeps its tape on its own; the tangent calls ``f_err`` with it (enzcc never frees
+that tape: with ``enzyme_nofree`` one tape serves several tangents). Pointers into memory with derivatives are not supported as arguments (the augmented primal has no shadows to pass).
+
 Signatures are those of the LLVM functions (after the C ABI lowered them); a mismatch is a one-line error.
 """
 
@@ -85,6 +92,69 @@ def forward_call(mode, inst) -> None:
                            "derivatives of such functions are not supported", inst)
         inst.replace_all_uses_with(primal)
     inst.erase()
+
+
+def split_forward_call(mode, inst) -> tuple[list, object]:
+    """Forward split mode: replace the call ``inst`` (in ``mode``'s function, :mod:`enzcc.ad.fwdsplit` cuts it)
+    by a call to the registered augmented primal, whose results are primal values, and a call to the registered
+    tangent, which is tangent code. Returns the new primal instructions, in order."""
+    from enzcc.ad.hints import hints_of
+
+    module = mode.module
+    aug_name, err_name = hints_of(module).splitderivative[inst.callee_name]
+    aug, err = module.functions[aug_name], module.functions[err_name]
+    prefix_types, prefix, expected, args = [], [], [], []
+    for a in inst.args:
+        _supported_param(inst, a.type)
+        if isinstance(a.type, T.PointerType) and mode.activity.is_active_ptr(a):
+            raise ad_error(f"'{inst.callee_name}' with a pointer into memory with derivatives as an argument: "
+                           "registered split-mode derivatives of such calls are not supported", inst)
+        prefix_types.append(a.type)
+        prefix.append(a)
+        if not _is_float(a.type):  # (the reverse-mode convention: the value again, as it has no shadow)
+            prefix_types.append(a.type)
+            prefix.append(a)
+        expected += [a.type, a.type]
+        args += [a, mode._t(a) if _is_float(a.type) else
+                 ConstantNull(T.ptr) if isinstance(a.type, T.PointerType) else a]
+    _check_params(inst, "augmented forward function", aug, prefix_types)
+    rty = inst.type
+    if isinstance(rty, T.PointerType) and mode.activity.is_active_ptr(inst):
+        raise ad_error(f"'{inst.callee_name}' returns a pointer into memory with derivatives; registered "
+                       "derivatives of such functions are not supported", inst)
+    b = IRBuilder.before(inst)
+    new = b.call(aug, prefix)
+    made = [new]
+    tape, result = _read_augmented(inst, aug, new, b)
+    made += [v for v in (tape, result) if v is not None and v is not new]
+    if result is None and inst.has_uses():
+        raise ad_error(f"the augmented forward function '{aug.name}' registered for '{inst.callee_name}' returns "
+                       f"no result ({aug.return_type}); forward split mode needs {{tape, result}}", inst)
+    if result is not None and result.type != rty:
+        raise ad_error(f"the augmented forward function '{aug.name}' registered for '{inst.callee_name}' returns "
+                       f"the result as {result.type}, not {rty}", inst)
+    params = list(err.function_type.params)
+    if len(params) == len(expected) + 1 and tape is None:
+        raise ad_error(f"the tangent function '{err.name}' registered for '{inst.callee_name}' takes a tape, but "
+                       f"'{aug.name}' returns none", inst)
+    has_tape = tape is not None and len(params) != len(expected)
+    _check_params(inst, "tangent function", err, expected + ([tape.type] if has_tape else []))
+    want = T.void if isinstance(rty, T.VoidType) else T.StructType((rty, rty))
+    if err.return_type != want:
+        raise ad_error(f"the tangent function '{err.name}' registered for '{inst.callee_name}' returns "
+                       f"{err.return_type}; Enzyme's convention needs {want} ({{result, tangent}})", inst)
+    if result is not None:
+        if _is_float(rty) and mode.activity.is_active(inst):
+            act = mode.activity
+            act._mark(act.varied, result)
+            act._mark(act.useful, result)
+        inst.replace_all_uses_with(result)
+    inst.erase()
+    tb = IRBuilder.after(made[-1])
+    got = tb.call(err, args + ([tape] if has_tape else []))
+    if _is_float(rty) and result is not None:
+        mode._set(result, tb.extract_value(got, [1]))
+    return made, result
 
 
 # -- reverse mode ------------------------------------------------------------------------------------
@@ -185,4 +255,4 @@ def reverse_call(mode, entry, block, b: IRBuilder) -> None:
             mode._add_adjoint(b, a, b.extract_value(r, [j]) if isinstance(r.type, T.StructType) else r)
 
 
-__all__ = ["augment_call", "forward_call", "reverse_call"]
+__all__ = ["augment_call", "forward_call", "reverse_call", "split_forward_call"]

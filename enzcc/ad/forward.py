@@ -40,6 +40,9 @@ class ForwardMode:
         self.logic = logic
         """The cache of derived functions (for calls that were not inlined)."""
         self.return_primal = return_primal
+        self.split = False
+        """Forward split mode cuts this function (:mod:`enzcc.ad.fwdsplit`): calls use registered split-mode
+        derivatives (``__enzyme_register_splitderivative_*``)."""
         """Return ``{result, tangent}`` (a call inside differentiated code needs both), not the tangent alone."""
         self.rules = load_rules()
         self.width = dc.width
@@ -309,9 +312,26 @@ class ForwardMode:
         if self.width > 1 and name in hints_of(self.module).derivative:
             raise ad_error(f"vector mode (enzyme_width) with a call to '{name}', which has a registered derivative "
                            "(it takes one tangent), is not supported", inst)
-        if name in hints_of(self.module).derivative:  # the user's own derivative
+        hints = hints_of(self.module)
+        if self.split and name in hints.splitderivative:  # the user's own, for forward split mode
+            made, result = custom.split_forward_call(self, inst)
+            self.primal_returns.update({k: result for k, v in self.primal_returns.items() if v is inst})
+            k = next(j for j, i in enumerate(self.primal_instructions) if i is inst)
+            self.primal_instructions[k:k + 1] = made
+            self.primal_callees.pop(id(inst), None)
+            self.primal_callees[id(made[0])] = made[0].callee_name
+            return
+        if name in hints.derivative:  # the user's own derivative
+            if self.split:
+                raise ad_error(f"forward split mode with a call to '{name}', whose registered forward derivative "
+                               "computes the result and the tangent in one call: register a split derivative "
+                               "(__enzyme_register_splitderivative_*) for it", inst)
             custom.forward_call(self, inst)
             return
+        if name in hints.splitderivative:
+            raise ad_error(f"'{name}' has only a forward split mode derivative registered "
+                           "(__enzyme_register_splitderivative_*); register a forward derivative "
+                           "(__enzyme_register_derivative_*) to differentiate this call in forward mode", inst)
         if self.logic is not None and is_user_call(inst):
             self._tangent_of_user_call(inst)
             return

@@ -19,6 +19,10 @@ the primal computation with tangent code:
   primal instruction goes. So the tape holds what only the primal run can give: loaded values, phis, results
   of calls with side effects.
 
+A call to a function with a registered split derivative (``__enzyme_register_splitderivative_*``,
+:func:`enzcc.ad.custom.split_forward_call`) becomes a call to its augmented primal in the first half, whose
+result (with its own tape) is kept on the tape like any call's, and a call to its tangent in the second.
+
 The tape is ``{i64 tag, {ptr, i64 used, i64 capacity} growing part, fixed slots...}``. The tag names the
 function and the arguments' activity: the tangent half aborts with a message when it is handed a tape that the
 augmented primal of forward split mode did not write (``__enzyme_augmentfwd`` compiled where no
@@ -32,6 +36,7 @@ import zlib
 from enzcc.ad.api import CONST, DUP, ArgSpec, DiffCall
 from enzcc.ad.emit import fail_at_run_time
 from enzcc.ad.errors import ad_error
+from enzcc.ad.hints import hints_of
 from enzcc.ad.prepare import derivative_attributes
 from enzcc.ad.tape import STATE, reserve_helper, slot_size, store_state
 from enzcc.ir import types as T
@@ -71,7 +76,11 @@ class ForwardSplit:
                            "supported", dc.call)
         self.module, self.fn, self.key = module, dc.fn, key
         specs = [ArgSpec(s.param, CONST if k == "const" else DUP, s.primal) for s, k in zip(dc.args, key)]
-        maker = ForwardMode(DiffCall(dc.call, "forward", dc.fn, specs), module, logic.body_of(dc.fn), logic=logic)
+        hints = hints_of(module)
+        # a function with a registered split derivative: split a call to it, which uses that derivative
+        body = logic.wrapper(dc.fn) if dc.fn.name in hints.splitderivative else logic.body_of(dc.fn)
+        maker = ForwardMode(DiffCall(dc.call, "forward", dc.fn, specs), module, body, logic=logic)
+        maker.split = True
         G = self.G = maker.G
         logic.scratch.append(G.name)  # (the halves are cut from it; it goes when the module is done)
         maker.build()
@@ -105,6 +114,11 @@ class ForwardSplit:
         """A call (to ``name``) that forward split mode cannot cut: one that is not inlined, or tangent code that
         calls a derived function (which runs primal code again)."""
         what = dc.call.callee_name
+        split = hints_of(self.module).splitderivative
+        if name in split or (primal and name in {a for a, _ in split.values()}) or \
+                (not primal and name in {t for _, t in split.values()}):
+            return  # a function with a registered split derivative (left in the augmented primal: inactive), or
+            # one of its halves
         if name is not None:
             callee = self.module.functions.get(name)
             defined = callee is not None and not callee.is_declaration

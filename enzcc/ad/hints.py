@@ -18,6 +18,10 @@
 - ``void *__enzyme_register_gradient_f[3] = {(void *)f, (void *)f_aug, (void *)f_rev};`` and
   ``void *__enzyme_register_derivative_f[2] = {(void *)f, (void *)f_fwd};``: derivatives the user wrote, called
   instead of differentiating ``f`` (:mod:`enzcc.ad.custom` has the calling conventions).
+- ``void *__enzyme_register_splitderivative_f[3] = {(void *)f, (void *)f_aug, (void *)f_err};``: forward split
+  mode's derivative the user wrote (``__enzyme_augmentfwd`` calls ``f_aug``, ``__enzyme_fwdsplit`` calls
+  ``f_err`` with its tape). Other modes do not use it: an active call there is a one-line error unless a
+  derivative for that mode is registered too.
 
 Other ``__enzyme_*`` globals are Enzyme features enzcc does not implement: each is a one-line error, never a
 silently different gradient. The globals are read from their LLVM text, so the same reader serves the IR model
@@ -44,11 +48,7 @@ FUNCTION_LIKE = "__enzyme_function_like"
 
 REGISTER_GRADIENT = "__enzyme_register_gradient"
 REGISTER_DERIVATIVE = "__enzyme_register_derivative"
-
-#: Enzyme globals enzcc recognises but does not implement yet: (name prefix, what it is)
-NOT_IMPLEMENTED = (
-    ("__enzyme_register_splitderivative", "custom split-mode derivatives (__enzyme_register_splitderivative_*)"),
-)
+REGISTER_SPLITDERIVATIVE = "__enzyme_register_splitderivative"
 
 #: annotations enzcc knows (from Enzyme's function attributes): ``enzyme_inactive_noblock`` is
 #: ``enzyme_inactive`` (the call carries no derivative; enzcc never treats a whole block as inactive); the others
@@ -71,6 +71,8 @@ class Hints:
     """Function name -> (augmented forward, reverse): its registered reverse-mode derivative."""
     derivative: dict = field(default_factory=dict)
     """Function name -> its registered forward-mode derivative."""
+    splitderivative: dict = field(default_factory=dict)
+    """Function name -> (augmented primal, tangent): its registered forward split mode derivative."""
     allocators: dict = field(default_factory=dict)
     """Allocation function name -> (index of its size argument, deallocation function, where each argument of
     the deallocation call comes from: an argument index of the allocation call, or -1 for the pointer)."""
@@ -83,7 +85,7 @@ class Hints:
     def protected(self) -> set[str]:
         """Functions that must stay calls until the derivative is made (not inlined before)."""
         return set(self.inactive) | set(self.like) | set(self.gradient) | set(self.derivative) | \
-            set(self.allocators) | {d for _, d, _ in self.allocators.values()}
+            set(self.splitderivative) | set(self.allocators) | {d for _, d, _ in self.allocators.values()}
 
     @property
     def deallocators(self) -> dict:
@@ -116,6 +118,7 @@ def read_hints(names: Iterable[str], text_of: Callable[[str], str | None],
     like: dict[str, str] = {}
     gradient: dict[str, tuple[str, str]] = {}
     derivative: dict[str, str] = {}
+    splitderivative: dict[str, tuple[str, str]] = {}
     inactive_globals: set[str] = set()
     allocators: dict = {}
     shadows: dict[str, str] = {}
@@ -151,17 +154,20 @@ def read_hints(names: Iterable[str], text_of: Callable[[str], str | None],
             if not syms or any(is_function(x) for x in syms):
                 raise ADError(f"@{name} must point to global variables ((void *)&name)")
             inactive_globals.update(syms)
-        elif name.startswith(REGISTER_GRADIENT) or name.startswith(REGISTER_DERIVATIVE):
-            n = 3 if name.startswith(REGISTER_GRADIENT) else 2
+        elif name.startswith((REGISTER_GRADIENT, REGISTER_DERIVATIVE, REGISTER_SPLITDERIVATIVE)):
+            split = name.startswith(REGISTER_SPLITDERIVATIVE)
+            n = 2 if name.startswith(REGISTER_DERIVATIVE) else 3
             syms = _symbols(text)
-            shape = ("{(void *)f, (void *)augment, (void *)reverse}" if n == 3 else
-                     "{(void *)f, (void *)forward}")
+            shape = ("{(void *)f, (void *)augment, (void *)tangent}" if split else
+                     "{(void *)f, (void *)augment, (void *)reverse}" if n == 3 else "{(void *)f, (void *)forward}")
             if len(syms) < n or not all(is_function(x) for x in syms[:n]):
                 raise ADError(f"@{name} must be {shape}, with functions defined in this program")
             if len(syms) > n:
                 raise ADError(f"@{name}: extra elements after {shape} (such as \"byref_N\") are not supported "
                               "by enzcc")
-            if n == 3:
+            if split:
+                splitderivative[syms[0]] = (syms[1], syms[2])
+            elif n == 3:
                 gradient[syms[0]] = (syms[1], syms[2])
             else:
                 derivative[syms[0]] = syms[1]
@@ -193,13 +199,12 @@ def read_hints(names: Iterable[str], text_of: Callable[[str], str | None],
                 raise ADError(f"@{name}: the second element must be a string naming a math function")
             like[syms[0]] = target
         else:
-            for prefix, what in NOT_IMPLEMENTED:
-                if name.startswith(prefix):
-                    raise ADError(f"@{name}: enzcc does not implement {what} yet; without it the derivative "
-                                  "would silently differ from the one you registered")
             raise ADError(f"@{name} is not an Enzyme global enzcc knows (known: {INACTIVE_FN}, {INACTIVE_GLOBAL}, "
-                          f"{FUNCTION_LIKE}, {ALLOCATION_LIKE}, {REGISTER_GRADIENT}_*, {REGISTER_DERIVATIVE}_*)")
-    return Hints(frozenset(inactive), like, gradient, derivative, allocators, frozenset(inactive_globals), shadows)
+                          f"{FUNCTION_LIKE}, {ALLOCATION_LIKE}, {REGISTER_GRADIENT}_*, {REGISTER_DERIVATIVE}_*, "
+                          f"{REGISTER_SPLITDERIVATIVE}_*)")
+    return Hints(inactive=frozenset(inactive), like=like, gradient=gradient, derivative=derivative,
+                 splitderivative=splitderivative, allocators=allocators, inactive_globals=frozenset(inactive_globals),
+                 shadows=shadows)
 
 
 def _declared_shadow(symbol: str, name: str, names: list[str], is_function) -> str:

@@ -45,7 +45,9 @@ class DerivedFunctions:
             hints = hints_of(self.module)
             registered = hints.gradient if dc.mode == "reverse" else hints.derivative
             # a function with a registered derivative: differentiate a call to it, which uses that derivative
-            body = self._wrapper(dc.fn) if dc.fn.name in registered else self.body_of(dc.fn)
+            # (only a split-mode one: the call is refused with a message)
+            body = self.wrapper(dc.fn) if dc.fn.name in registered or dc.fn.name in hints.splitderivative \
+                else self.body_of(dc.fn)
             if dc.mode == "reverse":
                 maker = ReverseMode(dc, self.module, body, logic=self, active_return=dc.active_return)
             else:
@@ -54,7 +56,7 @@ class DerivedFunctions:
             G = maker.build()
         return G
 
-    def _wrapper(self, fn):
+    def wrapper(self, fn):
         """A function that only calls ``fn`` (removed by :meth:`cleanup`)."""
         from enzcc.ir.builder import IRBuilder
         from enzcc.ir.function import Function

@@ -233,3 +233,80 @@ def test_the_tangent_half_does_not_run_primal_calls(enzcc, opt):
     """A call without derivative (an inactive function) runs in the augmented primal only."""
     v = build_and_run(enzcc, LOGGED, opt)
     assert (v["y"], v["t"], v["logged"]) == (8, 12, 1)
+
+
+# add's registered split derivative differs from the automatic one on purpose (its tangent is
+# dx * (1 + x*y) + dy, x*y from its own tape): a test fails if the registration is ignored
+REGISTERED = r"""
+extern int enzyme_const, enzyme_dup;
+static int n_add, n_aug, n_err, top;
+static double pool[64];
+__attribute__((noinline)) double add(double x, double y) { n_add++; return x + y; }
+typedef struct { void *tape; double r; } add_aug_t;
+typedef struct { double r, t; } add_err_t;
+add_aug_t add_aug(double x, double y) { n_aug++; pool[top] = x * y; add_aug_t a = {&pool[top++], x + y}; return a; }
+add_err_t add_err(double x, double dx, double y, double dy, void *tape) {
+  n_err++; add_err_t r = {x + y, dx * (1 + *(double *)tape) + dy}; return r;
+}
+void *__enzyme_register_splitderivative_add[3] = {(void *)add, (void *)add_aug, (void *)add_err};
+double g(double x, double c) { double a = add(x, c); return a * a; }
+double h(double *x, int n, double c) { double s = 0; for (int i = 0; i < n; i++) s += add(x[i], c) * x[i]; return s; }
+"""
+
+REGISTERED_MAIN = r"""
+int main(void) {
+  aug_t a = __enzyme_augmentfwd_r((void *)g, 1.5, enzyme_const, 0.5);
+  report("g", a.y);
+  report("dg1", __enzyme_fwdsplit((void *)g, enzyme_nofree, 1.5, 1.0, enzyme_const, 0.5, a.tape));
+  report("dg2", __enzyme_fwdsplit((void *)g, 1.5, 2.0, enzyme_const, 0.5, a.tape));
+  double x[3] = {1, 2, -1}, dx[3] = {1, 0.5, 2};
+  long size = __enzyme_augmentsize((void *)h, enzyme_dup, enzyme_const, enzyme_const);
+  void *buf = malloc(size);
+  __enzyme_augmentfwd((void *)h, enzyme_allocated, size, enzyme_tape, buf, x, (double *)0, enzyme_const, 3,
+                      enzyme_const, 0.25);
+  for (int i = 0; i < 3; i++) x[i] = NAN;
+  report("dh", __enzyme_fwdsplit((void *)h, enzyme_allocated, size, enzyme_tape, buf, (double *)0, dx,
+                                 enzyme_const, 3, enzyme_const, 0.25));
+  free(buf);
+  aug_t b = __enzyme_augmentfwd_r((void *)add, 2.0, 3.0);
+  report("add", b.y);
+  report("dadd", __enzyme_fwdsplit((void *)add, 2.0, 1.0, 3.0, 0.5, b.tape));
+  report("n_add", n_add); report("n_aug", n_aug); report("n_err", n_err);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O1", "-O2", "-O3"])
+def test_registered_split_derivative(enzcc, opt):
+    """__enzyme_register_splitderivative_add = {add, add_aug, add_err}: the augmented primal calls add_aug (add
+    itself never runs), the tangent calls add_err with add_aug's tape, also in a loop (the growing part), and
+    for add itself."""
+    v = build_and_run(enzcc, DECLS + REGISTERED + REGISTERED_MAIN, opt)
+    assert v["g"] == 4.0
+    # g = add(x, c)^2: 2 (x + c) * dx (1 + x c), at x = 1.5, c = 0.5 (the automatic tangent: 2 (x + c) dx)
+    assert (v["dg1"], v["dg2"]) == (pytest.approx(4 * 1.75), pytest.approx(8 * 1.75))
+    want = sum(d * (1 + x * 0.25) * x + (x + 0.25) * d for x, d in zip([1, 2, -1], [1, 0.5, 2]))
+    assert v["dh"] == pytest.approx(want, rel=1e-14)
+    assert (v["add"], v["dadd"]) == (5.0, pytest.approx(1 * (1 + 6.0) + 0.5))
+    assert (v["n_add"], v["n_aug"], v["n_err"]) == (0, 5, 6)
+
+
+def test_registered_split_derivative_errors(enzcc):
+    for call, mode in (("__enzyme_autodiff((void *)g, 1.0, enzyme_const, 2.0)", "register a gradient"),
+                       ("__enzyme_fwddiff((void *)g, 1.0, 1.0, enzyme_const, 2.0)", "register a forward derivative")):
+        _refused(enzcc, REGISTERED + "double __enzyme_autodiff(void *, ...); double __enzyme_fwddiff(void *, ...);"
+                 f"int main(void) {{ return {call} > 0; }}", f"'add' has only a forward split mode derivative "
+                 f"registered (__enzyme_register_splitderivative_*); {mode}")
+    _refused(enzcc, REGISTERED.replace("void *tape) {", "void *tape, int k) {") +
+             "int main(void) { aug_t a = __enzyme_augmentfwd_r((void *)g, 1.5, enzyme_const, 0.5);"
+             "return __enzyme_fwdsplit((void *)g, 1.5, 1.0, enzyme_const, 0.5, a.tape) > 0; }",
+             "the tangent function 'add_err' registered for 'add' has parameters (double, double, double, double, "
+             "ptr, i32); Enzyme's convention needs (double, double, double, double, ptr)")
+    fwd = REGISTERED.replace("void *__enzyme_register_splitderivative_add[3] = {(void *)add, (void *)add_aug, "
+                             "(void *)add_err};", "void *__enzyme_register_derivative_add[2] = {(void *)add, "
+                             "(void *)add_err};")
+    _refused(enzcc, fwd.replace(", void *tape) {", ") { void *tape = pool;") +
+             "int main(void) { aug_t a = __enzyme_augmentfwd_r((void *)g, 1.5, enzyme_const, 0.5);"
+             "return __enzyme_fwdsplit((void *)g, 1.5, 1.0, enzyme_const, 0.5, a.tape) > 0; }",
+             "forward split mode with a call to 'add', whose registered forward derivative computes the result")

@@ -162,11 +162,12 @@ def _refused(enzcc, source: str, message: str, opt: str = "-O2") -> None:
 
 
 @pytest.mark.parametrize("opt", ["-O0", "-O2"])
-def test_unimplemented_registrations_are_errors(enzcc, opt):
+def test_registrations_enzcc_cannot_use_are_errors(enzcc, opt):
     _refused(enzcc, INACTIVE.replace("HINT", "void *__enzyme_allocation_like[4] = {(void *)h, (void *)0, "
                                              "(void *)\"0\", (void *)h};"), "@__enzyme_allocation_like must be", opt)
     _refused(enzcc, INACTIVE.replace("HINT", "void *__enzyme_register_splitderivative_h[3] = "
-                                             "{(void *)h, (void *)h, (void *)h};"), "custom split-mode derivatives", opt)
+                                             "{(void *)h, (void *)h, (void *)h};"),
+             "'h' has only a forward split mode derivative registered", opt)
     _refused(enzcc, "void *__enzyme_made_up[1] = {0};\n" + INACTIVE.replace("HINT", ""),
              "@__enzyme_made_up is not an Enzyme global enzcc knows", opt)
 
