@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
-from contextlib import contextmanager
 
 from enzcc import __version__
 from enzcc.backend import embed as E
@@ -37,22 +33,47 @@ Environment: ENZCC_VERBOSE=1 prints each command run; ENZCC_CLANG, ENZCC_FLANG, 
 tools; ENZCC_RUSTFLAGS adds rustc flags; ENZCC_NO_PTXAS=1 skips the ptxas check of generated PTX."""
 
 
-@contextmanager
-def atomic_output(path: str):
-    """Yield a temporary path beside ``path``; move it into place only if the block succeeds, so a failed
-    build never leaves a half-written output (and parallel makes never share a temporary)."""
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise EnzccError(f"cannot write {path}: directory {directory} does not exist")
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.enzcc-{os.getpid()}-{os.urandom(4).hex()}")
-    try:
-        yield tmp
-        if not os.path.exists(tmp):
-            raise EnzccError(f"no output was produced for {path}")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+class atomic_output:
+    """``with atomic_output(path) as tmp``: a temporary path beside ``path``, moved into place only if the
+    block succeeds, so a failed build never leaves a half-written output (and parallel makes never share a
+    temporary). (A class: ``contextlib`` costs every enzcc run.)"""
+
+    def __init__(self, path: str):
+        directory = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(directory):
+            raise EnzccError(f"cannot write {path}: directory {directory} does not exist")
+        self.path = path
+        self.tmp = os.path.join(directory, f".{os.path.basename(path)}.enzcc-{os.getpid()}-{os.urandom(4).hex()}")
+
+    def __enter__(self) -> str:
+        return self.tmp
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        try:
+            if exc_type is None:
+                if not os.path.exists(self.tmp):
+                    raise EnzccError(f"no output was produced for {self.path}")
+                os.replace(self.tmp, self.path)
+        finally:
+            if os.path.exists(self.tmp):
+                os.unlink(self.tmp)
+        return False
+
+
+def _private_directory() -> str:
+    """A new directory only this user can read, for the run's temporaries (as ``tempfile.mkdtemp``, whose
+    import costs more than a small compile's start-up)."""
+    base = os.environ.get("TMPDIR") or "/tmp"
+    for _ in range(100):
+        path = os.path.join(base, f"enzcc-{os.urandom(6).hex()}")
+        try:
+            os.mkdir(path, 0o700)
+            return os.path.abspath(path)
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise EnzccError(f"cannot make a directory for temporaries in {base}: {exc.strerror}") from None
+    raise EnzccError(f"cannot make a directory for temporaries in {base}")
 
 
 def write_atomically(path: str, data: bytes, mode: int | None = None) -> None:
@@ -107,7 +128,7 @@ class Driver:
         self.inv = inv
         self.cxx = cxx
         self.extra_lang_args = extra_lang_args or {}
-        self.workdir = tempfile.mkdtemp(prefix="enzcc-")
+        self.workdir = _private_directory()
 
     # -- entry ----------------------------------------------------------------------------------
 
@@ -139,7 +160,12 @@ class Driver:
             if self.inv.keep_temps:
                 print(f"enzcc: temporaries kept in {self.workdir}", file=sys.stderr)
             else:
-                shutil.rmtree(self.workdir, ignore_errors=True)
+                try:
+                    os.rmdir(self.workdir)  # (mostly it is empty: no need to import shutil)
+                except OSError:
+                    import shutil
+
+                    shutil.rmtree(self.workdir, ignore_errors=True)
 
     # -- things clang does alone ----------------------------------------------------------------
 
@@ -166,7 +192,7 @@ class Driver:
 
     def query(self) -> int:
         args = self._own_flags_removed()
-        proc = subprocess.run([self._native_driver(), *args])
+        proc = run([self._native_driver(), *args], check=False)
         if "--version" in args and proc.returncode == 0:
             print(f"enzcc {__version__}: Enzyme-style automatic differentiation on LLVM 22 (clang-compatible driver)")
         if ("--help" in args or "-help" in args) and proc.returncode == 0:
@@ -178,7 +204,7 @@ class Driver:
 
         # (-E, -M, -fsyntax-only...: enzcc's headers are found as in a compile)
         extra = next((include_args(i.lang) for i in self.inv.inputs if include_args(i.lang)), [])
-        return subprocess.run([self._native_driver(), *self._own_flags_removed(), *extra]).returncode
+        return run([self._native_driver(), *self._own_flags_removed(), *extra], check=False).returncode
 
     # -- compiling one source ---------------------------------------------------------------------
 
@@ -324,6 +350,8 @@ class Driver:
         path = os.path.join(self.workdir, "check.ptx")
         with open(path, "wb") as fh:
             fh.write(ptx)
+        import subprocess
+
         proc = subprocess.run([ptxas, f"-arch={self.inv.cpu or 'sm_90'}", path, "-o", os.devnull],
                               capture_output=True, text=True)
         if proc.returncode != 0:
@@ -467,6 +495,8 @@ class Driver:
             lib, libs = rust_std_archive(self.inv.target)
             out += [lib, *libs]
         if "fortran" in langs:
+            import subprocess
+
             rt = subprocess.run([find_tool("clang"), "-print-runtime-dir"], capture_output=True, text=True)
             path = os.path.join(rt.stdout.strip(), "libflang_rt.runtime.a")
             if not os.path.exists(path):

@@ -7,7 +7,6 @@ Every argument is classified by :data:`FLAGS`. Flags the table does not know go 
 from __future__ import annotations
 
 import os
-import shlex
 
 from enzcc.errors import EnzccError
 from enzcc.records import factory, record
@@ -179,6 +178,8 @@ def expand_response_files(args: list[str], depth: int = 0) -> list[str]:
             except OSError as exc:
                 raise EnzccError(f"cannot read response file {arg[1:]}: {exc.strerror}") from None
             try:
+                import shlex
+
                 words = shlex.split(text, posix=True)
             except ValueError as exc:
                 raise EnzccError(f"malformed response file {arg[1:]}: {exc}") from None

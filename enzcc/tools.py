@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import sys
-from functools import lru_cache
 
 from enzcc.errors import SubprocessFailed, ToolMissingError
 
@@ -29,23 +26,32 @@ def _env_override(name: str) -> str | None:
     return os.environ.get(key)
 
 
-@lru_cache(maxsize=None)
+_FOUND: dict[tuple[str, bool], str | None] = {}
+
+
 def find_tool(name: str, required: bool = True) -> str | None:
     """Return the path of tool ``name`` or raise a :class:`ToolMissingError` naming the package.
 
-    ``ENZCC_CLANG``, ``ENZCC_FLANG``, ``ENZCC_RUSTC``... override the lookup.
+    ``ENZCC_CLANG``, ``ENZCC_FLANG``, ``ENZCC_RUSTC``... override the lookup. Found paths are remembered.
     """
+    key = (name, required)
+    if key not in _FOUND:
+        _FOUND[key] = _find_tool(name, required)
+    return _FOUND[key]
+
+
+def _find_tool(name: str, required: bool) -> str | None:
     override = _env_override(name)
     candidates, package = TOOLS[name]
     if override:
-        path = shutil.which(override)
+        path = which(override)
         if path:
             return path
         if required:
             raise ToolMissingError(f"{name} set by ENZCC_{name.upper()}={override} was not found")
         return None
     for cand in candidates:
-        path = shutil.which(cand)
+        path = which(cand)
         if path:
             return path
     if name == "rustc":
@@ -61,8 +67,32 @@ def verbose() -> bool:
     return bool(os.environ.get("ENZCC_VERBOSE"))
 
 
+def which(cmd: str) -> str | None:
+    """The executable ``cmd`` names, looked up on ``PATH`` when it has no directory (as ``shutil.which``,
+    without importing it: every enzcc run looks up clang)."""
+    def runnable(path: str) -> bool:
+        return os.access(path, os.X_OK) and not os.path.isdir(path)
+
+    if os.path.dirname(cmd):
+        return cmd if runnable(cmd) else None
+    for d in os.get_exec_path():
+        path = os.path.join(d or os.curdir, cmd)
+        if runnable(path):
+            return path
+    return None
+
+
+class Finished:
+    """What :func:`run` returns: the exit code, and the output when it was captured."""
+
+    __slots__ = ("args", "returncode", "stdout", "stderr")
+
+    def __init__(self, args, returncode: int, stdout: bytes | None = None, stderr: bytes | None = None):
+        self.args, self.returncode, self.stdout, self.stderr = args, returncode, stdout, stderr
+
+
 def run(cmd: list[str], *, capture: bool = False, tool: str | None = None, check: bool = True,
-        input: bytes | None = None, cwd: str | None = None) -> subprocess.CompletedProcess:
+        input: bytes | None = None, cwd: str | None = None) -> Finished:
     """Run ``cmd``. Diagnostics go straight to the user's terminal unless ``capture``.
 
     With ``check``, a non-zero exit raises :class:`SubprocessFailed` carrying the tool's exit code
@@ -71,19 +101,35 @@ def run(cmd: list[str], *, capture: bool = False, tool: str | None = None, check
     if verbose():
         print("enzcc: + " + " ".join(_quote(c) for c in cmd), file=sys.stderr)
     try:
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE if capture else None,
-                              stderr=subprocess.PIPE if capture else None, input=input, cwd=cwd)
+        if capture or input is not None or cwd is not None:
+            import subprocess
+
+            proc = subprocess.run(cmd, stdout=subprocess.PIPE if capture else None,
+                                  stderr=subprocess.PIPE if capture else None, input=input, cwd=cwd)
+            done = Finished(cmd, proc.returncode, proc.stdout, proc.stderr)
+        else:  # (the common case, a compile whose diagnostics go to the user: no need for subprocess, whose
+            # import costs more than a small compile's own start-up)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.posix_spawn(cmd[0] if os.path.dirname(cmd[0]) else (which(cmd[0]) or cmd[0]), cmd, os.environ)
+            try:
+                status = os.waitpid(pid, 0)[1]
+            except BaseException:  # (interrupted: as subprocess.run does, the tool does not outlive enzcc)
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                raise
+            done = Finished(cmd, os.waitstatus_to_exitcode(status))
     except FileNotFoundError as exc:
         raise ToolMissingError(f"cannot run '{cmd[0]}': {exc.strerror}") from None
-    if check and proc.returncode != 0:
+    if check and done.returncode != 0:
         if capture:
-            if proc.stdout:
-                sys.stderr.buffer.write(proc.stdout)
-            if proc.stderr:
-                sys.stderr.buffer.write(proc.stderr)
+            if done.stdout:
+                sys.stderr.buffer.write(done.stdout)
+            if done.stderr:
+                sys.stderr.buffer.write(done.stderr)
             sys.stderr.flush()
-        raise SubprocessFailed(tool or os.path.basename(cmd[0]), proc.returncode)
-    return proc
+        raise SubprocessFailed(tool or os.path.basename(cmd[0]), done.returncode)
+    return done
 
 
 def _quote(s: str) -> str:

@@ -16,7 +16,6 @@ The section holds one or more *records* (``ld -r`` concatenates sections, with z
 
 from __future__ import annotations
 
-import json
 import os
 import struct
 
@@ -49,10 +48,23 @@ class BitcodeRecord:
         return {"source": self.source, "lang": self.lang, "opt": self.opt, "target": self.target, **self.extra}
 
 
+def _json_object(header: dict) -> str:
+    """``json.dumps(header, sort_keys=True)`` for a header of strings and integers, without importing ``json``
+    (which imports ``re``: every ``enzcc -c`` packs a header)."""
+    from _json import encode_basestring_ascii as quote  # (json.dumps's own string encoder)
+
+    if not all(type(v) in (str, int) for v in header.values()):
+        import json
+
+        return json.dumps(header, sort_keys=True)
+    return "{" + ", ".join(f"{quote(k)}: {quote(v) if type(v) is str else int.__repr__(v)}"
+                           for k, v in sorted(header.items())) + "}"
+
+
 def pack_records(records: list[BitcodeRecord]) -> bytes:
     out = bytearray()
     for rec in records:
-        head = json.dumps(rec.header(), sort_keys=True).encode()
+        head = _json_object(rec.header()).encode()
         out += _HEAD.pack(MAGIC, len(head), len(rec.bitcode)) + head + rec.bitcode
         out += b"\0" * (-len(out) % 8)
     return bytes(out)
@@ -69,6 +81,8 @@ def unpack_records(data: bytes, where: str = "") -> list[BitcodeRecord]:
             raise EnzccError(f"{where}: corrupt {SECTION} section (at byte {pos})")
         _, hlen, blen = _HEAD.unpack_from(data, pos)
         pos += _HEAD.size
+        import json
+
         try:
             head = json.loads(data[pos:pos + hlen])
         except ValueError:

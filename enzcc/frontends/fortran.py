@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from enzcc.frontends.base import CompileRequest, Frontend
 import os
-import re
 
 from enzcc.frontends.clang import dependency_args
 from enzcc.tools import find_tool, run
@@ -61,7 +60,7 @@ class FortranFrontend(Frontend):
             return fh.read()
 
 
-_INCLUDE = re.compile(r"""^\s*(?:#\s*include|include)\s*["'<]([^"'>]+)["'>]""", re.IGNORECASE | re.MULTILINE)
+_INCLUDE = r"""^\s*(?:#\s*include|include)\s*["'<]([^"'>]+)["'>]"""
 
 
 def write_fortran_depfile(req: CompileRequest) -> None:
@@ -94,7 +93,9 @@ def write_fortran_depfile(req: CompileRequest) -> None:
             text = fh.read()
     except OSError:
         text = ""
-    for name in _INCLUDE.findall(text):
+    import re  # (here: plain C compiles, which start enzcc once per file, need no regular expressions)
+
+    for name in re.findall(_INCLUDE, text, re.IGNORECASE | re.MULTILINE):
         for d in dirs:
             path = os.path.normpath(os.path.join(d, name)) if d != "." else name
             if os.path.exists(path):

@@ -4,10 +4,6 @@ functions are what other languages call. The Rust standard library comes in at t
 from __future__ import annotations
 
 import os
-import re
-import shlex
-import subprocess
-import tempfile
 
 from enzcc.errors import EnzccError
 from enzcc.frontends.base import CompileRequest, Frontend
@@ -15,6 +11,8 @@ from enzcc.tools import find_tool, run
 
 
 def crate_name(src: str) -> str:
+    import re
+
     stem = os.path.splitext(os.path.basename(src))[0]
     name = re.sub(r"[^A-Za-z0-9_]", "_", stem) or "crate"
     return "_" + name if name[0].isdigit() else name
@@ -30,6 +28,8 @@ class RustFrontend(Frontend):
             args.append("-g")
         if req.target and not req.target.startswith("nvptx"):
             args.append(f"--target={req.target}")
+        import shlex
+
         args += shlex.split(os.environ.get("ENZCC_RUSTFLAGS", "")) + req.lang_args
         return args
 
@@ -50,7 +50,11 @@ class RustFrontend(Frontend):
 def rust_std_archive(target: str | None = None) -> tuple[str, list[str]]:
     """A static library holding the Rust standard library (built once per rustc version and cached),
     and the native libraries it needs. Linked after the whole-program object when Rust code is in it."""
+    import re
+    import subprocess
+
     rustc = find_tool("rustc")
+
     version = subprocess.run([rustc, "--version"], capture_output=True, text=True).stdout.strip()
     key = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{version}-{target or 'host'}")
     cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "enzcc")
@@ -58,6 +62,8 @@ def rust_std_archive(target: str | None = None) -> tuple[str, list[str]]:
     lib = os.path.join(cache, f"librust-std-{key}.a")
     libs_file = lib + ".libs"
     if not (os.path.exists(lib) and os.path.exists(libs_file)):
+        import tempfile
+
         with tempfile.TemporaryDirectory(dir=cache) as tmp:
             src = os.path.join(tmp, "enzcc_rust_std.rs")
             with open(src, "w") as fh:
