@@ -42,6 +42,9 @@ if ! "$PYTHON" -c 'import enzcc, enzcc_plugins, llvmlite, click, rich, tomli, ya
     'setuptools>=70.1' wheel
   "$PYTHON" -m pip install -q --disable-pip-version-check --no-build-isolation -e .
 fi
+# enzcc and enzcc++ as launchers that start Python without `site` until a link needs llvmlite: a drop-in
+# build starts enzcc once per source file (enzcc/launcher.py)
+"$PYTHON" -m enzcc.launcher >/dev/null || echo "setup: note: enzcc's launchers were not written; enzcc starts more slowly" >&2
 
 # Optional (ENZCC_WITH_FRAMEWORKS=1): PyTorch, JAX and TensorFlow for the Python integrations' tests
 # (the plugin tests skip a framework that is missing, so a failure here is only a warning).
