@@ -14,8 +14,9 @@
     python3 -m bench.builds [--quick] [--only files,lua,zlib,nstmt,suite] [--rounds N] [--out FILE]
 
 Writes ``bench/results/builds.json`` (``builds-quick.json`` with ``--quick``) and prints a table. The enzcc
-used is the console script installed next to this Python (not a shim in front of it), and the time a bare
-start of this Python takes is recorded, since every enzcc invocation pays it.
+used is the script installed next to this Python (not a shim in front of it): ``make setup``'s launcher
+(enzcc/launcher.py), which starts Python without ``site``. The time of a bare start of this Python, with and
+without ``site``, is recorded, since every enzcc invocation pays one of them.
 """
 
 from __future__ import annotations
@@ -153,6 +154,15 @@ def build_files(cc: str, src: Path, out: Path, jobs: int) -> tuple[float, str]:
     return wall, "" if run.returncode == 0 else f"the program failed: {run.stderr.strip()[-300:]}"
 
 
+def _is_launcher(path: str) -> bool:
+    """Whether ``path`` is enzcc's launcher (which starts Python without ``site``), not pip's entry script."""
+    try:
+        with open(path, errors="replace") as fh:
+            return fh.readline().rstrip().endswith(" -S")
+    except OSError:
+        return False
+
+
 def fetch_lua(data: Path) -> tuple[Path | None, str]:
     """Lua 5.4's sources (with its makefile) from the lupa source distribution, cached under ``data``."""
     target = data / "lua54"
@@ -268,11 +278,14 @@ def main(argv=None) -> int:
     data = HERE / "data" / "sources"
     out = args.out or HERE / "results" / ("builds-quick.json" if args.quick else "builds.json")
     starts = [timed([sys.executable, "-c", "pass"], HERE) for _ in range(5)]
+    starts_s = [timed([sys.executable, "-S", "-c", "pass"], HERE) for _ in range(5)]
     results: dict = {"suite": "enzcc compile-time benchmarks", "mode": mode, "rounds": rounds, "jobs": args.jobs,
                      "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                      "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
                                  "loadavg_at_start": list(os.getloadavg())},
                      "enzcc": enzcc, "clang": CLANG, "python_start_s": round(statistics.median(starts), 4),
+                     "python_start_without_site_s": round(statistics.median(starts_s), 4),
+                     "enzcc_launcher": _is_launcher(enzcc),
                      "projects": [], "nstmt": [], "objectives": [], "skipped": {}}
 
     tasks = []
@@ -368,7 +381,9 @@ def main(argv=None) -> int:
         for row in results[group]:
             if row.get("error"):
                 console.print(f"[red]{row['name']}: {row['error']}[/]")
-    console.print(f"a bare start of {sys.executable} takes {results['python_start_s']} s (every enzcc run pays it); "
+    console.print(f"a bare start of {sys.executable} takes {results['python_start_s']} s, "
+                  f"{results['python_start_without_site_s']} s without site (the enzcc measured "
+                  f"{'starts so' if results['enzcc_launcher'] else 'is not the launcher that starts so'}); "
                   f"results written to {out}")
     return 0 if ok else 1
 

@@ -79,7 +79,7 @@ def test_quick_compile_time_benchmarks(tmp_path, env):
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
     res = json.loads(out.read_text())
-    assert res["python_start_s"] > 0
+    assert res["python_start_s"] > 0 and res["python_start_without_site_s"] > 0
     (files,) = res["projects"]
     assert files["clang_s"] > 0 and files["enzcc_s"] > 0 and "error" not in files
     assert [r["name"] for r in res["nstmt"]] == [100, 300]
