@@ -19,8 +19,9 @@ derivatives of ``f``'s float parameters in order (one value, a struct of them, o
 parameters of the reverse-mode convention above and returns its tape with the result, read in the same way
 (``{tape, result, shadow}`` in Enzyme's tests); ``f_err`` takes the parameters of the forward-mode convention,
 then the tape when ``f_aug`` returns one, and returns ``{result, tangent}`` (void for a void ``f``). The
-augmented primal calls ``f_aug`` and keeps its tape on its own; the tangent calls ``f_err`` with it (enzcc never frees
-that tape: with ``enzyme_nofree`` one tape serves several tangents). Pointers into memory with derivatives are not supported as arguments (the augmented primal has no shadows to pass).
+augmented primal calls ``f_aug`` and keeps its tape on its own; the tangent calls ``f_err`` with it (enzcc
+never frees that tape: with ``enzyme_nofree`` one tape serves several tangents). Pointers into memory with
+derivatives are not supported as arguments (the augmented primal has no shadows to pass).
 
 Signatures are those of the LLVM functions (after the C ABI lowered them); a mismatch is a one-line error.
 """
@@ -97,7 +98,8 @@ def forward_call(mode, inst) -> None:
 def split_forward_call(mode, inst) -> tuple[list, object]:
     """Forward split mode: replace the call ``inst`` (in ``mode``'s function, :mod:`enzcc.ad.fwdsplit` cuts it)
     by a call to the registered augmented primal, whose results are primal values, and a call to the registered
-    tangent, which is tangent code. Returns the new primal instructions, in order."""
+    tangent, which is tangent code. Returns the new primal instructions, in order, and the value that replaces
+    the call's result (None for a void function)."""
     from enzcc.ad.hints import hints_of
 
     module = mode.module

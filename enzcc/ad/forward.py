@@ -40,10 +40,10 @@ class ForwardMode:
         self.logic = logic
         """The cache of derived functions (for calls that were not inlined)."""
         self.return_primal = return_primal
+        """Return ``{result, tangent}`` (a call inside differentiated code needs both), not the tangent alone."""
         self.split = False
         """Forward split mode cuts this function (:mod:`enzcc.ad.fwdsplit`): calls use registered split-mode
         derivatives (``__enzyme_register_splitderivative_*``)."""
-        """Return ``{result, tangent}`` (a call inside differentiated code needs both), not the tangent alone."""
         self.rules = load_rules()
         self.width = dc.width
         """Vector mode (``enzyme_width``): tangents per run, one set of tangent parameters for each."""

@@ -45,7 +45,7 @@ class DerivedFunctions:
             hints = hints_of(self.module)
             registered = hints.gradient if dc.mode == "reverse" else hints.derivative
             # a function with a registered derivative: differentiate a call to it, which uses that derivative
-            # (only a split-mode one: the call is refused with a message)
+            # (with only a split-mode one registered, that call is refused with a message)
             body = self.wrapper(dc.fn) if dc.fn.name in registered or dc.fn.name in hints.splitderivative \
                 else self.body_of(dc.fn)
             if dc.mode == "reverse":

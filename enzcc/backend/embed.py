@@ -71,6 +71,8 @@ def pack_records(records: list[BitcodeRecord]) -> bytes:
 
 
 def unpack_records(data: bytes, where: str = "") -> list[BitcodeRecord]:
+    import json
+
     records = []
     pos = 0
     while pos < len(data):
@@ -81,8 +83,6 @@ def unpack_records(data: bytes, where: str = "") -> list[BitcodeRecord]:
             raise EnzccError(f"{where}: corrupt {SECTION} section (at byte {pos})")
         _, hlen, blen = _HEAD.unpack_from(data, pos)
         pos += _HEAD.size
-        import json
-
         try:
             head = json.loads(data[pos:pos + hlen])
         except ValueError:

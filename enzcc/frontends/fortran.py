@@ -93,7 +93,7 @@ def write_fortran_depfile(req: CompileRequest) -> None:
             text = fh.read()
     except OSError:
         text = ""
-    import re  # (here: plain C compiles, which start enzcc once per file, need no regular expressions)
+    import re  # (imported here: a plain C compile needs no regular expressions)
 
     for name in re.findall(_INCLUDE, text, re.IGNORECASE | re.MULTILINE):
         for d in dirs:

@@ -54,7 +54,6 @@ def rust_std_archive(target: str | None = None) -> tuple[str, list[str]]:
     import subprocess
 
     rustc = find_tool("rustc")
-
     version = subprocess.run([rustc, "--version"], capture_output=True, text=True).stdout.strip()
     key = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{version}-{target or 'host'}")
     cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "enzcc")
