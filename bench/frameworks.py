@@ -5,7 +5,8 @@ enzcc_plugins, against Enzyme-JAX's ``cpp_call`` on the same source and against 
 
 The function is ``y[i] = sin(x[i]) * x[i]`` in double (``sinx`` below). Measured per framework: the call
 overhead (16 elements), and the time of a call and of a gradient (``d sum(f(x)) / dx``) at 16 and at 1M
-elements (64K with --quick). Every contestant runs compiled: ``jax.jit`` for JAX and Enzyme-JAX,
+elements (64K with --quick); for JAX also ``jax.jacfwd`` at 128 elements (a vmap of the JVP over 128 tangents,
+which the plugin runs in vector mode; not measured for Enzyme-JAX). Every contestant runs compiled: ``jax.jit`` for JAX and Enzyme-JAX,
 ``tf.function`` for TensorFlow, eager PyTorch (the plugin's op is a custom op; eager is how PyTorch code
 calls it). Contestants:
 
@@ -60,7 +61,13 @@ def measurements(large: int) -> list[tuple[str, int]]:
     """(operation, size) pairs, in table order. "floor" is a trivial jitted JAX function (x * 2) in the same
     process: JAX's own dispatch cost, which the two processes (this one and Enzyme-JAX's worker, with its own
     jax) need not share; a call's overhead is its time less its process's floor."""
-    return [("floor", 16), ("call", 16), ("grad", 16), ("call", large), ("grad", large)]
+    return [("floor", 16), ("call", 16), ("grad", 16), ("call", large), ("grad", large), ("jacfwd", JACFWD_N)]
+
+
+JACFWD_N = 128
+"""Size of the ``jax.jacfwd`` measurement (JAX only)."""
+ENZYME_JAX_OPS = ("floor", "call", "grad")
+"""The measurements the Enzyme-JAX worker answers."""
 
 
 class Sampler:
@@ -111,6 +118,13 @@ def check(name: str, got_y, got_g, n: int) -> None:
         err = float(np.max(np.abs(got - want))) if n else 0.0
         if got.shape != want.shape or not err <= 1e-12 * max(1.0, float(np.max(np.abs(want)))):
             raise AssertionError(f"{name}: {what} at n={n} differs from the analytic value (max error {err:g})")
+
+
+def check_jacobian(name: str, got, want) -> None:
+    import numpy as np
+    err = float(np.max(np.abs(np.asarray(got) - want)))
+    if np.shape(got) != want.shape or not err <= 1e-12 * max(1.0, float(np.max(np.abs(want)))):
+        raise AssertionError(f"{name}: the Jacobian differs from the analytic one (max error {err:g})")
 
 
 # --- the Enzyme-JAX worker (inside its virtual environment) ----------------------------------------------------
@@ -196,6 +210,7 @@ def setup_jax(source: Path, sizes: list[int]) -> dict:
     import jax
     jax.config.update("jax_enable_x64", True)
     import jax.numpy as jnp
+    import numpy as np
     from enzcc_plugins.jax import enzyme
 
     f = enzyme(source, "sinx")
@@ -210,6 +225,12 @@ def setup_jax(source: Path, sizes: list[int]) -> dict:
             out.setdefault(("grad", n), {})[impl] = lambda grad=grad, x=x: grad(x).block_until_ready()
     floor, x16 = jax.jit(lambda x: x * 2.0), jnp.asarray(inputs(16))
     out["floor", 16] = {"enzcc": lambda: floor(x16).block_until_ready()}
+    xj = jnp.asarray(inputs(JACFWD_N))
+    for impl, fn in (("enzcc", f), ("native", lambda x: jnp.sin(x) * x)):
+        jac = jax.jit(jax.jacfwd(fn))
+        x = np.asarray(xj)
+        check_jacobian(f"jax {impl} jacfwd", jac(xj), np.diag(np.cos(x) * x + np.sin(x)))
+        out.setdefault(("jacfwd", JACFWD_N), {})[impl] = lambda jac=jac: jac(xj).block_until_ready()
     return out
 
 
@@ -413,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
             with console.status(f"round {r + 1}/{settings['rounds']}"):
                 for op, n in measurements(large):
                     here = [t for t in tasks if t[1:3] == (op, n)]
-                    if enzyme is not None:
+                    if enzyme is not None and op in ENZYME_JAX_OPS:
                         here.append(("enzyme_jax", op, n, "enzyme_jax"))
                     if kernel is not None and (op, n) in kernel:
                         here.append(("kernel", op, n, "kernel"))

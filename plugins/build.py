@@ -558,11 +558,14 @@ def _check_prototype(params: list[Param], proto: _Prototype, name: str, lang: st
 # --- the wrapper ------------------------------------------------------------------------------------------------
 
 
-def wrapper_source(name: str, params: Sequence[Param], *, prototype: bool, second_order: bool = False) -> str:
+def wrapper_source(name: str, params: Sequence[Param], *, prototype: bool, second_order: bool = False,
+                   vector: bool = False) -> str:
     """The C wrapper (valid C and C++) exporting ``name``'s ABI 3 entry points. prototype: declare ``name``
-    from the declaration (a separate translation unit: Fortran, Rust) instead of seeing its definition."""
+    from the declaration (a separate translation unit: Fortran, Rust) instead of seeing its definition.
+    second_order: the second-order entry points too; vector: only the vector-mode forward entry points
+    ``NAME_enzcc_jvp_v<W>`` (:data:`VECTOR_WIDTHS`)."""
     lines = ["#ifdef __cplusplus", 'extern "C" {', "#endif",
-             "extern int enzyme_dup, enzyme_dupnoneed, enzyme_const;"]
+             "extern int enzyme_dup, enzyme_dupnoneed, enzyme_const, enzyme_width;"]
     T = {p.name: _C_NAMES[p.dtype] for p in params if p.dtype}
     if prototype:
         decl = []
@@ -608,6 +611,27 @@ def wrapper_source(name: str, params: Sequence[Param], *, prototype: bool, secon
         return [decl, call]
 
     entries = []
+    if vector:
+        # NAME_enzcc_jvp_v<W>(a, d): W tangents in one run of the primal; d holds W arrays of P entries, lane k's
+        # from d[k * P] on (as NAME_enzcc_jvp's d)
+        P = len(params)
+        for w in VECTOR_WIDTHS:
+            args = [("int", "enzyme_width"), ("int", str(w))]
+            for p in params:
+                lanes = [f"enzcc_d[{k * P + p.index}]" for k in range(w)]
+                if p.differentiable:
+                    args += [("int", "enzyme_dup"), (f"const {T[p.name]} *", a(p))]
+                    args += [(f"const {T[p.name]} *", f"(const {T[p.name]} *){x}") for x in lanes]
+                elif p.kind == "out":
+                    args += [("int", "enzyme_dup"), (f"{T[p.name]} *", a(p))]
+                    args += [(f"{T[p.name]} *", f"({T[p.name]} *){x}") for x in lanes]
+                else:
+                    args += [("int", "enzyme_const"), ("int64_t" if p.kind == "int" else f"const {T[p.name]} *", a(p))]
+            decl, call = enzyme_call(f"__enzyme_fwddiff_enzcc_{name}_jvp_v{w}", shim, args)
+            lines.append(decl)
+            entries.append(f"ENZCC_EXPORT void {name}_enzcc_jvp_v{w}(void *const *enzcc_a, void *const *enzcc_d) "
+                           f"{{\n{call}\n}}")
+        return _wrapper_text(lines, entries)
     entries.append(f"ENZCC_EXPORT void {name}_enzcc_primal(void *const *enzcc_a) {{\n"
                    f"  {shim}({', '.join(a(p) for p in params)});\n}}")
 
@@ -699,6 +723,10 @@ def wrapper_source(name: str, params: Sequence[Param], *, prototype: bool, secon
         as_function("jvp", "fwddiff", "const ", "enzyme_dup")
         forward_of("jvp", "const ", [])
 
+    return _wrapper_text(lines, entries)
+
+
+def _wrapper_text(lines: list[str], entries: list[str]) -> str:
     head = ["#include <stddef.h>", "#include <stdint.h>",
             '#define ENZCC_EXPORT __attribute__((visibility("default")))']
     return "\n".join(head + lines + entries + ["#ifdef __cplusplus", "}", "#endif", ""])
@@ -752,10 +780,10 @@ class _Build:
         return [] if self.source.suffix in _LANGS else ["--lang", self.lang]
 
 
-def _build(b: _Build, second_order: bool) -> tuple[Path, list[Param]]:
-    """The library for ``b`` (first order, or the second-order one), from the cache or built now, and the
-    declaration as checked against the prototype (dtypes and integer types filled in)."""
-    stem = f"{b.name}-{b.key}" + ("-vjp_jvp" if second_order else "")
+def _build(b: _Build, second_order: bool, vector: bool = False) -> tuple[Path, list[Param]]:
+    """The library for ``b`` (first order, the second-order one or the vector-mode one), from the cache or built
+    now, and the declaration as checked against the prototype (dtypes and integer types filled in)."""
+    stem = f"{b.name}-{b.key}" + ("-vjp_jvp" if second_order else "-vec" if vector else "")
     path = b.root / f"{stem}.so"
     meta_path = path.with_suffix(".json")
     params = _cached_params(path, meta_path, b.params)
@@ -764,7 +792,7 @@ def _build(b: _Build, second_order: bool) -> tuple[Path, list[Param]]:
     with _build_lock(b.root / f"{stem}.lock"):  # another process building the same key: wait for it
         params = _cached_params(path, meta_path, b.params)
         if params is None:
-            params = _compile_into(b, path, second_order)
+            params = _compile_into(b, path, second_order, vector)
     return path, params
 
 
@@ -782,7 +810,7 @@ def _cached_params(path: Path, meta_path: Path, params: list[Param]) -> list[Par
         return None  # no or damaged metadata: rebuild
 
 
-def _compile_into(b: _Build, path: Path, second_order: bool) -> list[Param]:
+def _compile_into(b: _Build, path: Path, second_order: bool, vector: bool = False) -> list[Param]:
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=b.root))
     try:
         src_dir = str(b.source.parent)
@@ -807,7 +835,7 @@ def _compile_into(b: _Build, path: Path, second_order: bool) -> list[Param]:
         params = _check_prototype(b.params, _read_prototype(obj, b.name, str(b.source), b.lang), b.name, b.lang)
         # 2. the library: C and C++ in one translation unit with the wrapper, others linked with it
         out = tmp / "lib.so"
-        wrapper = wrapper_source(b.name, params, prototype=not one_tu, second_order=second_order)
+        wrapper = wrapper_source(b.name, params, prototype=not one_tu, second_order=second_order, vector=vector)
         if one_tu:
             unit = tmp / f"{b.source.stem}.enzcc{_LANG_SUFFIX[b.lang]}"
             unit.write_text(_one_tu(b.text, str(b.source), b.name, wrapper))
@@ -816,11 +844,12 @@ def _compile_into(b: _Build, path: Path, second_order: bool) -> list[Param]:
             unit = tmp / f"{b.name}.enzcc_wrapper.c"
             unit.write_text(wrapper)
             inputs = [str(obj), str(unit)]
-        what = "build the second derivative (forward over reverse) of" if second_order else "build"
+        what = ("build the second derivative (forward over reverse) of" if second_order else
+                "build the vector-mode forward derivative of" if vector else "build")
         _run([b.compiler, "-O2", "-shared", "-fPIC", *b.cflags, "-iquote", src_dir, *inputs, "-o", str(out),
               "-lm"], what, str(b.source), b.name, SecondOrderError if second_order else EnzccBuildError)
         meta = {"source": str(b.source), "name": b.name, "lang": b.lang, "cflags": b.cflags,
-                "compiler": b.compiler, "wrapper_abi": WRAPPER_ABI, "second_order": second_order,
+                "compiler": b.compiler, "wrapper_abi": WRAPPER_ABI, "second_order": second_order, "vector": vector,
                 "params": [{"name": p.name, "kind": p.kind, "dtype": p.dtype, "const": p.const, "ctype": p.ctype}
                            for p in params]}
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
@@ -844,6 +873,9 @@ def _load_library(path: Path) -> ctypes.CDLL:
 
 _ENTRIES = {"primal": 1, "vjp": 2, "jvp": 2, "vjp_jvp": 4, "jvp_jvp": 4}
 _SECOND_ORDER = ("vjp_jvp", "jvp_jvp")
+VECTOR_WIDTHS = (2, 4, 8)
+"""The widths of the vector-mode forward entry points ``NAME_enzcc_jvp_v<W>`` (a third library, built on
+first use: :meth:`CompiledKernel.vector_jvp`)."""
 
 
 class CompiledKernel:
@@ -899,6 +931,27 @@ class CompiledKernel:
             lib = _load_library(path)
             for entry in _SECOND_ORDER:
                 self._bind_entry(lib, entry)
+
+    def vector_jvp(self) -> tuple[tuple[int, ...], Path]:
+        """The addresses of ``NAME_enzcc_jvp_v<W>`` for :data:`VECTOR_WIDTHS`, and their library (built on first
+        use; :class:`EnzccBuildError` when enzcc cannot build it)."""
+        with self._so_lock:
+            if getattr(self, "_vector_error", None) is not None:
+                raise self._vector_error  # (once: not rebuilt on every jax.jit of a vmap)
+            if "jvp_v2" not in self._fns:
+                try:
+                    path, _ = _build(self._build, second_order=False, vector=True)
+                except EnzccBuildError as e:
+                    self._vector_error = e
+                    raise
+                self._vector_library = path
+                lib = _load_library(path)
+                for w in VECTOR_WIDTHS:
+                    fn = getattr(lib, f"{self.name}_enzcc_jvp_v{w}")
+                    fn.argtypes, fn.restype = [ctypes.c_void_p] * 2, None
+                    self._fns[f"jvp_v{w}"] = fn
+                    self._addresses[f"jvp_v{w}"] = ctypes.cast(fn, ctypes.c_void_p).value
+        return tuple(self._addresses[f"jvp_v{w}"] for w in VECTOR_WIDTHS), self._vector_library
 
     def address(self, entry: str) -> int:
         """The C address of ``NAME_enzcc_<entry>`` (entry: primal, vjp, jvp, vjp_jvp, jvp_jvp)."""

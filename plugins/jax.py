@@ -22,7 +22,9 @@ and its transpose for reverse over reverse (``jax.jacrev`` of ``jax.grad``); and
 (the ``_jvp_jvp`` entry, in the same second library), the JVP of ``enzcc_tangent``, for forward over forward
 (``jax.jacfwd`` of ``jax.jacfwd``, ``jax.jvp`` of ``jax.jvp``), and its transpose for reverse over forward
 (``jax.grad`` through ``jax.jvp``). Third derivatives raise NotImplementedError. ``jax.vmap`` becomes one custom call whose
-handler loops over the batch (arguments without a batch axis are shared, not copied).
+handler loops over the batch (arguments without a batch axis are shared, not copied); when only the tangents
+of ``enzcc_tangent`` are batched (``jax.jacfwd``), it runs the function once per 8, 4 or 2 of them through
+vector-mode versions of the ``_jvp`` entry (a third library, built on first use).
 
 Arrays are C-contiguous of the declared dtype (float32 for ``float``; float64 for ``double``, which needs
 ``jax_enable_x64``); another dtype, a wrong shape, an array on a GPU or an integer that is not a static int
@@ -177,8 +179,9 @@ def _entry_info(address: int) -> tuple[str, str]:
 
 
 def _attrs(layout: Layout, entry: int, arrays: list[list[tuple[int, int]]], zero=(), batch=(),
-           batched=(), scratch=()) -> dict:
-    """The FFI attributes of one call (see plugins/native/xla_ffi.cc)."""
+           batched=(), scratch=(), vector=None) -> dict:
+    """The FFI attributes of one call (see plugins/native/xla_ffi.cc); ``vector``: (addresses, library) of the
+    vector-mode versions of a forward entry point."""
     kinds = [k for arr in arrays for k, _ in arr]
     index = [i for arr in arrays for _, i in arr]
     symbol, library = _entry_info(entry)
@@ -187,7 +190,9 @@ def _attrs(layout: Layout, entry: int, arrays: list[list[tuple[int, int]]], zero
                 ints=np.array(layout.ints, np.int64),
                 zero=np.array(list(zero), np.int64), batch=np.int64(math.prod(batch)),
                 batched=np.array([1 if b else 0 for b in batched], np.int64),
-                scratch=np.array(list(scratch), np.int64))
+                scratch=np.array(list(scratch), np.int64),
+                vfns=np.array(list(vector[0]) if vector else [], np.int64),
+                vlibrary=os.path.basename(str(vector[1])) if vector else "")
 
 
 # --- the primitives -----------------------------------------------------------------------------------------
@@ -322,13 +327,27 @@ def _abstract_eval(prim, *avals, layout: Layout, batch: tuple, batched: tuple):
     return [layout.aval(c, batch) for _, c in _plan(layout, mode)["results"]]
 
 
+def _vector_entries(layout: Layout, mode: str, batch: tuple, batched: tuple):
+    """Under jax.vmap, for the forward entry point whose primal inputs are shared by the batch items (the
+    tangents alone are batched, as in ``jax.jacfwd``): its vector-mode versions, which compute several tangents
+    in one run of the primal (a third library, built on first use). None otherwise, or when enzcc cannot build
+    them (the handler then runs the items one by one, as it does for every other primitive)."""
+    if mode != "tangent" or math.prod(batch) < 2 or layout.kernel is None or \
+            any(batched[:len(layout.inputs)]):
+        return None
+    try:
+        return layout.kernel.vector_jvp()
+    except EnzccBuildError:
+        return None
+
+
 def _lowering(prim):
     mode = _MODES[prim]
 
     def lower(ctx, *args, layout: Layout, batch: tuple, batched: tuple):
         plan = _plan(layout, mode)
         attrs = _attrs(layout, layout.entry(mode), plan["arrays"], plan["zero"], batch, batched,
-                       plan["scratch"])
+                       plan["scratch"], _vector_entries(layout, mode, batch, batched))
         rule = jax.ffi.ffi_lowering(TARGET, operand_output_aliases=plan["aliases"] or None)
         return rule(ctx, *args, **attrs)
     return lower

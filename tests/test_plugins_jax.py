@@ -311,6 +311,45 @@ def test_vmap(layer, data):
     assert maxerr(Hs, jax.vmap(jax.hessian(L_ref), in_axes=(0, None, None))(xs, b, alpha)) < 1e-12
 
 
+COUNTED = r"""
+long runs; /* how many times an entry point of this library ran the function */
+void counted(const double *x, long n, double *y) { runs++; for (long i = 0; i < n; i++) y[i] = x[i] * x[i] * x[i]; }
+"""
+
+
+def test_jacfwd_through_vector_mode(layer, data, src, compiler):
+    """jax.jacfwd (jax.vmap of the JVP over a basis, the primal inputs shared): W = 8, 4, 2 tangents per run of
+    the primal through the forward entry point's vector-mode versions (a third library), the rest one by one;
+    a batched primal input keeps the item-by-item loop."""
+    import ctypes
+    import re
+
+    x, w, b, alpha = data
+    f = lambda x, b, a: layer(x, w, b, a)  # noqa: E731
+    f_ref = lambda x, b, a: layer_ref(x, w, b, a)  # noqa: E731
+    # 12 + 2 + 1 = 15 tangents: 8 + 4 + 2 in vector mode, 1 alone
+    J = jax.jacfwd(f, argnums=(0, 1, 2))(x, b, alpha)
+    assert maxerr(J, jax.jacfwd(f_ref, argnums=(0, 1, 2))(x, b, alpha)) < 1e-13
+    hlo = jax.jit(jax.jacfwd(f, argnums=(0, 1, 2))).lower(x, b, alpha).as_text()
+    assert re.search(r'vlibrary = "layer-[0-9a-f]+-vec\.so"', hlo), hlo
+    xs, ts = jnp.stack([x, 2 * x]), jnp.ones((2,) + x.shape)
+    hlo = jax.jit(jax.vmap(lambda x, t: jax.jvp(lambda x: f(x, b, alpha), (x,), (t,))[1])).lower(xs, ts).as_text()
+    assert 'vlibrary = ""' in hlo
+    # how many runs: 19 tangents are 8 + 8 + 2 (three runs in the vector library) and 1 (a run in the first,
+    # besides jacfwd's run of the primal for the outputs); one run per tangent would be 19 in the first
+    (src / "counted.c").write_text(COUNTED)
+    g = enzyme(src / "counted.c", "counted", [In("x"), Int("n", value=lambda x: x.size),
+                                             Out("y", shape=lambda x: x.shape)], compiler=compiler)
+    v = jnp.linspace(0.5, 2.0, 19)
+    g(v)  # (the primal: one run in the first library)
+    first = ctypes.c_long.in_dll(ctypes.CDLL(str(g.kernel.library)), "runs")
+    before = first.value
+    Jg = jax.jacfwd(g)(v)
+    vector = ctypes.c_long.in_dll(ctypes.CDLL(str(g.kernel.vector_jvp()[1])), "runs")
+    assert maxerr(Jg, jnp.diag(3 * v * v)) < 1e-12
+    assert (vector.value, first.value - before) == (3, 2)
+
+
 def test_const_input_and_free_integer(src, compiler):
     p = enzyme(src / "poly.c", "poly", [In("x"), Int("n", value=lambda x: x.size), In("c", const=False),
                                         Int("deg"), Scalar("scale", const=True), Out("out", shape=lambda x: x.shape)],
@@ -438,11 +477,18 @@ def test_errors(layer, data, src, compiler, tmp_path):
     call = jax.ffi.ffi_call("enzcc_call", jax.ShapeDtypeStruct((1,), jnp.float64))
     attrs = dict(arrays=np.int64(1), slot_kind=np.zeros(9, np.int64), slot_index=np.zeros(9, np.int64),
                  ints=np.zeros(9, np.int64), zero=np.zeros(0, np.int64), batch=np.int64(1),
-                 batched=np.zeros(1, np.int64), scratch=np.zeros(0, np.int64))
+                 batched=np.zeros(1, np.int64), scratch=np.zeros(0, np.int64), vfns=np.zeros(0, np.int64),
+                 vlibrary="")
     for fn, symbol, lib in [(primal, "layer_enzcc_vjp", library), (primal, "layer_enzcc_primal", "other.so"),
                             (primal + 1, "layer_enzcc_primal", library)]:
         with pytest.raises(Exception, match="is not that function of"):
             call(jnp.ones(1), fn=np.int64(fn), symbol=symbol, library=lib, **attrs).block_until_ready()
+    # vector-mode versions are checked the same way
+    jvp = layer.kernel.address("jvp")
+    vattrs = {**attrs, "arrays": np.int64(2), "slot_kind": np.zeros(18, np.int64),
+              "slot_index": np.zeros(18, np.int64), "vfns": np.array([jvp] * 3, np.int64), "vlibrary": library}
+    with pytest.raises(Exception, match="layer_enzcc_jvp_v2 is not that function of"):
+        call(jnp.ones(1), fn=np.int64(jvp), symbol="layer_enzcc_jvp", library=library, **vattrs).block_until_ready()
     # a source that does not compile; a declaration that does not match the prototype
     bad = tmp_path / "bad.c"
     bad.write_text("void broken(const double *x, int n, double *y) { y[0] = x[0] +; }\n")
@@ -480,11 +526,12 @@ def test_framework_benchmark_quick(tmp_path):
     assert result["mode"] == "quick" and "jax" not in result["skipped"]
     rows = result["rows"]
     assert [(r["op"], r["n"]) for r in rows] == [("floor", 16), ("call", 16), ("grad", 16), ("call", 1 << 16),
-                                                ("grad", 1 << 16)]
+                                                ("grad", 1 << 16), ("jacfwd", 128)]
     for r in rows:
         assert r["enzcc"] > 0 and r["enzcc_cpu"] > 0
-        assert (r["native"] is None) == (r["op"] == "floor") and (r["kernel"] is None) == (r["op"] == "floor")
-        assert (r["enzyme_jax"] is None) == ("enzyme_jax" in result["skipped"])
+        assert (r["native"] is None) == (r["op"] == "floor")
+        assert (r["kernel"] is None) == (r["op"] in ("floor", "jacfwd"))
+        assert (r["enzyme_jax"] is None) == ("enzyme_jax" in result["skipped"] or r["op"] == "jacfwd")
     if "enzyme_jax" not in result["skipped"]:
         assert "jax_large_gradient_within_1.2x" in result["goals"]
     assert "enzcc/EJ" in proc.stdout

@@ -21,6 +21,11 @@
 //   batch       B: the call runs B times (jax.vmap); every result has a leading axis of B, an operand has one
 //               when batched[operand] is 1 (item b then starts at byte b * size / B), else all items share it
 //   batched     one flag per operand
+//   vfns        for the forward entry point (arrays 2) under jax.vmap: the addresses of its vector-mode versions
+//   vlibrary    NAME_enzcc_jvp_v2, _v4 and _v8 (empty: none) and their library. When every pointer of the first
+//               array (the primal arguments) is the same for all batch items, W items at a time run as one call
+//               whose second array holds W arrays of P pointers, item after item (plugins/ABI.md); the items
+//               left over run one by one
 //
 // Seeds (the cotangents of outputs, which the vjp entry consumes) arrive as results aliased to operands
 // (XLA's input/output aliasing copies them when the caller still needs them), so no operand is ever written.
@@ -132,8 +137,16 @@ ffi::Error EnzccCallImpl(ffi::RemainingArgs args, ffi::RemainingRets rets, int64
                          std::string_view library, int64_t arrays,
                          ffi::Span<const int64_t> slot_kind, ffi::Span<const int64_t> slot_index,
                          ffi::Span<const int64_t> ints, ffi::Span<const int64_t> zero, int64_t batch,
-                         ffi::Span<const int64_t> batched, ffi::Span<const int64_t> scratch) {
+                         ffi::Span<const int64_t> batched, ffi::Span<const int64_t> scratch,
+                         ffi::Span<const int64_t> vfns, std::string_view vlibrary) {
   if (ffi::Error e = CheckEntry(fn, symbol, library); e.failure()) return e;
+  constexpr size_t kWidths[] = {2, 4, 8};
+  if (vfns.size() != 0 && (vfns.size() != 3 || arrays != 2))
+    return ffi::Error::InvalidArgument("enzcc_call: vfns needs 3 entries and a forward entry point");
+  for (size_t v = 0; v < vfns.size(); ++v)
+    if (ffi::Error e = CheckEntry(vfns[v], std::string(symbol) + "_v" + std::to_string(kWidths[v]), vlibrary);
+        e.failure())
+      return e;
   if (arrays != 1 && arrays != 2 && arrays != 4)
     return ffi::Error::InvalidArgument("enzcc_call: arrays must be 1, 2 or 4");
   if (slot_kind.size() != slot_index.size() || slot_kind.size() % arrays != 0)
@@ -195,8 +208,47 @@ ffi::Error EnzccCallImpl(ffi::RemainingArgs args, ffi::RemainingRets rets, int64
     if (!ok) return ffi::Error::InvalidArgument("enzcc_call: bad slot " + std::to_string(i));
   }
 
+  const size_t P = n / arrays;
+  // vector mode: the primal arguments (first array) must be shared by all items
+  bool shared = vfns.size() != 0;
+  for (size_t i = 0; shared && i < P; ++i) {
+    int64_t idx = slot_index[i];
+    shared = slot_kind[i] != kResult && (slot_kind[i] != kOperand || in[idx].stride == 0);
+  }
+  size_t b = 0;
+  if (shared) {
+    Scratch<void *, 128> vptrs(P * 9);
+    for (size_t i = 0; i < P; ++i) {  // the primal arguments, once
+      int64_t idx = slot_index[i];
+      switch (slot_kind[i]) {
+        case kOperand: vptrs[i] = in[idx].base; break;
+        case kInt: vptrs[i] = &cells[idx]; break;
+        case kScratch: vptrs[i] = scratch_base + scratch_at[idx]; break;
+        default: vptrs[i] = nullptr;
+      }
+    }
+    for (size_t v = 3; v-- > 0;) {
+      const size_t W = kWidths[v];
+      for (; b + W <= B; b += W) {
+        for (size_t k = 0; k < W; ++k) {  // lane k: item b + k's second array
+          for (size_t i = 0; i < P; ++i) {
+            int64_t idx = slot_index[P + i];
+            void *&slot = vptrs[P + k * P + i];
+            switch (slot_kind[P + i]) {
+              case kOperand: slot = in[idx].base + (b + k) * in[idx].stride; break;
+              case kResult: slot = out[idx].base + (b + k) * out[idx].stride; break;
+              case kInt: slot = &cells[idx]; break;
+              case kScratch: slot = scratch_base + scratch_at[idx]; break;
+              default: slot = nullptr;
+            }
+          }
+        }
+        reinterpret_cast<Entry2>(vfns[v])(vptrs.data(), vptrs.data() + P);
+      }
+    }
+  }
   Scratch<void *, 128> ptrs(n);
-  for (size_t b = 0; b < B; ++b) {
+  for (; b < B; ++b) {
     for (size_t i = 0; i < n; ++i) {
       int64_t idx = slot_index[i];
       switch (slot_kind[i]) {
@@ -207,7 +259,6 @@ ffi::Error EnzccCallImpl(ffi::RemainingArgs args, ffi::RemainingRets rets, int64
         default: ptrs[i] = nullptr;
       }
     }
-    const size_t P = n / arrays;
     void *const *p = ptrs.data();
     if (arrays == 1)
       reinterpret_cast<Entry1>(fn)(p);
@@ -235,4 +286,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(EnzccCall, EnzccCallImpl,
                                   .Attr<ffi::Span<const int64_t>>("zero")
                                   .Attr<int64_t>("batch")
                                   .Attr<ffi::Span<const int64_t>>("batched")
-                                  .Attr<ffi::Span<const int64_t>>("scratch"));
+                                  .Attr<ffi::Span<const int64_t>>("scratch")
+                                  .Attr<ffi::Span<const int64_t>>("vfns")
+                                  .Attr<std::string_view>("vlibrary"));
