@@ -61,19 +61,22 @@ class atomic_output:
 
 
 def _private_directory() -> str:
-    """A new directory only this user can read, for the run's temporaries (as ``tempfile.mkdtemp``, whose
-    import costs more than a small compile's start-up)."""
-    base = os.environ.get("TMPDIR") or "/tmp"
-    for _ in range(100):
-        path = os.path.join(base, f"enzcc-{os.urandom(6).hex()}")
-        try:
-            os.mkdir(path, 0o700)
-            return os.path.abspath(path)
-        except FileExistsError:
-            continue
-        except OSError as exc:
-            raise EnzccError(f"cannot make a directory for temporaries in {base}: {exc.strerror}") from None
-    raise EnzccError(f"cannot make a directory for temporaries in {base}")
+    """A new directory only this user can read, for the run's temporaries, in the first usable one of the
+    places ``tempfile`` tries ($TMPDIR, $TEMP, $TMP, /tmp, /var/tmp, /usr/tmp, the current directory), as
+    ``tempfile.mkdtemp``, whose import costs more than a small compile's start-up."""
+    bases = [os.environ.get(v) for v in ("TMPDIR", "TEMP", "TMP")] + ["/tmp", "/var/tmp", "/usr/tmp", os.curdir]
+    for base in filter(None, bases):
+        for _ in range(100):
+            path = os.path.abspath(os.path.join(base, f"enzcc-{os.urandom(6).hex()}"))
+            try:
+                os.mkdir(path, 0o700)
+                return path
+            except FileExistsError:
+                continue
+            except OSError:
+                break  # (not usable: the next place)
+    raise EnzccError("cannot make a directory for temporaries ($TMPDIR, /tmp, /var/tmp, /usr/tmp and the current "
+                     "directory are not writable)")
 
 
 def write_atomically(path: str, data: bytes, mode: int | None = None) -> None:

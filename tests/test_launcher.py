@@ -74,3 +74,11 @@ def test_the_cxx_launcher_links_cxx(launchers, tmp_path):
                                     "int main() { std::vector<int> v(3, 2); std::printf(\"%zu\\n\", v.size()); }\n")
     subprocess.run([launchers / "enzcc++", "-O1", "v.cpp", "-o", "v"], cwd=tmp_path, check=True)
     assert subprocess.run([tmp_path / "v"], capture_output=True, text=True).stdout == "3\n"
+
+
+def test_an_unusable_tmpdir_falls_back(launchers, tmp_path):
+    """As tempfile does: $TMPDIR that cannot be written is skipped for /tmp."""
+    (tmp_path / "p.c").write_text("int add1(int x) { return x + 1; }\n")
+    env = {**os.environ, "TMPDIR": str(tmp_path / "missing")}
+    subprocess.run([launchers / "enzcc", "-O2", "-c", "p.c", "-o", "p.o"], cwd=tmp_path, env=env, check=True)
+    assert (tmp_path / "p.o").is_file() and not (tmp_path / "missing").exists()
