@@ -871,11 +871,12 @@ def _load_library(path: Path) -> ctypes.CDLL:
 # --- the compiled kernel --------------------------------------------------------------------------------------
 
 
-_ENTRIES = {"primal": 1, "vjp": 2, "jvp": 2, "vjp_jvp": 4, "jvp_jvp": 4}
-_SECOND_ORDER = ("vjp_jvp", "jvp_jvp")
 VECTOR_WIDTHS = (2, 4, 8)
 """The widths of the vector-mode forward entry points ``NAME_enzcc_jvp_v<W>`` (a third library, built on
 first use: :meth:`CompiledKernel.vector_jvp`)."""
+_SECOND_ORDER = ("vjp_jvp", "jvp_jvp")
+_VECTOR = tuple(f"jvp_v{w}" for w in VECTOR_WIDTHS)
+_ENTRIES = {"primal": 1, "vjp": 2, "jvp": 2, "vjp_jvp": 4, "jvp_jvp": 4, **{e: 2 for e in _VECTOR}}
 
 
 class CompiledKernel:
@@ -901,6 +902,7 @@ class CompiledKernel:
         self._fns: dict[str, Any] = {}
         self._addresses: dict[str, int] = {}
         self._so_lock = threading.Lock()
+        self._vector_error: EnzccBuildError | None = None
         lib = _load_library(self.library)
         for entry in ("primal", "vjp", "jvp"):
             self._bind_entry(lib, entry)
@@ -936,9 +938,9 @@ class CompiledKernel:
         """The addresses of ``NAME_enzcc_jvp_v<W>`` for :data:`VECTOR_WIDTHS`, and their library (built on first
         use; :class:`EnzccBuildError` when enzcc cannot build it)."""
         with self._so_lock:
-            if getattr(self, "_vector_error", None) is not None:
+            if self._vector_error is not None:
                 raise self._vector_error  # (once: not rebuilt on every jax.jit of a vmap)
-            if "jvp_v2" not in self._fns:
+            if _VECTOR[0] not in self._fns:
                 try:
                     path, _ = _build(self._build, second_order=False, vector=True)
                 except EnzccBuildError as e:
@@ -946,32 +948,37 @@ class CompiledKernel:
                     raise
                 self._vector_library = path
                 lib = _load_library(path)
-                for w in VECTOR_WIDTHS:
-                    fn = getattr(lib, f"{self.name}_enzcc_jvp_v{w}")
-                    fn.argtypes, fn.restype = [ctypes.c_void_p] * 2, None
-                    self._fns[f"jvp_v{w}"] = fn
-                    self._addresses[f"jvp_v{w}"] = ctypes.cast(fn, ctypes.c_void_p).value
-        return tuple(self._addresses[f"jvp_v{w}"] for w in VECTOR_WIDTHS), self._vector_library
+                for entry in _VECTOR:
+                    self._bind_entry(lib, entry)
+        return tuple(self._addresses[e] for e in _VECTOR), self._vector_library
 
     def address(self, entry: str) -> int:
-        """The C address of ``NAME_enzcc_<entry>`` (entry: primal, vjp, jvp, vjp_jvp, jvp_jvp)."""
+        """The C address of ``NAME_enzcc_<entry>`` (entry: primal, vjp, jvp, vjp_jvp, jvp_jvp, jvp_v2, jvp_v4,
+        jvp_v8)."""
         if entry not in _ENTRIES:
             raise ValueError(f"unknown entry point {entry!r}: one of {', '.join(_ENTRIES)}")
         if entry in _SECOND_ORDER:
             self._ensure_second_order()
+        if entry in _VECTOR:
+            self.vector_jvp()
         return self._addresses[entry]
 
     def call(self, entry: str, a, d=None, ta=None, td=None) -> None:
-        """Call an entry point with arrays of addresses (ints, 0 = NULL), one per C parameter."""
+        """Call an entry point with arrays of addresses (ints, 0 = NULL), one per C parameter (``d`` of
+        ``jvp_v<W>``: W per parameter, lane after lane)."""
         if entry in _SECOND_ORDER:
             self._ensure_second_order()
+        if entry in _VECTOR:
+            self.vector_jvp()
         fn = self._fns[entry]
         n = len(self.params)
-        arrays = [(ctypes.c_void_p * n)(*x) for x in (a, d, ta, td)[:_ENTRIES[entry]]]
-        for arr in arrays:
-            if len(arr) != n:  # pragma: no cover - ctypes raises first for too many
-                raise ValueError(f"{self.name}: an address array needs {n} entries")
-        fn(*arrays)
+        sizes = [n, n * (int(entry[len("jvp_v"):]) if entry in _VECTOR else 1), n, n]
+        given = (a, d, ta, td)[:_ENTRIES[entry]]
+        for x, m in zip(given, sizes):
+            if x is None or len(x) != m:
+                want = ", ".join(map(str, sizes[:len(given)]))
+                raise ValueError(f"{self.name}: {entry} needs address arrays of {want} entries")
+        fn(*[(ctypes.c_void_p * m)(*x) for x, m in zip(given, sizes)])
 
     # --- declaration logic shared by the frameworks ---
 

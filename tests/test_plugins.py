@@ -706,6 +706,33 @@ def test_kernel_second_order_hvp(layer, np):
         assert np.allclose(got, (hi - lo) / (2 * h), rtol=1e-6, atol=1e-7)
 
 
+def test_kernel_vector_jvp_lanes(layer, np):
+    """NAME_enzcc_jvp_v4 (vector mode, its own library built on first use): four tangent directions in one run,
+    each equal to NAME_enzcc_jvp's; address arrays of the wrong size are refused."""
+    import ctypes
+    k = layer
+    rng = np.random.default_rng(3)
+    x, w, b, a = rng.normal(size=(3, 4)), rng.normal(size=(4, 2)), rng.normal(size=2), np.array(0.7)
+    ints = np.array([3, 4, 2], np.int64)
+    y, s = np.empty((3, 2)), np.empty(())
+    prim = [x.ctypes.data, w.ctypes.data, b.ctypes.data, *(ints.ctypes.data + 8 * i for i in range(3)), a.ctypes.data,
+            y.ctypes.data, s.ctypes.data]
+    lanes = [(rng.normal(size=x.shape), rng.normal(size=w.shape), np.array(rng.normal())) for _ in range(4)]
+    outs = [(np.empty((3, 2)), np.empty(())) for _ in range(4)]
+    d = [v for (tx, tw, ta), (ty, ts) in zip(lanes, outs)
+         for v in (tx.ctypes.data, tw.ctypes.data, 0, 0, 0, 0, ta.ctypes.data, ty.ctypes.data, ts.ctypes.data)]
+    k.call("jvp_v4", prim, d)
+    assert k.vector_jvp()[1] not in (k.library, k.second_order_library)
+    assert k.address("jvp_v4") == k.vector_jvp()[0][1]
+    with pytest.raises(AttributeError):
+        getattr(ctypes.CDLL(str(k.library)), "layer_enzcc_jvp_v4")  # not in the first library
+    for (tx, tw, ta), (ty, ts) in zip(lanes, outs):
+        _, (ty1, ts1) = k.jvp((x, w, b, float(a)), (tx, tw, None, float(ta)))
+        assert np.allclose(ty, ty1, rtol=1e-14, atol=1e-15) and np.isclose(ts, ts1, rtol=1e-14)
+    with pytest.raises(ValueError, match="jvp_v4 needs address arrays of 9, 36 entries"):
+        k.call("jvp_v4", prim, d[:9])
+
+
 def test_kernel_entry_addresses_follow_the_abi(layer, np):
     """What an XLA FFI handler or a TensorFlow op does: call NAME_enzcc_primal / _vjp by address with arrays
     of argument addresses (integers as int64_t)."""
