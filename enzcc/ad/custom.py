@@ -119,22 +119,14 @@ def split_forward_call(mode, inst) -> tuple[list, object]:
         expected += [a.type, a.type]
         args += [a, mode._t(a) if _is_float(a.type) else
                  ConstantNull(T.ptr) if isinstance(a.type, T.PointerType) else a]
-    _check_params(inst, "augmented forward function", aug, prefix_types)
     rty = inst.type
-    if isinstance(rty, T.PointerType) and mode.activity.is_active_ptr(inst):
-        raise ad_error(f"'{inst.callee_name}' returns a pointer into memory with derivatives; registered "
-                       "derivatives of such functions are not supported", inst)
-    b = IRBuilder.before(inst)
-    new = b.call(aug, prefix)
-    made = [new]
-    tape, result = _read_augmented(inst, aug, new, b)
-    made += [v for v in (tape, result) if v is not None and v is not new]
+    _, new, tape, result = _call_augmented(mode, inst, aug, prefix_types, prefix, "derivatives")
+    made = [new] + [v for v in (tape, result) if v is not None and v is not new]
     if result is None and inst.has_uses():
         raise ad_error(f"the augmented forward function '{aug.name}' registered for '{inst.callee_name}' returns "
                        f"no result ({aug.return_type}); forward split mode needs {{tape, result}}", inst)
-    if result is not None and result.type != rty:
-        raise ad_error(f"the augmented forward function '{aug.name}' registered for '{inst.callee_name}' returns "
-                       f"the result as {result.type}, not {rty}", inst)
+    if result is not None:
+        _take_result(mode, inst, aug, result)
     params = list(err.function_type.params)
     if len(params) == len(expected) + 1 and tape is None:
         raise ad_error(f"the tangent function '{err.name}' registered for '{inst.callee_name}' takes a tape, but "
@@ -145,12 +137,6 @@ def split_forward_call(mode, inst) -> tuple[list, object]:
     if err.return_type != want:
         raise ad_error(f"the tangent function '{err.name}' registered for '{inst.callee_name}' returns "
                        f"{err.return_type}; Enzyme's convention needs {want} ({{result, tangent}})", inst)
-    if result is not None:
-        if _is_float(rty) and mode.activity.is_active(inst):
-            act = mode.activity
-            act._mark(act.varied, result)
-            act._mark(act.useful, result)
-        inst.replace_all_uses_with(result)
     inst.erase()
     tb = IRBuilder.after(made[-1])
     got = tb.call(err, args + ([tape] if has_tape else []))
@@ -181,26 +167,13 @@ def augment_call(mode, inst) -> tuple:
                 prefix.append(mode.shadows.of(a, inst))
             else:
                 prefix.append(a)  # Enzyme passes the value again for arguments without derivatives
-    _check_params(inst, "augmented forward function", aug, prefix_types)
     rty = inst.type
-    if isinstance(rty, T.PointerType) and mode.activity.is_active_ptr(inst):
-        raise ad_error(f"'{inst.callee_name}' returns a pointer into memory with derivatives; registered "
-                       "gradients of such functions are not supported", inst)
-    b = IRBuilder.before(inst)
-    new = b.call(aug, prefix)
-    tape, result = _read_augmented(inst, aug, new, b)
+    b, new, tape, result = _call_augmented(mode, inst, aug, prefix_types, prefix, "gradients")
     if result is None and inst.has_uses():
         # f_aug returns no result (Enzyme's f_aug returns it only when it is a pointer): f itself computes it
         result = b.insert(inst.clone())
     if result is not None:
-        if result.type != rty:
-            raise ad_error(f"the augmented forward function '{aug.name}' registered for '{inst.callee_name}' "
-                           f"returns the result as {result.type}, not {rty}", inst)
-        if _is_float(rty) and mode.activity.is_active(inst):
-            act = mode.activity
-            act._mark(act.varied, result)
-            act._mark(act.useful, result)
-        inst.replace_all_uses_with(result)
+        _take_result(mode, inst, aug, result)
     # the reverse function: the same prefix, the result's adjoint, the tape if it takes one
     expected = list(prefix_types) + ([rty] if _is_float(rty) else [])
     params = list(rev.function_type.params)
@@ -221,6 +194,32 @@ def augment_call(mode, inst) -> tuple:
     entry = (new, prefix, rev, (tape if has_tape else None), result, list(inst.args), rty)
     inst.erase()
     return entry
+
+
+def _call_augmented(mode, inst, aug, prefix_types: list, prefix: list, what: str) -> tuple:
+    """Check the registered augmented forward function ``aug`` against its arguments ``prefix`` and ``inst``'s
+    result, and call it just before ``inst``: (builder there, the call, its tape or None, its result or None).
+    ``what``: the kind of registration, for the message."""
+    _check_params(inst, "augmented forward function", aug, prefix_types)
+    if isinstance(inst.type, T.PointerType) and mode.activity.is_active_ptr(inst):
+        raise ad_error(f"'{inst.callee_name}' returns a pointer into memory with derivatives; registered {what} "
+                       "of such functions are not supported", inst)
+    b = IRBuilder.before(inst)
+    new = b.call(aug, prefix)
+    return (b, new, *_read_augmented(inst, aug, new, b))
+
+
+def _take_result(mode, inst, aug, result) -> None:
+    """``inst``'s result is now ``result`` (what the augmented forward function ``aug`` returned), active where
+    ``inst``'s was."""
+    if result.type != inst.type:
+        raise ad_error(f"the augmented forward function '{aug.name}' registered for '{inst.callee_name}' "
+                       f"returns the result as {result.type}, not {inst.type}", inst)
+    if _is_float(inst.type) and mode.activity.is_active(inst):
+        act = mode.activity
+        act._mark(act.varied, result)
+        act._mark(act.useful, result)
+    inst.replace_all_uses_with(result)
 
 
 def _read_augmented(inst, aug, value, b):
