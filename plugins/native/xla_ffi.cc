@@ -208,57 +208,38 @@ ffi::Error EnzccCallImpl(ffi::RemainingArgs args, ffi::RemainingRets rets, int64
     if (!ok) return ffi::Error::InvalidArgument("enzcc_call: bad slot " + std::to_string(i));
   }
 
+  // the pointer slot i stands for in batch item b
+  auto pointer = [&](size_t i, size_t b) -> void * {
+    int64_t idx = slot_index[i];
+    switch (slot_kind[i]) {
+      case kOperand: return in[idx].base + b * in[idx].stride;
+      case kResult: return out[idx].base + b * out[idx].stride;
+      case kInt: return &cells[idx];
+      case kScratch: return scratch_base + scratch_at[idx];
+      default: return nullptr;
+    }
+  };
   const size_t P = n / arrays;
   // vector mode: the primal arguments (first array) must be shared by all items
   bool shared = vfns.size() != 0;
-  for (size_t i = 0; shared && i < P; ++i) {
-    int64_t idx = slot_index[i];
-    shared = slot_kind[i] != kResult && (slot_kind[i] != kOperand || in[idx].stride == 0);
-  }
+  for (size_t i = 0; shared && i < P; ++i)
+    shared = slot_kind[i] != kResult && (slot_kind[i] != kOperand || in[slot_index[i]].stride == 0);
   size_t b = 0;
   if (shared) {
     Scratch<void *, 128> vptrs(P * 9);
-    for (size_t i = 0; i < P; ++i) {  // the primal arguments, once
-      int64_t idx = slot_index[i];
-      switch (slot_kind[i]) {
-        case kOperand: vptrs[i] = in[idx].base; break;
-        case kInt: vptrs[i] = &cells[idx]; break;
-        case kScratch: vptrs[i] = scratch_base + scratch_at[idx]; break;
-        default: vptrs[i] = nullptr;
-      }
-    }
+    for (size_t i = 0; i < P; ++i) vptrs[i] = pointer(i, 0);  // the primal arguments, once
     for (size_t v = 3; v-- > 0;) {
       const size_t W = kWidths[v];
       for (; b + W <= B; b += W) {
-        for (size_t k = 0; k < W; ++k) {  // lane k: item b + k's second array
-          for (size_t i = 0; i < P; ++i) {
-            int64_t idx = slot_index[P + i];
-            void *&slot = vptrs[P + k * P + i];
-            switch (slot_kind[P + i]) {
-              case kOperand: slot = in[idx].base + (b + k) * in[idx].stride; break;
-              case kResult: slot = out[idx].base + (b + k) * out[idx].stride; break;
-              case kInt: slot = &cells[idx]; break;
-              case kScratch: slot = scratch_base + scratch_at[idx]; break;
-              default: slot = nullptr;
-            }
-          }
-        }
+        for (size_t k = 0; k < W; ++k)  // lane k: item b + k's second array
+          for (size_t i = 0; i < P; ++i) vptrs[P + k * P + i] = pointer(P + i, b + k);
         reinterpret_cast<Entry2>(vfns[v])(vptrs.data(), vptrs.data() + P);
       }
     }
   }
   Scratch<void *, 128> ptrs(n);
   for (; b < B; ++b) {
-    for (size_t i = 0; i < n; ++i) {
-      int64_t idx = slot_index[i];
-      switch (slot_kind[i]) {
-        case kOperand: ptrs[i] = in[idx].base + b * in[idx].stride; break;
-        case kResult: ptrs[i] = out[idx].base + b * out[idx].stride; break;
-        case kInt: ptrs[i] = &cells[idx]; break;
-        case kScratch: ptrs[i] = scratch_base + scratch_at[idx]; break;
-        default: ptrs[i] = nullptr;
-      }
-    }
+    for (size_t i = 0; i < n; ++i) ptrs[i] = pointer(i, b);
     void *const *p = ptrs.data();
     if (arrays == 1)
       reinterpret_cast<Entry1>(fn)(p);
