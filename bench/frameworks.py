@@ -5,8 +5,8 @@ enzcc_plugins, against Enzyme-JAX's ``cpp_call`` on the same source and against 
 
 The function is ``y[i] = sin(x[i]) * x[i]`` in double (``sinx`` below). Measured per framework: the call
 overhead (16 elements), and the time of a call and of a gradient (``d sum(f(x)) / dx``) at 16 and at 1M
-elements (64K with --quick); for JAX also ``jax.jacfwd`` at 128 elements (a vmap of the JVP over 128 tangents,
-which the plugin runs in vector mode; not measured for Enzyme-JAX). Every contestant runs compiled: ``jax.jit`` for JAX and Enzyme-JAX,
+elements (64K with --quick); for JAX also ``jax.jacfwd`` and ``jax.jacrev`` at 128 elements (a vmap of the JVP
+or VJP over 128 tangents or cotangents, which the plugin runs in vector mode; not measured for Enzyme-JAX). Every contestant runs compiled: ``jax.jit`` for JAX and Enzyme-JAX,
 ``tf.function`` for TensorFlow, eager PyTorch (the plugin's op is a custom op; eager is how PyTorch code
 calls it). Contestants:
 
@@ -61,11 +61,12 @@ def measurements(large: int) -> list[tuple[str, int]]:
     """(operation, size) pairs, in table order. "floor" is a trivial jitted JAX function (x * 2) in the same
     process: JAX's own dispatch cost, which the two processes (this one and Enzyme-JAX's worker, with its own
     jax) need not share; a call's overhead is its time less its process's floor."""
-    return [("floor", 16), ("call", 16), ("grad", 16), ("call", large), ("grad", large), ("jacfwd", JACFWD_N)]
+    return [("floor", 16), ("call", 16), ("grad", 16), ("call", large), ("grad", large), ("jacfwd", JACOBIAN_N),
+            ("jacrev", JACOBIAN_N)]
 
 
-JACFWD_N = 128
-"""Size of the ``jax.jacfwd`` measurement (JAX only)."""
+JACOBIAN_N = 128
+"""Size of the ``jax.jacfwd`` and ``jax.jacrev`` measurements (JAX only)."""
 ENZYME_JAX_OPS = ("floor", "call", "grad")
 """The measurements the Enzyme-JAX worker answers."""
 
@@ -225,12 +226,13 @@ def setup_jax(source: Path, sizes: list[int]) -> dict:
             out.setdefault(("grad", n), {})[impl] = lambda grad=grad, x=x: grad(x).block_until_ready()
     floor, x16 = jax.jit(lambda x: x * 2.0), jnp.asarray(inputs(16))
     out["floor", 16] = {"enzcc": lambda: floor(x16).block_until_ready()}
-    xj = jnp.asarray(inputs(JACFWD_N))
+    xj = jnp.asarray(inputs(JACOBIAN_N))
     for impl, fn in (("enzcc", f), ("native", lambda x: jnp.sin(x) * x)):
-        jac = jax.jit(jax.jacfwd(fn))
-        x = np.asarray(xj)
-        check_jacobian(f"jax {impl} jacfwd", jac(xj), np.diag(np.cos(x) * x + np.sin(x)))
-        out.setdefault(("jacfwd", JACFWD_N), {})[impl] = lambda jac=jac: jac(xj).block_until_ready()
+        for op, transform in (("jacfwd", jax.jacfwd), ("jacrev", jax.jacrev)):
+            jac = jax.jit(transform(fn))
+            x = np.asarray(xj)
+            check_jacobian(f"jax {impl} {op}", jac(xj), np.diag(np.cos(x) * x + np.sin(x)))
+            out.setdefault((op, JACOBIAN_N), {})[impl] = lambda jac=jac: jac(xj).block_until_ready()
     return out
 
 

@@ -562,8 +562,8 @@ def wrapper_source(name: str, params: Sequence[Param], *, prototype: bool, secon
                    vector: bool = False) -> str:
     """The C wrapper (valid C and C++) exporting ``name``'s ABI 3 entry points. prototype: declare ``name``
     from the declaration (a separate translation unit: Fortran, Rust) instead of seeing its definition.
-    second_order: the second-order entry points too; vector: only the vector-mode forward entry points
-    ``NAME_enzcc_jvp_v<W>`` (:data:`VECTOR_WIDTHS`)."""
+    second_order: the second-order entry points too; vector: only the vector-mode entry points
+    ``NAME_enzcc_jvp_v<W>`` and ``NAME_enzcc_vjp_v<W>`` (:data:`VECTOR_WIDTHS`)."""
     lines = ["#ifdef __cplusplus", 'extern "C" {', "#endif",
              "extern int enzyme_dup, enzyme_dupnoneed, enzyme_const, enzyme_width;"]
     T = {p.name: _C_NAMES[p.dtype] for p in params if p.dtype}
@@ -612,25 +612,32 @@ def wrapper_source(name: str, params: Sequence[Param], *, prototype: bool, secon
 
     entries = []
     if vector:
-        # NAME_enzcc_jvp_v<W>(a, d): W tangents in one run of the primal; d holds W arrays of P entries, lane k's
-        # from d[k * P] on (as NAME_enzcc_jvp's d)
+        # NAME_enzcc_jvp_v<W>(a, d) / NAME_enzcc_vjp_v<W>(a, d): W tangents (cotangents) in one run of the
+        # function; d holds W arrays of P entries, lane k's from d[k * P] on, each as NAME_enzcc_jvp's
+        # (NAME_enzcc_vjp's) d
         P = len(params)
         for w in VECTOR_WIDTHS:
-            args = [("int", "enzyme_width"), ("int", str(w))]
-            for p in params:
-                lanes = [f"enzcc_d[{k * P + p.index}]" for k in range(w)]
-                if p.differentiable:
-                    args += [("int", "enzyme_dup"), (f"const {T[p.name]} *", a(p))]
-                    args += [(f"const {T[p.name]} *", f"(const {T[p.name]} *){x}") for x in lanes]
-                elif p.kind == "out":
-                    args += [("int", "enzyme_dup"), (f"{T[p.name]} *", a(p))]
-                    args += [(f"{T[p.name]} *", f"({T[p.name]} *){x}") for x in lanes]
-                else:
-                    args += [("int", "enzyme_const"), ("int64_t" if p.kind == "int" else f"const {T[p.name]} *", a(p))]
-            decl, call = enzyme_call(f"__enzyme_fwddiff_enzcc_{name}_jvp_v{w}", shim, args)
-            lines.append(decl)
-            entries.append(f"ENZCC_EXPORT void {name}_enzcc_jvp_v{w}(void *const *enzcc_a, void *const *enzcc_d) "
-                           f"{{\n{call}\n}}")
+            for entry, marker, in_const, out_marker in (("jvp", "fwddiff", "const ", "enzyme_dup"),
+                                                        ("vjp", "autodiff", "", "enzyme_dupnoneed")):
+                args, pre = [("int", "enzyme_width"), ("int", str(w))], []
+                for p in params:
+                    lanes = [f"({in_const if p.kind != 'out' else ''}{T.get(p.name)} *)enzcc_d[{k * P + p.index}]"
+                             for k in range(w)]
+                    if p.differentiable:
+                        args += [("int", "enzyme_dup"), (f"const {T[p.name]} *", a(p))]
+                        args += [(f"{in_const}{T[p.name]} *", x) for x in lanes]
+                        if entry == "vjp" and p.kind == "scalar":  # (its gradient is stored: it starts at 0)
+                            pre += [f"  *{x} = 0;" for x in lanes]
+                    elif p.kind == "out":
+                        args += [("int", out_marker), (f"{T[p.name]} *", a(p))]
+                        args += [(f"{T[p.name]} *", x) for x in lanes]
+                    else:
+                        args += [("int", "enzyme_const"),
+                                 ("int64_t" if p.kind == "int" else f"const {T[p.name]} *", a(p))]
+                decl, call = enzyme_call(f"__enzyme_{marker}_enzcc_{name}_{entry}_v{w}", shim, args)
+                lines.append(decl)
+                entries.append(f"ENZCC_EXPORT void {name}_enzcc_{entry}_v{w}(void *const *enzcc_a, "
+                               f"void *const *enzcc_d) {{\n" + "".join(s + "\n" for s in pre) + call + "\n}")
         return _wrapper_text(lines, entries)
     entries.append(f"ENZCC_EXPORT void {name}_enzcc_primal(void *const *enzcc_a) {{\n"
                    f"  {shim}({', '.join(a(p) for p in params)});\n}}")
@@ -872,10 +879,10 @@ def _load_library(path: Path) -> ctypes.CDLL:
 
 
 VECTOR_WIDTHS = (2, 4, 8)
-"""The widths of the vector-mode forward entry points ``NAME_enzcc_jvp_v<W>`` (a third library, built on
-first use: :meth:`CompiledKernel.vector_jvp`)."""
+"""The widths of the vector-mode entry points ``NAME_enzcc_jvp_v<W>`` and ``NAME_enzcc_vjp_v<W>`` (a third
+library, built on first use: :meth:`CompiledKernel.vector`)."""
 _SECOND_ORDER = ("vjp_jvp", "jvp_jvp")
-_VECTOR = tuple(f"jvp_v{w}" for w in VECTOR_WIDTHS)
+_VECTOR = tuple(f"{e}_v{w}" for e in ("jvp", "vjp") for w in VECTOR_WIDTHS)
 _ENTRIES = {"primal": 1, "vjp": 2, "jvp": 2, "vjp_jvp": 4, "jvp_jvp": 4, **{e: 2 for e in _VECTOR}}
 
 
@@ -934,9 +941,9 @@ class CompiledKernel:
             for entry in _SECOND_ORDER:
                 self._bind_entry(lib, entry)
 
-    def vector_jvp(self) -> tuple[tuple[int, ...], Path]:
-        """The addresses of ``NAME_enzcc_jvp_v<W>`` for :data:`VECTOR_WIDTHS`, and their library (built on first
-        use; :class:`EnzccBuildError` when enzcc cannot build it)."""
+    def vector(self, entry: str) -> tuple[tuple[int, ...], Path]:
+        """The addresses of ``NAME_enzcc_<entry>_v<W>`` (entry: jvp, vjp) for :data:`VECTOR_WIDTHS`, and their
+        library (built on first use; :class:`EnzccBuildError` when enzcc cannot build it)."""
         with self._so_lock:
             if self._vector_error is not None:
                 raise self._vector_error  # (once: not rebuilt on every jax.jit of a vmap)
@@ -948,9 +955,9 @@ class CompiledKernel:
                     raise
                 self._vector_library = path
                 lib = _load_library(path)
-                for entry in _VECTOR:
-                    self._bind_entry(lib, entry)
-        return tuple(self._addresses[e] for e in _VECTOR), self._vector_library
+                for name in _VECTOR:
+                    self._bind_entry(lib, name)
+        return tuple(self._addresses[f"{entry}_v{w}"] for w in VECTOR_WIDTHS), self._vector_library
 
     def address(self, entry: str) -> int:
         """The C address of ``NAME_enzcc_<entry>`` (entry: primal, vjp, jvp, vjp_jvp, jvp_jvp, jvp_v2, jvp_v4,
@@ -960,7 +967,7 @@ class CompiledKernel:
         if entry in _SECOND_ORDER:
             self._ensure_second_order()
         if entry in _VECTOR:
-            self.vector_jvp()
+            self.vector(entry.split("_v")[0])
         return self._addresses[entry]
 
     def call(self, entry: str, a, d=None, ta=None, td=None) -> None:
@@ -969,10 +976,10 @@ class CompiledKernel:
         if entry in _SECOND_ORDER:
             self._ensure_second_order()
         if entry in _VECTOR:
-            self.vector_jvp()
+            self.vector(entry.split("_v")[0])
         fn = self._fns[entry]
         n = len(self.params)
-        sizes = [n, n * (int(entry[len("jvp_v"):]) if entry in _VECTOR else 1), n, n]
+        sizes = [n, n * (int(entry.split("_v")[1]) if entry in _VECTOR else 1), n, n]
         given = (a, d, ta, td)[:_ENTRIES[entry]]
         for x, m in zip(given, sizes):
             if x is None or len(x) != m:

@@ -23,8 +23,9 @@ and its transpose for reverse over reverse (``jax.jacrev`` of ``jax.grad``); and
 (``jax.jacfwd`` of ``jax.jacfwd``, ``jax.jvp`` of ``jax.jvp``), and its transpose for reverse over forward
 (``jax.grad`` through ``jax.jvp``). Third derivatives raise NotImplementedError. ``jax.vmap`` becomes one custom call whose
 handler loops over the batch (arguments without a batch axis are shared, not copied); when only the tangents
-of ``enzcc_tangent`` are batched (``jax.jacfwd``), it runs the function once per 8, 4 or 2 of them through
-vector-mode versions of the ``_jvp`` entry (a third library, built on first use).
+of ``enzcc_tangent`` or the cotangents of ``enzcc_vjp`` are batched (``jax.jacfwd``, ``jax.jacrev``), it runs
+the function once per 8, 4 or 2 of them through vector-mode versions of the ``_jvp`` / ``_vjp`` entry (a third
+library, built on first use).
 
 Arrays are C-contiguous of the declared dtype (float32 for ``float``; float64 for ``double``, which needs
 ``jax_enable_x64``); another dtype, a wrong shape, an array on a GPU or an integer that is not a static int
@@ -328,15 +329,16 @@ def _abstract_eval(prim, *avals, layout: Layout, batch: tuple, batched: tuple):
 
 
 def _vector_entries(layout: Layout, mode: str, batch: tuple, batched: tuple):
-    """Under jax.vmap, for the forward entry point whose primal inputs are shared by the batch items (the
-    tangents alone are batched, as in ``jax.jacfwd``): its vector-mode versions, which compute several tangents
-    in one run of the primal (a third library, built on first use). None otherwise, or when enzcc cannot build
-    them (the handler then runs the items one by one, as it does for every other primitive)."""
-    if mode != "tangent" or math.prod(batch) < 2 or layout.kernel is None or \
-            any(batched[:len(layout.inputs)]):
+    """Under jax.vmap, for the forward or reverse entry point whose primal inputs are shared by the batch items
+    (the tangents or cotangents alone are batched, as in ``jax.jacfwd`` and ``jax.jacrev``): its vector-mode
+    versions, which take several of them in one run of the function (a third library, built on first use).
+    None otherwise, or when enzcc cannot build them (the handler then runs the items one by one, as it does for
+    the other primitives)."""
+    entry = {"tangent": "jvp", "vjp": "vjp"}.get(mode)
+    if entry is None or math.prod(batch) < 2 or layout.kernel is None or any(batched[:len(layout.inputs)]):
         return None
     try:
-        return layout.kernel.vector_jvp()
+        return layout.kernel.vector(entry)
     except EnzccBuildError:
         return None
 

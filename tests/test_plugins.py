@@ -706,9 +706,10 @@ def test_kernel_second_order_hvp(layer, np):
         assert np.allclose(got, (hi - lo) / (2 * h), rtol=1e-6, atol=1e-7)
 
 
-def test_kernel_vector_jvp_lanes(layer, np):
-    """NAME_enzcc_jvp_v4 (vector mode, its own library built on first use): four tangent directions in one run,
-    each equal to NAME_enzcc_jvp's; address arrays of the wrong size are refused."""
+def test_kernel_vector_mode_lanes(layer, np):
+    """NAME_enzcc_jvp_v4 and NAME_enzcc_vjp_v4 (vector mode, their own library built on first use): four tangent
+    directions or seeds in one run, each lane equal to NAME_enzcc_jvp's / NAME_enzcc_vjp's; address arrays of
+    the wrong size are refused."""
     import ctypes
     k = layer
     rng = np.random.default_rng(3)
@@ -722,8 +723,8 @@ def test_kernel_vector_jvp_lanes(layer, np):
     d = [v for (tx, tw, ta), (ty, ts) in zip(lanes, outs)
          for v in (tx.ctypes.data, tw.ctypes.data, 0, 0, 0, 0, ta.ctypes.data, ty.ctypes.data, ts.ctypes.data)]
     k.call("jvp_v4", prim, d)
-    assert k.vector_jvp()[1] not in (k.library, k.second_order_library)
-    assert k.address("jvp_v4") == k.vector_jvp()[0][1]
+    assert k.vector("jvp")[1] not in (k.library, k.second_order_library)
+    assert k.address("jvp_v4") == k.vector("jvp")[0][1]
     with pytest.raises(AttributeError):
         getattr(ctypes.CDLL(str(k.library)), "layer_enzcc_jvp_v4")  # not in the first library
     for (tx, tw, ta), (ty, ts) in zip(lanes, outs):
@@ -731,6 +732,16 @@ def test_kernel_vector_jvp_lanes(layer, np):
         assert np.allclose(ty, ty1, rtol=1e-14, atol=1e-15) and np.isclose(ts, ts1, rtol=1e-14)
     with pytest.raises(ValueError, match="jvp_v4 needs address arrays of 9, 36 entries"):
         k.call("jvp_v4", prim, d[:9])
+    # reverse: four seeds in one run; gradients added into zeros, the scalar's stored, the seeds consumed
+    seeds = [(rng.normal(size=(3, 2)), np.array(rng.normal())) for _ in range(4)]
+    want = [k.vjp((x, w, b, float(a)), (gy.copy(), float(gs))) for gy, gs in seeds]
+    grads = [(np.zeros(x.shape), np.zeros(w.shape), np.array(5.0)) for _ in range(4)]
+    d = [v for (gx, gw, ga), (gy, gs) in zip(grads, seeds)
+         for v in (gx.ctypes.data, gw.ctypes.data, 0, 0, 0, 0, ga.ctypes.data, gy.ctypes.data, gs.ctypes.data)]
+    k.call("vjp_v4", prim, d)
+    for (gx, gw, ga), (gx1, gw1, _, ga1), (gy, gs) in zip(grads, want, seeds):
+        assert np.allclose(gx, gx1, rtol=1e-14, atol=1e-15) and np.allclose(gw, gw1, rtol=1e-14, atol=1e-15)
+        assert np.isclose(ga, ga1, rtol=1e-14) and not gy.any() and gs == 0
 
 
 def test_kernel_entry_addresses_follow_the_abi(layer, np):

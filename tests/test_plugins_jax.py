@@ -317,10 +317,10 @@ void counted(const double *x, long n, double *y) { runs++; for (long i = 0; i < 
 """
 
 
-def test_jacfwd_through_vector_mode(layer, data, src, compiler):
-    """jax.jacfwd (jax.vmap of the JVP over a basis, the primal inputs shared): W = 8, 4, 2 tangents per run of
-    the primal through the forward entry point's vector-mode versions (a third library), the rest one by one;
-    a batched primal input keeps the item-by-item loop."""
+def test_jacfwd_and_jacrev_through_vector_mode(layer, data, src, compiler):
+    """jax.jacfwd and jax.jacrev (jax.vmap of the JVP or VJP over a basis, the primal inputs shared): W = 8, 4,
+    2 tangents or cotangents per run of the function through the entry points' vector-mode versions (a third
+    library), the rest one by one; a batched primal input keeps the item-by-item loop."""
     import ctypes
     import re
 
@@ -331,6 +331,11 @@ def test_jacfwd_through_vector_mode(layer, data, src, compiler):
     J = jax.jacfwd(f, argnums=(0, 1, 2))(x, b, alpha)
     assert maxerr(J, jax.jacfwd(f_ref, argnums=(0, 1, 2))(x, b, alpha)) < 1e-13
     hlo = jax.jit(jax.jacfwd(f, argnums=(0, 1, 2))).lower(x, b, alpha).as_text()
+    assert re.search(r'vlibrary = "layer-[0-9a-f]+-vec\.so"', hlo), hlo
+    # 6 + 1 = 7 cotangents (y and s): 4 + 2 in vector mode, 1 alone
+    J = jax.jacrev(f, argnums=(0, 1, 2))(x, b, alpha)
+    assert maxerr(J, jax.jacrev(f_ref, argnums=(0, 1, 2))(x, b, alpha)) < 1e-13
+    hlo = jax.jit(jax.jacrev(f, argnums=(0, 1, 2))).lower(x, b, alpha).as_text()
     assert re.search(r'vlibrary = "layer-[0-9a-f]+-vec\.so"', hlo), hlo
     xs, ts = jnp.stack([x, 2 * x]), jnp.ones((2,) + x.shape)
     hlo = jax.jit(jax.vmap(lambda x, t: jax.jvp(lambda x: f(x, b, alpha), (x,), (t,))[1])).lower(xs, ts).as_text()
@@ -345,9 +350,13 @@ def test_jacfwd_through_vector_mode(layer, data, src, compiler):
     first = ctypes.c_long.in_dll(ctypes.CDLL(str(g.kernel.library)), "runs")
     before = first.value
     Jg = jax.jacfwd(g)(v)
-    vector = ctypes.c_long.in_dll(ctypes.CDLL(str(g.kernel.vector_jvp()[1])), "runs")
+    vector = ctypes.c_long.in_dll(ctypes.CDLL(str(g.kernel.vector("jvp")[1])), "runs")
     assert maxerr(Jg, jnp.diag(3 * v * v)) < 1e-12
     assert (vector.value, first.value - before) == (3, 2)
+    # and reverse: 19 cotangents, the same runs (jacrev's primal, then 8 + 8 + 2 and 1)
+    Jg = jax.jacrev(g)(v)
+    assert maxerr(Jg, jnp.diag(3 * v * v)) < 1e-12
+    assert (vector.value, first.value - before) == (6, 4)
 
 
 def test_const_input_and_free_integer(src, compiler):
@@ -526,12 +535,12 @@ def test_framework_benchmark_quick(tmp_path):
     assert result["mode"] == "quick" and "jax" not in result["skipped"]
     rows = result["rows"]
     assert [(r["op"], r["n"]) for r in rows] == [("floor", 16), ("call", 16), ("grad", 16), ("call", 1 << 16),
-                                                ("grad", 1 << 16), ("jacfwd", 128)]
+                                                ("grad", 1 << 16), ("jacfwd", 128), ("jacrev", 128)]
     for r in rows:
         assert r["enzcc"] > 0 and r["enzcc_cpu"] > 0
         assert (r["native"] is None) == (r["op"] == "floor")
-        assert (r["kernel"] is None) == (r["op"] in ("floor", "jacfwd"))
-        assert (r["enzyme_jax"] is None) == ("enzyme_jax" in result["skipped"] or r["op"] == "jacfwd")
+        assert (r["kernel"] is None) == (r["op"] in ("floor", "jacfwd", "jacrev"))
+        assert (r["enzyme_jax"] is None) == ("enzyme_jax" in result["skipped"] or r["op"] in ("jacfwd", "jacrev"))
     if "enzyme_jax" not in result["skipped"]:
         assert "jax_large_gradient_within_1.2x" in result["goals"]
     assert "enzcc/EJ" in proc.stdout

@@ -21,8 +21,8 @@
 //   batch       B: the call runs B times (jax.vmap); every result has a leading axis of B, an operand has one
 //               when batched[operand] is 1 (item b then starts at byte b * size / B), else all items share it
 //   batched     one flag per operand
-//   vfns        for the forward entry point (arrays 2) under jax.vmap: the addresses of its vector-mode versions
-//   vlibrary    NAME_enzcc_jvp_v2, _v4 and _v8 (empty: none) and their library. When every pointer of the first
+//   vfns        for the forward or reverse entry point (arrays 2) under jax.vmap: the addresses of its vector-mode
+//   vlibrary    versions NAME_enzcc_jvp_v2, _v4, _v8 (or _vjp_...; empty: none) and their library. When every pointer of the first
 //               array (the primal arguments) is the same for all batch items, W items at a time run as one call
 //               whose second array holds W arrays of P pointers, item after item (plugins/ABI.md); the items
 //               left over run one by one
