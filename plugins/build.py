@@ -620,17 +620,18 @@ def wrapper_source(name: str, params: Sequence[Param], *, prototype: bool, secon
             for entry, marker, in_const, out_marker in (("jvp", "fwddiff", "const ", "enzyme_dup"),
                                                         ("vjp", "autodiff", "", "enzyme_dupnoneed")):
                 args, pre = [("int", "enzyme_width"), ("int", str(w))], []
+
+                def lanes(p, const: str) -> list[tuple[str, str]]:  # (type, expression) of each lane's pointer
+                    ty = f"{const}{T[p.name]} *"
+                    return [(ty, f"({ty})enzcc_d[{k * P + p.index}]") for k in range(w)]
+
                 for p in params:
-                    lanes = [f"({in_const if p.kind != 'out' else ''}{T.get(p.name)} *)enzcc_d[{k * P + p.index}]"
-                             for k in range(w)]
                     if p.differentiable:
-                        args += [("int", "enzyme_dup"), (f"const {T[p.name]} *", a(p))]
-                        args += [(f"{in_const}{T[p.name]} *", x) for x in lanes]
+                        args += [("int", "enzyme_dup"), (f"const {T[p.name]} *", a(p))] + lanes(p, in_const)
                         if entry == "vjp" and p.kind == "scalar":  # (its gradient is stored: it starts at 0)
-                            pre += [f"  *{x} = 0;" for x in lanes]
+                            pre += [f"  *{x} = 0;" for _, x in lanes(p, "")]
                     elif p.kind == "out":
-                        args += [("int", out_marker), (f"{T[p.name]} *", a(p))]
-                        args += [(f"{T[p.name]} *", x) for x in lanes]
+                        args += [("int", out_marker), (f"{T[p.name]} *", a(p))] + lanes(p, "")
                     else:
                         args += [("int", "enzyme_const"),
                                  ("int64_t" if p.kind == "int" else f"const {T[p.name]} *", a(p))]
