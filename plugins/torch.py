@@ -16,7 +16,9 @@ kernels calling the library through ctypes and fake kernels computed from the de
 (``torch.func.jvp``, ``torch.autograd.forward_ad``); the vjp op's backward uses ``NAME_enzcc_vjp_jvp``
 (forward over reverse, a second library built on first use) and the jvp op, so double backward,
 ``gradgradcheck``, Hessian-vector products and ``torch.func.hessian`` work. ``torch.func.vmap`` calls the
-function once per example (each op has a sequential vmap rule).
+function once per example (each op has a sequential vmap rule), except where only the tangents of the jvp op or
+the cotangents of the vjp op are batched (``torch.func.jacfwd``, ``jacrev``): 8, 4 or 2 of them per run through
+the vector-mode entry points (``NAME_enzcc_jvp_v<W>``, ``_vjp_v<W>``; plugins/ABI.md).
 
 Arguments are CPU tensors of the declared dtype (non-contiguous ones are copied); scalars may be Python
 numbers or 0-d tensors; free ``Int`` parameters are Python ints. A GPU tensor, a wrong dtype, a wrong rank or
@@ -33,8 +35,8 @@ from typing import Callable, Sequence
 
 import torch
 
-from .build import (CompiledKernel, EnzccBuildError, In, Int, Out, PrototypeError, SecondOrderError, ShapeError,
-                    load_kernel)
+from .build import (VECTOR_WIDTHS, CompiledKernel, EnzccBuildError, In, Int, Out, PrototypeError, SecondOrderError,
+                    ShapeError, load_kernel)
 
 __all__ = ["enzyme", "EnzymeFunction", "EnzccBuildError", "PrototypeError", "SecondOrderError", "ShapeError"]
 
@@ -120,6 +122,14 @@ class _Runner:
             v = in_vals[j] if kind == "in" else out_vals[j] if kind == "out" else None
             d.append(0 if v is None else v.data_ptr())
         return d
+
+    def vector_entries(self, entry: str):
+        """The kernel's vector-mode versions of ``entry`` (jvp, vjp), or None when enzcc cannot build them (the
+        examples of a vmap then go one by one)."""
+        try:
+            return self.k.vector(entry)
+        except EnzccBuildError:
+            return None
 
     def out_shapes(self, plan):
         return [plan.shapes[p.name] for p in self.outputs]
@@ -274,8 +284,70 @@ def _register_ops(r: _Runner, opname: str):
         lib.impl(f"{opname}_{entry}", impl, "CPU")
         torch.library.register_fake(f"enzcc::{opname}_{entry}", fake, lib=lib)
         ops[entry] = getattr(torch.ops.enzcc, f"{opname}_{entry}").default
+    # torch.func.vmap: one call per example, except where only the tangents (cotangents) of the jvp (vjp) op are
+    # batched, as in torch.func.jacfwd (jacrev): vector mode, W of them per run of the function
+    def lanes(vals, dims, b, shapes, diff, copy: bool):
+        """Example b's tangents (contiguous) or seeds (private copies: Enzyme consumes them), in the inputs' or
+        outputs' shapes."""
+        out = []
+        for v, vd, s, d in zip(vals, dims, shapes, diff):
+            v = v if vd is None else v.select(vd, b)
+            out.append(None if not d else v.clone(memory_format=torch.contiguous_format).reshape(s) if copy
+                       else v.contiguous().reshape(s))
+        return out
+
+    def vector_calls(entry, B, run_lanes, run_one) -> None:
+        """Examples 0..B-1: W at a time through NAME_enzcc_<entry>_v<W>, the rest one by one."""
+        b = 0
+        for w in reversed(VECTOR_WIDTHS):
+            while b + w <= B:
+                k.call(f"{entry}_v{w}", *run_lanes(range(b, b + w)))
+                b += w
+        for b in range(b, B):
+            k.call(entry, *run_one(b))
+
+    def vector_rule(entry):
+        sequential = _sequential_vmap(ops[entry])
+
+        def rule(info, in_dims, ins, vals, ints):
+            B = info.batch_size
+            ins_dims, val_dims = (d if isinstance(d, (list, tuple)) else [d] * len(x)
+                                  for d, x in zip(in_dims[:2], (ins, vals)))
+            wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+            if B < 2 or any(d is not None for d in ins_dims) or any(wrapped(t) for t in (*ins, *vals)) or \
+                    r.vector_entries(entry) is None:  # (tensors of another transform: through the dispatcher)
+                return sequential(info, in_dims, ins, vals, ints)
+            plan, _, ia = r.plan(ins, ints)
+            xs = contiguous(ins)
+            shapes = r.out_shapes(plan)
+            kept = []  # each example's tangents or seeds stay alive until the calls return
+            if entry == "jvp":
+                outs = [empty(s, dt) for s, dt in zip(shapes, r.out_dtypes)]
+                touts = [empty((B,) + tuple(s), dt) for s, dt in zip(shapes, r.out_dtypes)]
+
+                def tangent_lane(b):
+                    kept.append(lanes(vals, val_dims, b, [x.shape for x in ins], r.diff, False))
+                    return r.per_param(kept[-1], [t[b] for t in touts])
+                a = r.addresses(xs, outs, ia)
+                vector_calls("jvp", B, lambda bs: (a, [p for b in bs for p in tangent_lane(b)]),
+                             lambda b: (a, tangent_lane(b)))
+                return outs + touts, [None] * len(outs) + [0] * len(touts)
+            outs = r.scratch(plan, "out")
+            grads = [torch.zeros((B,) + tuple(t.shape), dtype=t.dtype) if d else torch.empty((B, 0), dtype=t.dtype)
+                     for t, d in zip(ins, r.diff)]
+
+            def seed_lane(b):
+                kept.append(lanes(vals, val_dims, b, shapes, [True] * len(shapes), True))
+                return r.per_param([g[b] if d else None for g, d in zip(grads, r.diff)], kept[-1])
+            a = r.addresses(xs, outs, ia)
+            vector_calls("vjp", B, lambda bs: (a, [p for b in bs for p in seed_lane(b)]),
+                         lambda b: (a, seed_lane(b)))
+            return grads, [0] * len(grads)
+        return rule
+
     for entry in impls:
-        torch.library.register_vmap(f"enzcc::{opname}_{entry}", _sequential_vmap(ops[entry]), lib=lib)
+        rule = vector_rule(entry) if entry in ("jvp", "vjp") else _sequential_vmap(ops[entry])
+        torch.library.register_vmap(f"enzcc::{opname}_{entry}", rule, lib=lib)
     return lib, ops, {entry: impl for entry, (impl, _, _) in impls.items()}
 
 

@@ -233,6 +233,50 @@ def test_torch_func_transforms(layer):
             assert torch.allclose(h[i][j], h_ref[i][j], rtol=1e-11, atol=1e-13)
 
 
+COUNTED = r"""
+long runs; /* how many times an entry point of this library ran the function */
+void counted(const double *x, long n, const double *c, double *y) {
+  runs++;
+  for (long i = 0; i < n; i++) y[i] = x[i] * x[i] * x[i] + c[0] * x[i];
+}
+"""
+
+
+def test_torch_func_jacobians_through_vector_mode(layer, compiler, src):
+    """torch.func.jacfwd / jacrev vmap the jvp / vjp op over a basis with the primal inputs shared: W = 8, 4, 2
+    tangents or cotangents per run of the function (NAME_enzcc_<entry>_v<W>, the third library), the rest one by
+    one, as the run counts show; a shared cotangent is copied per example, never consumed in place."""
+    import ctypes
+
+    x, w, b, a = (t.detach() for t in data(seed=12))
+    for jac in (torch.func.jacfwd, torch.func.jacrev):  # 15 tangents / 7 cotangents, several inputs and outputs
+        got = jac(lambda x, w, a: layer(x, w, b, a), argnums=(0, 1, 2))(x, w, a)
+        want = jac(lambda x, w, a: ref(x, w, b, a), argnums=(0, 1, 2))(x, w, a)
+        for u, v in zip(torch.utils._pytree.tree_leaves(got), torch.utils._pytree.tree_leaves(want)):
+            assert torch.allclose(u, v, rtol=1e-12, atol=1e-14)
+    (src.parent / "counted.c").write_text(COUNTED)
+    g = enzyme(src.parent / "counted.c", "counted", [In("x"), Int("n", value=lambda x: x.size), In("c", shape=(1,)),
+                                             Out("y", shape=lambda x: x.shape)], compiler=compiler)
+    v, c = torch.linspace(0.5, 2.0, 19, dtype=F64), torch.tensor([0.25], dtype=F64)
+    first = ctypes.c_long.in_dll(ctypes.CDLL(str(g.kernel.library)), "runs")
+    before = first.value
+    want = torch.diag(3 * v * v + 0.25)
+    assert torch.allclose(torch.func.jacfwd(g)(v, c), want, rtol=1e-14)
+    vector = ctypes.c_long.in_dll(ctypes.CDLL(str(g.kernel.vector("jvp")[1])), "runs")
+    assert (vector.value, first.value - before) == (3, 2)  # 8 + 8 + 2 and 1 (and the primal); 19 before
+    assert torch.allclose(torch.func.jacrev(g)(v, c), want, rtol=1e-14)
+    assert (vector.value, first.value - before) == (6, 4)
+    # one output's cotangent batched, the other's shared by every example: the shared one is copied per example
+    # (Enzyme consumes seeds), never zeroed in the caller's tensor
+    _, pullback = torch.func.vjp(lambda x, w, a: layer(x, w, b, a), x, w, a)
+    _, pullback_ref = torch.func.vjp(lambda x, w, a: ref(x, w, b, a), x, w, a)
+    gys, gs = torch.randn(5, 3, 2, dtype=F64, generator=torch.Generator().manual_seed(13)), torch.tensor(1.5, dtype=F64)
+    got = torch.func.vmap(lambda gy: pullback((gy, gs)))(gys)
+    want = torch.func.vmap(lambda gy: pullback_ref((gy, gs)))(gys)
+    assert all(torch.allclose(u, v, rtol=1e-12, atol=1e-14) for u, v in zip(got, want))
+    assert gs.item() == 1.5
+
+
 def test_torch_every_second_order_and_no_silent_third(layer):
     """Every composition of two of torch.func.jacfwd/jacrev (forward over forward is NAME_enzcc_jvp_jvp; reverse
     over forward its transpose) against the reference; autograd's reverse over forward-mode AD; and every
