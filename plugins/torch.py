@@ -183,6 +183,10 @@ def _register_ops(r: _Runner, opname: str):
     def contiguous(ins):
         return [t.contiguous() for t in ins]
 
+    def tangents(vals, ins):
+        # contiguous, in the inputs' shapes; None for the inputs that take no derivative
+        return [v.contiguous().reshape(x.shape) if d else None for v, x, d in zip(vals, ins, r.diff)]
+
     def seeds(cots, shapes):
         # private contiguous copies: Enzyme consumes (zeroes) the seeds
         return [c.clone(memory_format=torch.contiguous_format).reshape(s) for c, s in zip(cots, shapes)]
@@ -224,7 +228,7 @@ def _register_ops(r: _Runner, opname: str):
         shapes = r.out_shapes(plan)
         outs = [empty(s, dt) for s, dt in zip(shapes, r.out_dtypes)]
         touts = [empty(s, dt) for s, dt in zip(shapes, r.out_dtypes)]
-        ts = [t.contiguous().reshape(x.shape) if d else None for t, x, d in zip(tans, ins, r.diff)]
+        ts = tangents(tans, ins)
         k.call("jvp", r.addresses(xs, outs, ia), r.per_param(ts, touts))
         return outs + touts
 
@@ -240,7 +244,7 @@ def _register_ops(r: _Runner, opname: str):
         outs, scratch = r.scratch(plan, "out"), r.scratch(plan, "tangent")
         grads = grads_like(ins, r.diff)
         tgrads = grads_like(ins, r.diff)
-        ts = [t.contiguous().reshape(x.shape) if d else None for t, x, d in zip(tins, ins, r.diff)]
+        ts = tangents(tins, ins)
         sd, tsd = seeds(cots, shapes), seeds(tcots, shapes)  # kept alive until the call returns
         k.call("vjp_jvp", r.addresses(xs, outs, ia),
                r.per_param([g if d else None for g, d in zip(grads, r.diff)], sd),
@@ -258,10 +262,7 @@ def _register_ops(r: _Runner, opname: str):
         shapes = r.out_shapes(plan)
         outs, touts, souts = r.scratch(plan, "out"), r.scratch(plan, "tangent"), r.scratch(plan, "direction")
         res = [empty(s, dt) for s, dt in zip(shapes, r.out_dtypes)]
-
-        def flat(vals):
-            return [v.contiguous().reshape(x.shape) if d else None for v, x, d in zip(vals, ins, r.diff)]
-        ts, ss, us = flat(tans), flat(sins), flat(utans)  # kept alive until the call returns
+        ts, ss, us = tangents(tans, ins), tangents(sins, ins), tangents(utans, ins)  # alive until the call returns
         k.call("jvp_jvp", r.addresses(xs, outs, ia), r.per_param(ts, touts), r.per_param(ss, souts),
                r.per_param(us, res))
         return res
@@ -286,15 +287,9 @@ def _register_ops(r: _Runner, opname: str):
         ops[entry] = getattr(torch.ops.enzcc, f"{opname}_{entry}").default
     # torch.func.vmap: one call per example, except where only the tangents (cotangents) of the jvp (vjp) op are
     # batched, as in torch.func.jacfwd (jacrev): vector mode, W of them per run of the function
-    def lanes(vals, dims, b, shapes, diff, copy: bool):
-        """Example b's tangents (contiguous) or seeds (private copies: Enzyme consumes them), in the inputs' or
-        outputs' shapes."""
-        out = []
-        for v, vd, s, d in zip(vals, dims, shapes, diff):
-            v = v if vd is None else v.select(vd, b)
-            out.append(None if not d else v.clone(memory_format=torch.contiguous_format).reshape(s) if copy
-                       else v.contiguous().reshape(s))
-        return out
+    def example(vals, dims, b):
+        """Example b of tensors batched along ``dims`` (None: shared by every example)."""
+        return [v if vd is None else v.select(vd, b) for v, vd in zip(vals, dims)]
 
     def vector_calls(entry, B, run_lanes, run_one) -> None:
         """Examples 0..B-1: W at a time through NAME_enzcc_<entry>_v<W>, the rest one by one."""
@@ -326,7 +321,7 @@ def _register_ops(r: _Runner, opname: str):
                 touts = [empty((B,) + tuple(s), dt) for s, dt in zip(shapes, r.out_dtypes)]
 
                 def tangent_lane(b):
-                    kept.append(lanes(vals, val_dims, b, [x.shape for x in ins], r.diff, False))
+                    kept.append(tangents(example(vals, val_dims, b), ins))
                     return r.per_param(kept[-1], [t[b] for t in touts])
                 a = r.addresses(xs, outs, ia)
                 vector_calls("jvp", B, lambda bs: (a, [p for b in bs for p in tangent_lane(b)]),
@@ -337,7 +332,7 @@ def _register_ops(r: _Runner, opname: str):
                      for t, d in zip(ins, r.diff)]
 
             def seed_lane(b):
-                kept.append(lanes(vals, val_dims, b, shapes, [True] * len(shapes), True))
+                kept.append(seeds(example(vals, val_dims, b), shapes))  # (private copies: Enzyme consumes them)
                 return r.per_param([g[b] if d else None for g, d in zip(grads, r.diff)], kept[-1])
             a = r.addresses(xs, outs, ia)
             vector_calls("vjp", B, lambda bs: (a, [p for b in bs for p in seed_lane(b)]),
