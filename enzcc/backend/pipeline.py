@@ -216,6 +216,7 @@ def run_pipeline(mod: llvm.ModuleRef, opts: PipelineOptions, tm: llvm.TargetMach
     needs_ad = has_enzyme_calls(mod)
     if needs_ad:
         L.no_partial_unrolling()
+        L.bounded_slp_scheduling()
         protect_hinted_functions(mod)
         if opts.opt_level == 0:
             # -O0 keeps every local in memory: a marker or function passed through C++ helpers (the enzyme/enzyme
