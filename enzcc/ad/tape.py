@@ -164,30 +164,45 @@ class Tape:
 
     def memcpy_adjoint_helper(self, elem: T.Type, atomic: bool = False) -> Function:
         """``helper(ddst, dsrc, nbytes, has_src)``: ``dsrc[i] += ddst[i]; ddst[i] = 0`` element-wise: the
-        reverse of ``memcpy(dst, src, nbytes)`` on floating-point data (``atomic``: the adds to ``dsrc`` are
-        atomic, for code that runs in several threads at once)."""
+        reverse of ``memcpy(dst, src, nbytes)`` or ``memmove`` on floating-point data (``atomic``: the adds to
+        ``dsrc`` are atomic, for code that runs in several threads at once). Overlapping shadows (a memmove
+        within one array) are walked from the end that ``dsrc`` leaves first, opposite to the copy itself, so
+        that no element's adjoint is read after an addition into it: downwards when ``ddst`` lies below
+        ``dsrc``, upwards otherwise."""
         size = self.module.data_layout.store_size(elem)
 
         def body(fn):
             ddst, dsrc, nbytes, has_src = fn.args
-            entry, loop, done = fn.append_block("entry"), fn.append_block("loop"), fn.append_block("done")
+            entry, nonempty, up, down, done = (fn.append_block(n) for n in ("entry", "nonempty", "up", "down", "done"))
             b = IRBuilder.at_end(entry)
             count = b.udiv(nbytes, ConstantInt(T.i64, size))
-            b.cond_br(b.icmp("eq", count, ConstantInt(T.i64, 0)), done, loop)
-            lb = IRBuilder.at_end(loop)
-            i = lb.phi(T.i64, [(ConstantInt(T.i64, 0), entry)])
-            pd = lb.gep(elem, ddst, [i])
-            d = lb.load(elem, pd)
-            lb.store(IRBuilder.const_zero(elem), pd)
-            ps = lb.gep(elem, dsrc, [i])
-            if atomic:  # (has_src false: dsrc is ddst, whose element is zero now)
-                lb.atomic_rmw("fadd", ps, lb.select(has_src, d, IRBuilder.const_zero(elem)), "monotonic")
-            else:
-                old = lb.load(elem, ps)
-                lb.store(lb.select(has_src, lb.fadd(old, d), old), ps)
-            nxt = lb.add(i, ConstantInt(T.i64, 1))
-            i.add_incoming(nxt, loop)
-            lb.cond_br(lb.icmp("eq", nxt, count), done, loop)
+            b.cond_br(b.icmp("eq", count, ConstantInt(T.i64, 0)), done, nonempty)
+            nb = IRBuilder.at_end(nonempty)
+            nb.cond_br(nb.icmp("ult", ddst, dsrc), down, up)
+
+            def move(lb: IRBuilder, i: Value) -> None:
+                pd = lb.gep(elem, ddst, [i])
+                d = lb.load(elem, pd)
+                lb.store(IRBuilder.const_zero(elem), pd)
+                ps = lb.gep(elem, dsrc, [i])
+                if atomic:  # (has_src false: dsrc is ddst, whose element is zero now)
+                    lb.atomic_rmw("fadd", ps, lb.select(has_src, d, IRBuilder.const_zero(elem)), "monotonic")
+                else:
+                    old = lb.load(elem, ps)
+                    lb.store(lb.select(has_src, lb.fadd(old, d), old), ps)
+
+            ub = IRBuilder.at_end(up)
+            i = ub.phi(T.i64, [(ConstantInt(T.i64, 0), nonempty)])
+            move(ub, i)
+            nxt = ub.add(i, ConstantInt(T.i64, 1))
+            i.add_incoming(nxt, up)
+            ub.cond_br(ub.icmp("eq", nxt, count), done, up)
+            db = IRBuilder.at_end(down)
+            j = db.phi(T.i64, [(count, nonempty)])
+            prev = db.sub(j, ConstantInt(T.i64, 1))
+            move(db, prev)
+            j.add_incoming(prev, down)
+            db.cond_br(db.icmp("eq", prev, ConstantInt(T.i64, 0)), done, down)
             IRBuilder.at_end(done).ret_void()
         return self._helper(f"__enzcc_memcpy_adjoint{'_atomic' if atomic else ''}_{elem}",
                             T.FunctionType(T.void, (T.ptr, T.ptr, T.i64, T.i1)),

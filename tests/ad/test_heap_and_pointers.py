@@ -90,6 +90,58 @@ def test_function_pointer_table_and_select(enzcc, opt):
     _check(build_and_run(enzcc, TABLE, opt), range(3))
 
 
+# memmove within one array, both ways, and a shift loop (which LLVM turns into one from -O1 on); the same moves
+# applied to the indices of x give the exact derivative
+MEMMOVE = r"""
+enum { N = 6 };
+static void moves(double *b, int *k, int n) {
+  memmove(b, b + 1, (n - 1) * sizeof *b);           /* destination below the source */
+  memmove(k, k + 1, (n - 1) * sizeof *k);
+  memmove(b + 2, b, (n - 2) * sizeof *b);           /* destination above the source */
+  memmove(k + 2, k, (n - 2) * sizeof *k);
+  for (int i = 0; i + 1 < n; i++) { b[i] = b[i + 1]; k[i] = k[i + 1]; }
+}
+double f(const double *x, int n) {
+  double b[N];
+  int k[N];
+  for (int i = 0; i < n; i++) { b[i] = x[i]; k[i] = i; }
+  moves(b, k, n);
+  double s = 0;
+  for (int i = 0; i < n; i++) s += (i + 1) * b[i] * b[i];
+  return s;
+}
+int main(void) {
+  double x[N], dx[N] = {0};
+  for (int i = 0; i < N; i++) x[i] = 0.5 + 0.25 * i;
+  __enzyme_autodiff((void *)f, enzyme_dup, x, dx, enzyme_const, N);
+  double b[N], exact[N] = {0};
+  int k[N];
+  for (int i = 0; i < N; i++) { b[i] = x[i]; k[i] = i; }
+  moves(b, k, N);
+  for (int i = 0; i < N; i++) exact[k[i]] += 2 * (i + 1) * x[k[i]];
+  char name[32];
+  for (int j = 0; j < N; j++) {
+    double tx[N] = {0};
+    tx[j] = 1;
+    snprintf(name, sizeof name, "rev.%d", j); report(name, dx[j]);
+    snprintf(name, sizeof name, "fwd.%d", j);
+    report(name, __enzyme_fwddiff((void *)f, enzyme_dup, x, tx, enzyme_const, N));
+    snprintf(name, sizeof name, "exact.%d", j); report(name, exact[j]);
+  }
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O1", "-O2", "-O3"])
+def test_overlapping_memmove(enzcc, opt):
+    """The reverse of a memmove within one array takes each adjoint before anything is added to it (it was
+    added twice when the destination lay below the source)."""
+    values = build_and_run(enzcc, MEMMOVE, opt)
+    _check(values, range(6))
+    assert sorted(values[f"exact.{j}"] == 0 for j in range(6)) == [False] * 4 + [True] * 2
+
+
 # a function pointer passed in by the caller: compared at run time against every function of its type whose
 # address the program takes
 PASSED = r"""
