@@ -14,6 +14,7 @@ A caller keeps the tape like any other value its own reverse sweep needs, so loo
 
 from __future__ import annotations
 
+from enzcc.ad.emit import fail_at_run_time
 from enzcc.ad.errors import ad_error
 from enzcc.ad.prepare import derivative_attributes
 from enzcc.ir import types as T
@@ -106,11 +107,13 @@ def _cut(maker, aug: Function, rev: Function, buffer: bool) -> None:
     back_ids = {id(b) for b in back}
     crossing = [i for b in fwd for i in b.instructions if not isinstance(i, Alloca) and
                 any(id(u.user.parent) in back_ids for u in i.uses)]
-    fields = [_alloca_type(a) for a in allocas] + [v.type for v in crossing]
+    # the last field says whether a reverse call has used the frame (see the reverse function below)
+    fields = [_alloca_type(a) for a in allocas] + [v.type for v in crossing] + [T.i8]
     frame_ty = T.StructType(tuple(fields))
-    size = G.module.data_layout.alloc_size(frame_ty) if fields else 1
+    size = G.module.data_layout.alloc_size(frame_ty)
     maker.frame_size = size
     na = len(allocas)
+    used_field = len(fields) - 1
 
     # augmented primal: the forward code; the frame on the heap instead of stack slots
     vmap = dict(zip(G.args, aug.args))
@@ -136,6 +139,7 @@ def _cut(maker, aug: Function, rev: Function, buffer: bool) -> None:
     b = IRBuilder.at_end(last)
     for j, v in enumerate(crossing):
         b.store(vmap[v], b.struct_gep(frame_ty, frame, na + j))
+    b.store(ConstantInt(T.i8, 0), b.struct_gep(frame_ty, frame, used_field))
     result = IRBuilder.poison(aug.return_type)
     result = b.insert_value(result, frame, [0])
     if len(aug.return_type.elements) > 1:
@@ -143,11 +147,24 @@ def _cut(maker, aug: Function, rev: Function, buffer: bool) -> None:
         result = b.insert_value(result, vmap.get(value, value), [1])
     b.ret(result)
 
-    # reverse: values and slots from the frame, then the reverse code; the frame is freed on return
+    # reverse: values and slots from the frame, then the reverse code; the frame is freed on return. The reverse
+    # code pops the loop tape, frees what it holds and sums adjoints into the frame's slots, so a frame serves
+    # one reverse call: a second one on a frame kept by enzyme_nofree stops with a message instead of giving a
+    # wrong derivative
     vmap = dict(zip(G.args, rev.args))
     tape = rev.args[-1]
     start = rev.append_block("entry")
     b = IRBuilder.at_end(start)
+    used = b.struct_gep(frame_ty, tape, used_field)
+    again, first = rev.append_block("used_again"), rev.append_block("first_use")
+    b.cond_br(b.icmp("ne", b.load(T.i8, used), ConstantInt(T.i8, 0)), again, first)
+    name = getattr(maker.dc.fn, "primal_name", maker.dc.fn.name)
+    fail_at_run_time(G.module, IRBuilder.at_end(again),
+                     f"the tape of '{name}' was already used by a reverse call: enzcc's reverse function consumes "
+                     "its tape (enzyme_nofree keeps its memory, not what it held), so a tape serves one "
+                     "__enzyme_reverse")
+    b = IRBuilder.at_end(first)
+    b.store(ConstantInt(T.i8, 1), used)
     for k, a in enumerate(allocas):
         vmap[a] = b.struct_gep(frame_ty, tape, k)
     for j, v in enumerate(crossing):

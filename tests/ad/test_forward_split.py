@@ -209,6 +209,51 @@ def test_reverse_with_enzyme_nofree_leaves_the_tape(enzcc, opt):
     assert v["da"] == pytest.approx(0.5 * math.cos(1.0), rel=1e-12)
 
 
+REVERSE_TWICE = r"""
+extern int enzyme_nofree, enzyme_const, enzyme_out, enzyme_allocated, enzyme_tape;
+typedef struct { void *tape; double y; } aug_t;
+aug_t __enzyme_augmentfwd(void *, ...);
+double __enzyme_reverse(void *, ...);
+int __enzyme_augmentsize(void *, ...);
+double f(double a, double b) {  /* b (a^2 + a + 1): d/da = b (2a + 1) */
+  double s = 0;
+  for (int i = 0; i < 3; i++) s = s * a + b;
+  return s;
+}
+int main(int argc, char **argv) {
+  int size = __enzyme_augmentsize((void *)f, enzyme_out, enzyme_const);
+  void *buf = malloc(size);
+  for (int k = 0; k < 2; k++) {  /* one buffer, two augmented calls, each with its reverse call */
+    double a = 2.0 + k;
+    __enzyme_augmentfwd((void *)f, enzyme_allocated, size, enzyme_tape, buf, a, enzyme_const, 1.0);
+    report(k ? "g.1" : "g.0", __enzyme_reverse((void *)f, enzyme_allocated, size, enzyme_tape, buf, a,
+                                               enzyme_const, 1.0, 1.0));
+  }
+  aug_t t = __enzyme_augmentfwd((void *)f, 2.0, enzyme_const, 1.0);
+  report("g.2", __enzyme_reverse((void *)f, enzyme_nofree, 2.0, enzyme_const, 1.0, 1.0, t.tape));
+  fflush(stdout);
+  if (argc > 1)  /* the same tape again */
+    report("g.3", __enzyme_reverse((void *)f, enzyme_nofree, 2.0, enzyme_const, 1.0, 1.0, t.tape));
+  free(t.tape);
+  free(buf);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O2"])
+def test_reverse_call_on_a_used_tape_stops(enzcc, opt):
+    """A tape serves one reverse call (its loop tape is popped and freed, adjoints summed into it): a second
+    __enzyme_reverse on a tape kept by enzyme_nofree stops with a message (it gave wrong values, or crashed).
+    A buffer of the caller's, written again by an augmented call, serves again."""
+    v = build_and_run(enzcc, REVERSE_TWICE, opt)
+    assert (v["g.0"], v["g.1"], v["g.2"]) == (5.0, 7.0, 5.0)
+    r = enzcc.run("./t", "again", check=False)
+    assert r.returncode != 0 and "g.3" not in r.stdout, r
+    assert r.stderr.strip() == "enzcc: the tape of 'f' was already used by a reverse call: enzcc's reverse " \
+        "function consumes its tape (enzyme_nofree keeps its memory, not what it held), so a tape serves one " \
+        "__enzyme_reverse", r.stderr
+
 LOGGED = r"""
 extern int enzyme_const;
 typedef struct { void *tape; double y; } aug_t;
