@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from enzcc.ad.errors import ADError
+from enzcc.ir import types as T
 
 PREFIX = "__enzyme_"
 ANNOTATIONS = "llvm.global.annotations"
@@ -241,8 +242,35 @@ def hints_of(module) -> Hints:
         globals_ = module.globals
         cached = read_hints(list(globals_), lambda n: str(globals_[n]) if n in globals_ else None,
                             lambda n: n in module.functions)
+        for alloc, (size_index, dealloc, sources) in cached.allocators.items():
+            _check_allocation_like(module.functions[alloc], module.functions[dealloc], size_index, sources)
         module._enzcc_hints = cached
     return cached
+
+
+def _check_allocation_like(alloc, dealloc, size_index: int, sources: tuple) -> None:
+    """The functions of an ``__enzyme_allocation_like`` entry fit it: the allocation function returns a pointer
+    and takes an integer size where the entry says, and each argument the deallocation call is given (an argument
+    of the allocation call, or -1: the pointer) has the type of that parameter."""
+    where = f"{ALLOCATION_LIKE} of '{alloc.name}'"
+    params = [a.type for a in alloc.args]
+    if not isinstance(alloc.return_type, T.PointerType):
+        raise ADError(f"{where}: '{alloc.name}' must return a pointer (it returns {alloc.return_type})")
+    if not (0 <= size_index < len(params)) or not isinstance(params[size_index], T.IntType):
+        raise ADError(f"{where}: the size index {size_index} must name an integer parameter of '{alloc.name}' "
+                      f"({', '.join(map(str, params)) or 'it has none'})")
+    wants = [a.type for a in dealloc.args]
+    if len(sources) != len(wants):
+        raise ADError(f"{where}: the deallocation arguments \"{','.join(map(str, sources))}\" are {len(sources)}, "
+                      f"'{dealloc.name}' takes {len(wants)}")
+    for i, (k, want) in enumerate(zip(sources, wants)):
+        if k != -1 and not 0 <= k < len(params):
+            raise ADError(f"{where}: deallocation argument {i} comes from argument {k} of '{alloc.name}', which "
+                          f"takes {len(params)}")
+        have = T.ptr if k == -1 else params[k]
+        if have != want:
+            what = "the pointer" if k == -1 else f"argument {k} of '{alloc.name}'"
+            raise ADError(f"{where}: deallocation argument {i} of '{dealloc.name}' is {want}, but {what} is {have}")
 
 
 def rule_name(module, callee: str) -> str:

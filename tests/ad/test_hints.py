@@ -259,3 +259,20 @@ def test_allocation_like(enzcc, opt):
     v = build_and_run(enzcc, ALLOCATION_LIKE, opt)
     assert v["rev"] == pytest.approx(v["exact"], rel=1e-12) and v["fwd"] == pytest.approx(v["exact"], rel=1e-12)
     assert v["live"] == 0
+
+
+@pytest.mark.parametrize("entry, message", [
+    ('(void *)pool_alloc, (void *)1, (void *)"1,-1", (void *)pool_free',
+     "deallocation argument 0 of 'pool_free' is ptr, but argument 1 of 'pool_alloc' is i64"),
+    ('(void *)pool_alloc, (void *)1, (void *)"2,-1,2", (void *)pool_free',
+     "the deallocation arguments \"2,-1,2\" are 3, 'pool_free' takes 2"),
+    ('(void *)pool_alloc, (void *)2, (void *)"2,-1", (void *)pool_free',
+     "the size index 2 must name an integer parameter of 'pool_alloc' (ptr, i64, ptr)"),
+    ('(void *)pool_alloc, (void *)1, (void *)"5,-1", (void *)pool_free',
+     "deallocation argument 0 comes from argument 5 of 'pool_alloc', which takes 3"),
+])
+def test_allocation_like_that_does_not_fit_its_functions(enzcc, entry, message):
+    """An __enzyme_allocation_like entry whose indices do not fit the two functions' parameters is a one-line
+    error naming them (it was an internal error, or a call with the wrong arguments)."""
+    source = ALLOCATION_LIKE.replace('(void *)pool_alloc, (void *)1, (void *)"2,-1", (void *)pool_free', entry)
+    _refused(enzcc, source, f"enzcc: error: __enzyme_allocation_like of 'pool_alloc': {message}", "-O2")
