@@ -317,3 +317,36 @@ def test_vector_mode_with_calls_not_inlined(enzcc, opt):
     for j in range(2):
         for k in range(2):
             assert v[f"rev.{j}.{k}"] == pytest.approx(v[f"fd.{j}.{k}"], rel=1e-6, abs=1e-7), (j, k)
+
+
+PRIMAL_AND_LANES = r"""
+extern int enzyme_width, enzyme_primal_return;
+typedef struct { double r; double d[2]; } res2;     /* 24 bytes: returned through memory */
+typedef struct { float r; float d[3]; } res3f;      /* 16 bytes: in registers */
+res2 __enzyme_fwddiff_r2(void *, ...);
+res3f __enzyme_fwddiff_f(void *, ...);
+double p(double a, int n) { return n == 0 ? 1 : a * p(a, n - 1); }  /* stays recursive */
+double f(double a, double b) { return a * b + sin(a) * p(b, 3); }
+float g(float a, const float *x) { return a * x[0] * x[1]; }
+int main(void) {
+  double a = 0.7, b = 1.3;
+  res2 r = __enzyme_fwddiff_r2((void *)f, enzyme_width, 2, enzyme_primal_return, a, 1.0, 0.0, b, 0.0, 1.0);
+  report("f", r.r); report("f.a", r.d[0]); report("f.b", r.d[1]);
+  report("exact.f", a * b + sin(a) * b * b * b);
+  report("exact.f.a", b + cos(a) * b * b * b); report("exact.f.b", a + 3 * sin(a) * b * b);
+  float x[2] = {2, 3}, t0[2] = {1, 0}, t1[2] = {0, 1}, t2[2] = {0, 0};
+  res3f s = __enzyme_fwddiff_f((void *)g, enzyme_width, 3, enzyme_primal_return, 0.5f, 0.0f, 0.0f, 1.0f,
+                               enzyme_dup, x, t0, t1, t2);
+  report("g", s.r); report("g.0", s.d[0]); report("g.1", s.d[1]); report("g.2", s.d[2]);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O1", "-O2", "-O3"])
+def test_vector_mode_with_the_primal_result(enzcc, opt):
+    """enzyme_primal_return with enzyme_width: the result, then one tangent per lane (it was refused)."""
+    v = build_and_run(enzcc, PRIMAL_AND_LANES, opt)
+    for k in ("f", "f.a", "f.b"):
+        assert v[k] == pytest.approx(v[f"exact.{k}"], rel=1e-12), k
+    assert (v["g"], v["g.0"], v["g.1"], v["g.2"]) == (3.0, 1.5, 1.0, 6.0)
