@@ -61,6 +61,18 @@ def runs_program_code(call) -> bool:
         name.startswith(("__enzyme_fixed_point", "__enzyme_checkpoint_for", "__enzyme_checkpoint_while"))
 
 
+def returns_shadow(call) -> bool:
+    """A call that is not inlined (:func:`is_user_call`) returning a pointer, whose derived functions return the
+    pointer's shadow with it (not a function with a registered derivative, which returns none)."""
+    if not isinstance(call.type, T.PointerType) or not is_user_call(call):
+        return False
+    from enzcc.ad.hints import hints_of
+
+    hints = hints_of(call.module)
+    name = call.callee_name
+    return name not in hints.gradient and name not in hints.derivative and name not in hints.splitderivative
+
+
 def is_user_call(call) -> bool:
     """A call to a function with a body that was not inlined (a recursive call): differentiated by calling the
     callee's derived functions. (Functions the user gave hints about are not: they were kept on purpose.)"""
@@ -158,11 +170,16 @@ class Activity:
         # 2. active pointers and varied floats, to a fixpoint; a local allocation that does not escape gets
         # derivatives only once something with derivatives may be written into it
         writers = {id(a): self._writers(a) for a in candidates}
+        # a call that is not inlined (a recursive one), given memory or floats with derivatives, may return memory
+        # with derivatives: its augmented primal returns the shadow too
+        pointer_calls = [i for i in insts if isinstance(i, Call) and returns_shadow(i)]
         while True:
             self._propagate_pointers(insts)
             self._propagate_varied(insts, inactive)
             woken = [a for a in candidates if id(a) not in self.active_ptrs and
                      any(self._writes_derivatives(kind, w) for kind, w in writers[id(a)])]
+            woken += [c for c in pointer_calls if id(c) not in self.active_ptrs and
+                      any(id(a) in self.active_ptrs or id(a) in self.varied for a in c.args)]
             if not woken:
                 break
             for a in woken:
@@ -178,8 +195,10 @@ class Activity:
             elif isinstance(inst, Store) and id(inst.pointer) in self.active_ptrs and has_float(inst.value.type):
                 work.append(inst.value)
             elif isinstance(inst, Call) and (runs_program_code(inst) or routine(inst.callee_name)) and \
-                    (any(id(a) in self.active_ptrs for a in inst.args) or self.reaches_active_globals(inst)):
-                work += [a for a in inst.args if has_float(a.type)]  # the callee may store them in that memory
+                    (any(id(a) in self.active_ptrs for a in inst.args) or self.reaches_active_globals(inst) or
+                     id(inst) in self.active_ptrs):
+                # the callee may store them in that memory, or in the memory it returns
+                work += [a for a in inst.args if has_float(a.type)]
         while work:
             v = work.pop()
             if not has_float(v.type) or not self._mark(self.useful, v):

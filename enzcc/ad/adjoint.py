@@ -324,8 +324,9 @@ class AdjointGenerator:
                                    "not supported", inst)
                 callee = self.module.functions[inst.callee_name]
                 nargs = len(inst.args)
+                stand_in = self.lane_shadows[0].call_shadows.get(id(inst))
                 aug, rev = self.logic.split_of_call(inst, callee, kinds, ret_active, parallel=self.parallel,
-                                                    width=self.width)
+                                                    width=self.width, shadow_return=stand_in is not None)
                 b = IRBuilder.before(inst)
                 args = list(inst.args) + [self.lane_shadows[lane].of(a, inst) for a, k in zip(inst.args, kinds)
                                           if k == DUP for lane in range(self.width)]
@@ -338,6 +339,11 @@ class AdjointGenerator:
                     if ret_active:
                         act._mark(act.varied, result)
                         act._mark(act.useful, result)
+                if stand_in is not None:  # a pointer to memory with derivatives: its shadow comes after it
+                    shadow = b.extract_value(new, [2])
+                    stand_in.replace_all_uses_with(shadow)
+                    act._mark(act.active_ptrs, result)
+                    self.lane_shadows[0]._set(result, shadow)
                 inst.erase()
                 insts[i] = new
                 self.user_calls[id(new)] = ("split", (new, nargs, rev, kinds, tape, result, ret_active))

@@ -96,19 +96,20 @@ class DerivedFunctions:
         return G
 
     def split_of_call(self, call, callee, kinds: tuple[str, ...], active_return: bool, dc=None, args=None,
-                      parallel: bool = False, width: int = 1):
+                      parallel: bool = False, width: int = 1, shadow_return: bool = False):
         """``callee``'s (augmented primal, reverse) pair for a call with argument activity ``kinds``
         (:mod:`enzcc.ad.split`). ``args``: as for :meth:`forward_of_call`. ``parallel``: the reverse runs in
         several threads at once (an OpenMP parallel region: :mod:`enzcc.ad.openmp`). ``width``: vector mode,
-        each shadow (and the result's adjoint) once per lane."""
+        each shadow (and the result's adjoint) once per lane. ``shadow_return``: the callee returns a pointer
+        to memory with derivatives, and the augmented primal returns its shadow after it."""
         from enzcc.ad.split import make_split
 
         key = ("split", callee.name, kinds, active_return) + (("parallel",) if parallel else ()) + \
-            ((width,) if width > 1 else ())
+            ((width,) if width > 1 else ()) + (("shadow",) if shadow_return else ())
         pair = self.cache.get(key)
         if pair is None:
             pair = make_split(self, dc or _call_site(call, callee, kinds, "reverse", args, width), kinds,
-                              active_return, key, parallel)
+                              active_return, key, parallel, shadow_return)
         return pair
 
 
@@ -144,9 +145,10 @@ def needs_inlining(ty) -> bool:
 
 def check_call_signature(call, activity) -> None:
     """Refuse a call that is not inlined and whose arguments or result the derived functions cannot pass with
-    their derivatives (see :func:`needs_inlining`), or that returns a pointer (its shadow is not returned)."""
+    their derivatives (see :func:`needs_inlining`), or that returns a pointer in forward mode (its shadow is
+    returned by the augmented primal of reverse mode only)."""
     what = None
-    if needs_inlining(call.type) or isinstance(call.type, T.PointerType):
+    if needs_inlining(call.type) or (isinstance(call.type, T.PointerType) and activity.mode == "forward"):
         what = f"returns {call.type}"
     else:
         for i, a in enumerate(call.args):

@@ -32,7 +32,8 @@ from enzcc.ad.memory import memory_types_for
 from enzcc.ad.prepare import clone_body, finalize, new_derivative_function, prepare, return_block
 from enzcc.ad.promote import promote_single_block_slots
 from enzcc.ad.rules import load_rules
-from enzcc.ad.shadow import Shadows
+from enzcc.ad.errors import ad_error
+from enzcc.ad.shadow import Shadows, describe_pointer
 from enzcc.ad.spill import spill_crossing_values
 from enzcc.ad.tape import Tape
 from enzcc.ir import types as T
@@ -40,7 +41,7 @@ from enzcc.ir.block import BasicBlock
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.cfg import DominatorTree, LoopInfo, reverse_post_order
 from enzcc.ir.instructions import BinaryOp, Call, CondBr, GetElementPtr, ICmp, Instruction, Phi, Store
-from enzcc.ir.values import ConstantInt, Value
+from enzcc.ir.values import Constant, ConstantInt, Value
 from enzcc.ad.adjoint import INACTIVE_CALLS, AdjointGenerator
 from enzcc.ad.cache import CacheUtility, _Cached
 
@@ -58,6 +59,9 @@ class ReverseMode(AdjointGenerator, CacheUtility):
         """The reverse code runs in the threads of an OpenMP parallel region (:mod:`enzcc.ad.openmp`): adjoints
         go to shared memory with atomic adds, barriers and critical sections are mirrored."""
         self.split = split
+        self.shadow_return = False
+        """Split: the augmented primal returns the shadow of the pointer the function returns, after it (set by
+        :func:`enzcc.ad.split.make_split`)."""
         """Built to be cut into an augmented primal and a reverse function (:mod:`enzcc.ad.split`): the
         result's adjoint is a parameter, and memory may change between the two (no loads repeated)."""
         self.active_return = is_float(dc.fn.return_type) if active_return is None else active_return
@@ -253,6 +257,11 @@ class ReverseMode(AdjointGenerator, CacheUtility):
         ret = self.ret_block.terminator
         value = ret.operands[0] if ret.operands else None
         self.primal_return_value = value
+        if self.shadow_return:  # (split: the augmented primal returns the result's shadow too)
+            if not (self.activity.is_active_ptr(value) or isinstance(value, Constant)):
+                raise ad_error(f"'{self.dc.fn.name}' returns a pointer its caller uses as memory with derivatives, "
+                               f"but here it is {describe_pointer(value)}, which has none", ret)
+            self.primal_return_shadow = self.shadows._of_operand(value, ret)
         ret.erase()
         b = IRBuilder.at_end(self.ret_block)
         if value is not None and self.active_return and self.activity.is_active(value):

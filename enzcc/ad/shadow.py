@@ -8,7 +8,7 @@ are loaded from the shadow memory, and allocations get zero-filled shadow alloca
 from __future__ import annotations
 
 from enzcc.ad import shadow_reuse
-from enzcc.ad.activity import ALLOCATORS, Activity, has_pointer, is_allocation
+from enzcc.ad.activity import ALLOCATORS, Activity, has_pointer, is_allocation, returns_shadow
 from enzcc.ad.context import nested_context_call, shadow_of_nested_call
 from enzcc.ad.errors import ad_error
 from enzcc.ad.memory import base_object
@@ -18,7 +18,7 @@ from enzcc.ir.builder import IRBuilder
 from enzcc.ir.cfg import reverse_post_order
 from enzcc.ir.instructions import (Alloca, Call, Cast, ExtractValue, Freeze, GetElementPtr, InsertValue, Instruction,
                                    Load, Phi, Select, Store)
-from enzcc.ir.values import ConstantInt, ConstantNull, ConstantPoison, ConstantUndef, Value
+from enzcc.ir.values import ConstantInt, ConstantNull, ConstantPoison, ConstantUndef, Placeholder, Value
 
 
 def _null_based(v: Value, seen: set | None = None) -> bool:
@@ -46,12 +46,17 @@ class Shadows:
 
         self.fn = fn
         self.activity = activity
+        self.lane = lane
+        """Vector mode: the lane these shadows are for."""
         self._map: dict[int, Value] = dict(arg_shadows)
         self._keep: list[Value] = []
         for g in activity.active_globals:  # a global written by differentiated code: its shadow global
             self._set(g, shadow_global(fn.module, g.symbol, lane))
         self.allocations: list[tuple[Instruction, Value]] = []
         """(primal allocation call, shadow) for heap allocations in the function."""
+        self.call_shadows: dict[int, Placeholder] = {}
+        """Call that is not inlined (by id) -> the stand-in for the shadow of the pointer it returns, until the
+        call to its augmented primal, which returns that shadow, is made."""
         self.spares: dict[int, Value] = {}
         """Shadow (by id) -> the spare global its memory goes back to at the end (:mod:`enzcc.ad.shadow_reuse`),
         for those that are released rather than freed."""
@@ -143,6 +148,17 @@ class Shadows:
                         raise ad_error(f"reverse mode over code that calls {inst.callee_name} (an enzyme_context) "
                                        "is not supported; forward mode over it is", inst, fn=self.fn)
                     self._set(inst, shadow_of_nested_call(self, inst))
+                elif isinstance(inst, Call) and returns_shadow(inst):
+                    if self.activity.mode == "forward" or self.lane:
+                        from enzcc.ad.logic import not_inlined_error
+
+                        raise not_inlined_error(inst, f"returns {inst.type}" +
+                                                (" in vector mode" if self.lane else " in forward mode"))
+                    # its augmented primal returns the shadow: it takes this stand-in's place (see
+                    # AdjointGenerator._prepare_user_calls)
+                    stand_in = Placeholder(inst.type)
+                    self.call_shadows[id(inst)] = stand_in
+                    self._set(inst, stand_in)
                 else:
                     raise ad_error(f"cannot compute the shadow of pointer produced by '{inst.opcode}'", inst,
                                    fn=self.fn)

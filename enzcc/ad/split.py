@@ -25,9 +25,11 @@ from enzcc.ir.instructions import Alloca, Ret
 from enzcc.ir.values import ConstantInt
 
 
-def make_split(logic, dc, kinds: tuple[str, ...], active_return: bool, key, parallel: bool = False):
+def make_split(logic, dc, kinds: tuple[str, ...], active_return: bool, key, parallel: bool = False,
+               shadow_return: bool = False):
     """The (augmented primal, reverse) pair of ``dc.fn`` for argument activity ``kinds`` (``dc`` describes
-    the call that asks for it; ``parallel``: its reverse runs in the threads of an OpenMP parallel region).
+    the call that asks for it; ``parallel``: its reverse runs in the threads of an OpenMP parallel region;
+    ``shadow_return``: the augmented primal returns the shadow of the pointer ``dc.fn`` returns, after it).
     The combined function it is cut from stays until the module is done, for :func:`buffer_variant`."""
     from enzcc.ad.reverse import ReverseMode
 
@@ -35,8 +37,10 @@ def make_split(logic, dc, kinds: tuple[str, ...], active_return: bool, key, para
     callee = dc.fn
     maker = ReverseMode(dc, module, logic.body_of(callee), logic=logic, split=True, active_return=active_return,
                         parallel=parallel)
+    maker.shadow_return = shadow_return
     G = maker.G
-    aug, rev = _declare_pair(module, callee, G, kinds, buffer=False, width=maker.width)
+    aug, rev = _declare_pair(module, callee, G, kinds, buffer=False, width=maker.width,
+                             shadow_return=shadow_return)
     logic.cache[key] = (aug, rev)  # before the body is built: a recursive call finds the pair
     logic.split_makers[key] = maker
     maker.build()
@@ -53,17 +57,18 @@ def buffer_variant(logic, key):
     got = logic.cache.get(vkey)
     if got is None:
         maker = logic.split_makers[key]
-        aug, rev = _declare_pair(logic.module, maker.dc.fn, maker.G, key[2], buffer=True, width=maker.width)
+        aug, rev = _declare_pair(logic.module, maker.dc.fn, maker.G, key[2], buffer=True, width=maker.width,
+                                 shadow_return=maker.shadow_return)
         _cut(maker, aug, rev, buffer=True)
         got = logic.cache[vkey] = (aug, rev, maker.frame_size)
     return got
 
 
-def _declare_pair(module, callee, G, kinds, buffer: bool, width: int = 1):
+def _declare_pair(module, callee, G, kinds, buffer: bool, width: int = 1, shadow_return: bool = False):
     ndup = sum(1 for k in kinds if k in ("dup", "dupnoneed")) * width
     aug_params = tuple([a.type for a in callee.args] + [T.ptr] * ndup) + ((T.ptr,) if buffer else ())
     aug_ret = T.StructType((T.ptr,) + (() if isinstance(callee.return_type, T.VoidType) else
-                                      (callee.return_type,)))
+                                      (callee.return_type,)) + ((T.ptr,) if shadow_return else ()))
     suffix = "_inbuffer" if buffer else ""
     aug = _declare(module, callee, f"augmented_{callee.name}{suffix}", T.FunctionType(aug_ret, aug_params))
     rev = _declare(module, callee, f"reverse_{callee.name}{suffix}",
@@ -145,6 +150,9 @@ def _cut(maker, aug: Function, rev: Function, buffer: bool) -> None:
     if len(aug.return_type.elements) > 1:
         value = maker.primal_return_value
         result = b.insert_value(result, vmap.get(value, value), [1])
+    if maker.shadow_return:
+        shadow = maker.primal_return_shadow
+        result = b.insert_value(result, vmap.get(shadow, shadow), [2])
     b.ret(result)
 
     # reverse: values and slots from the frame, then the reverse code; the frame is freed on return. The reverse

@@ -100,19 +100,84 @@ def test_recursive_functions(enzcc, opt):
             assert _close(rev, fd, 1e-6) and _close(fwd, rev, 1e-10), (what, i, fd, rev, fwd)
 
 
-def test_recursive_function_returning_a_shadowed_pointer_is_refused(enzcc):
-    """The pointer a recursive call returns would need a shadow returned with it: one line, no output."""
+# Recursive functions returning pointers to memory with derivatives: a list they allocate and fill (from an
+# array, from a float argument), a pointer into the argument. Their augmented primals return the shadow too.
+RETURNED_POINTERS = r"""
+typedef struct node { double v; struct node *next; } node;
+node *build(const double *x, int i, int n) {
+  if (i == n) return NULL;
+  node *p = malloc(sizeof *p);
+  p->v = x[i] * x[i] + (i ? x[i - 1] : 0);
+  p->next = build(x, i + 1, n);
+  return p;
+}
+node *chain(double v, int depth) {
+  node *p = malloc(sizeof *p);
+  p->v = v * depth;
+  p->next = depth > 1 ? chain(v * v, depth - 1) : NULL;
+  return p;
+}
+double *last(double *a, int n) { return n == 1 ? a : last(a + 1, n - 1); }
+double f(const double *x, int n) {  /* sum_i (x_i^2 + x_{i-1})^2, through the list */
+  double s = 0;
+  for (node *p = build(x, 0, n); p;) { node *q = p->next; s += p->v * p->v; free(p); p = q; }
+  return s;
+}
+double h(double v) {  /* 4 v + 3 v^2 + 2 v^4 + v^8 */
+  double s = 0;
+  for (node *p = chain(v, 4); p;) { node *q = p->next; s += p->v; free(p); p = q; }
+  return s;
+}
+double g(double *a, int n) { return *last(a, n) * a[0]; }
+enum { N = 4 };
+int main(void) {
+  double x[N] = {0.3, -0.7, 1.1, 0.5}, dx[N] = {0};
+  __enzyme_autodiff((void *)f, enzyme_dup, x, dx, enzyme_const, N);
+  char name[32];
+  for (int k = 0; k < N; k++) {
+    double b = x[k] * x[k] + (k ? x[k - 1] : 0), exact = 4 * b * x[k];
+    if (k + 1 < N) exact += 2 * (x[k + 1] * x[k + 1] + x[k]);
+    double xp[N], xm[N], eps = 1e-6;
+    for (int i = 0; i < N; i++) xp[i] = xm[i] = x[i];
+    xp[k] += eps; xm[k] -= eps;
+    snprintf(name, sizeof name, "f.rev.%d", k); report(name, dx[k]);
+    snprintf(name, sizeof name, "f.exact.%d", k); report(name, exact);
+    snprintf(name, sizeof name, "f.fd.%d", k); report(name, (f(xp, N) - f(xm, N)) / (2 * eps));
+  }
+  double v = 0.9;
+  report("h.rev", __enzyme_autodiff((void *)h, v));
+  report("h.exact", 4 + 6 * v + 8 * v * v * v + 8 * pow(v, 7));
+  double a[3] = {2, 3, 5}, da[3] = {0};
+  __enzyme_autodiff((void *)g, enzyme_dup, a, da, enzyme_const, 3);
+  report("g.0", da[0]); report("g.1", da[1]); report("g.2", da[2]);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", OPTS)
+def test_recursive_functions_returning_pointers(enzcc, opt):
+    """The shadow of the pointer a recursive call returns comes back from its augmented primal (they were
+    refused)."""
+    v = build_and_run(enzcc, RETURNED_POINTERS, opt)
+    for k in range(4):
+        assert _close(v[f"f.rev.{k}"], v[f"f.exact.{k}"], 1e-12), (k, v)
+        assert _close(v[f"f.rev.{k}"], v[f"f.fd.{k}"], 1e-6), (k, v)
+    assert _close(v["h.rev"], v["h.exact"], 1e-12), v
+    assert (v["g.0"], v["g.1"], v["g.2"]) == (5.0, 0.0, 2.0)
+
+
+def test_recursive_function_returning_a_shadowed_pointer_in_forward_mode_is_refused(enzcc):
+    """Forward mode's derivative of such a call does not return the shadow: one line, no output."""
     from adharness import PRELUDE
 
-    enzcc.write("r.c", PRELUDE + r"""
-double *last(double *a, int n) { return n == 1 ? a : last(a + 1, n - 1); }
-double f(double *a, int n) { return *last(a, n) * a[0]; }
-int main(void) { double a[3] = {1, 2, 3}, da[3] = {0};
-  __enzyme_autodiff((void *)f, enzyme_dup, a, da, enzyme_const, 3); return 0; }
+    enzcc.write("r.c", PRELUDE + RETURNED_POINTERS.split("enum { N")[0] + r"""
+int main(void) { double x[3] = {1, 2, 3}, dx[3] = {1, 0, 0};
+  report("t", __enzyme_fwddiff((void *)f, enzyme_dup, x, dx, enzyme_const, 3)); return 0; }
 """)
     r = enzcc("-O0", "r.c", "-o", "r", check=False)
     assert r.returncode == 1 and r.stderr.strip().count("\n") == 0, r.stderr
-    assert "'last' returns ptr and is not inlined (it is recursive" in r.stderr
+    assert "'build' returns ptr in forward mode and is not inlined (it is recursive" in r.stderr, r.stderr
     assert not (enzcc.cwd / "r").exists()
 
 
