@@ -22,25 +22,29 @@ from enzcc.ad.adjoint import _IGNORED_INTRINSICS, is_inactive_call
 from enzcc.ad.rules import load_rules
 from enzcc.ad import blas
 from enzcc.ad import complex as complex_
-from enzcc.ad.shadow import Shadows
+from enzcc.ad.shadow import Shadows, describe_pointer
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.cfg import reverse_post_order
 from enzcc.ir.instructions import (BinaryOp, Call, Cast, ExtractElement, ExtractValue, Freeze, InsertElement,
                                    InsertValue, Instruction, Load, Phi, Ret, Select, ShuffleVector, Store, UnaryOp)
-from enzcc.ir.values import Value
+from enzcc.ir.values import Constant, Value
 
 
 class ForwardMode:
     """Builds the tangent function for one ``__enzyme_fwddiff`` call."""
 
-    def __init__(self, dc: DiffCall, module, body=None, logic=None, return_primal: bool = False):
+    def __init__(self, dc: DiffCall, module, body=None, logic=None, return_primal: bool = False,
+                 shadow_return: bool = False):
         self.dc = dc
         self.module = module
         self.logic = logic
         """The cache of derived functions (for calls that were not inlined)."""
         self.return_primal = return_primal
         """Return ``{result, tangent}`` (a call inside differentiated code needs both), not the tangent alone."""
+        self.shadow_return = shadow_return
+        """With ``return_primal``, for a function returning a pointer to memory with derivatives: return
+        ``{result, its shadow per lane}`` (a call that is not inlined needs both)."""
         self.split = False
         """Forward split mode cuts this function (:mod:`enzcc.ad.fwdsplit`): calls use registered split-mode
         derivatives (``__enzyme_register_splitderivative_*``)."""
@@ -60,8 +64,8 @@ class ForwardMode:
                     params.append(spec.param.type)
                     names.append(f"d{lane if self.width > 1 else ''}_{spec.param.name or spec.param.index}")
         ret = primal.return_type
-        if return_primal and is_float(ret):
-            ret = T.StructType((ret,) * (1 + self.width))  # {result, one tangent per lane}
+        if return_primal and (is_float(ret) or shadow_return):
+            ret = T.StructType((ret,) * (1 + self.width))  # {result, one tangent (shadow) per lane}
         elif self.width > 1 and is_float(ret):
             ret = T.StructType((ret,) * self.width)
         self.G = new_derivative_function(module, primal, f"fwddiffe_{primal.name}", params, ret, names)
@@ -161,6 +165,12 @@ class ForwardMode:
             if self.return_primal:
                 if inst.operands and is_float(inst.operands[0].type):
                     self.lane_returns.append((inst, self._t(inst.operands[0])))
+                elif self.shadow_return:
+                    value = inst.operands[0]
+                    if not (act.is_active_ptr(value) or isinstance(value, Constant)):
+                        raise ad_error(f"'{self.dc.fn.name}' returns a pointer its caller uses as memory with "
+                                       f"derivatives, but here it is {describe_pointer(value)}, which has none", inst)
+                    self.lane_returns.append((inst, self.shadows._of_operand(value, inst)))
                 elif inst.operands and isinstance(inst.operands[0].type, T.PointerType) and \
                         act.is_active_ptr(inst.operands[0]):
                     raise ad_error("returning a pointer to memory with derivatives from a function that is "
@@ -387,12 +397,15 @@ class ForwardMode:
         lane_args = [self.shadows.of(a, inst) if isinstance(a.type, T.PointerType) else self._t(a)
                      for a, k in zip(inst.args, kinds) if k == DUP]
         placeholder = None
+        shadow_return = id(inst) in self.shadows.call_shadows
         if is_float(inst.type):  # this lane's tangent of the result, until the call is made
             placeholder = IRBuilder.after(inst).freeze(IRBuilder.poison(inst.type))
             self._set(inst, placeholder)
+        elif shadow_return:  # this lane's shadow of the pointer returned (Shadows made the stand-in)
+            placeholder = self.shadows.call_shadows[id(inst)]
 
         def emit(lanes) -> None:
-            F = self.logic.forward_of_call(inst, callee, kinds, width=self.width)
+            F = self.logic.forward_of_call(inst, callee, kinds, width=self.width, shadow_return=shadow_return)
             b = IRBuilder.before(inst)
             args, d = [], 0
             for a, k in zip(inst.args, kinds):
@@ -401,14 +414,15 @@ class ForwardMode:
                     args += [self._emitted.get(id(lane_args[d]), lane_args[d]) for lane_args, _ in lanes]
                     d += 1
             new = b.call(F, args)
-            if is_float(inst.type):
+            if is_float(inst.type) or shadow_return:
                 primal = b.extract_value(new, [0])
                 for lane, (_, ph) in enumerate(lanes):
                     t = b.extract_value(new, [1 + lane])
                     ph.replace_all_uses_with(t)
                     self._emitted[id(ph)] = t
                     self._keep.append(ph)
-                    ph.erase()
+                    if isinstance(ph, Instruction):
+                        ph.erase()
                 inst.replace_all_uses_with(primal)
             elif inst.has_uses():
                 inst.replace_all_uses_with(new)

@@ -79,18 +79,23 @@ class DerivedFunctions:
 
     # -- what calls inside differentiated code ask for ---------------------------------------------
 
-    def forward_of_call(self, call, callee, kinds: tuple[str, ...], args=None, width: int = 1):
+    def forward_of_call(self, call, callee, kinds: tuple[str, ...], args=None, width: int = 1,
+                        shadow_return: bool = False):
         """``callee``'s forward derivative for a call with argument activity ``kinds``: it takes each argument
         followed by its tangent (``dup``; vector mode: ``width`` tangents) and returns ``{result, tangent...}``
         for a float result, the result otherwise. ``args``: the values ``callee``'s parameters get, when they
-        are not the call's arguments (a function the call passes on, as OpenMP's ``__kmpc_fork_call`` does)."""
+        are not the call's arguments (a function the call passes on, as OpenMP's ``__kmpc_fork_call`` does).
+        ``shadow_return``: ``callee`` returns a pointer to memory with derivatives: it returns ``{result,
+        shadow...}``."""
         from enzcc.ad.forward import ForwardMode
 
-        key = ("forward-call", callee.name, kinds) + ((width,) if width > 1 else ())
+        key = ("forward-call", callee.name, kinds) + ((width,) if width > 1 else ()) + \
+            (("shadow",) if shadow_return else ())
         G = self.cache.get(key)
         if G is None:
             dc = _call_site(call, callee, kinds, "forward", args, width)
-            maker = ForwardMode(dc, self.module, self.body_of(callee), logic=self, return_primal=True)
+            maker = ForwardMode(dc, self.module, self.body_of(callee), logic=self, return_primal=True,
+                                shadow_return=shadow_return)
             self.cache[key] = maker.G
             G = maker.build()
         return G
@@ -145,10 +150,9 @@ def needs_inlining(ty) -> bool:
 
 def check_call_signature(call, activity) -> None:
     """Refuse a call that is not inlined and whose arguments or result the derived functions cannot pass with
-    their derivatives (see :func:`needs_inlining`), or that returns a pointer in forward mode (its shadow is
-    returned by the augmented primal of reverse mode only)."""
+    their derivatives (see :func:`needs_inlining`). (A pointer returned comes back with its shadow.)"""
     what = None
-    if needs_inlining(call.type) or (isinstance(call.type, T.PointerType) and activity.mode == "forward"):
+    if needs_inlining(call.type):
         what = f"returns {call.type}"
     else:
         for i, a in enumerate(call.args):

@@ -130,6 +130,9 @@ double h(double v) {  /* 4 v + 3 v^2 + 2 v^4 + v^8 */
 }
 double g(double *a, int n) { return *last(a, n) * a[0]; }
 enum { N = 4 };
+extern int enzyme_width;
+typedef struct { double a, b; } two;
+two __enzyme_fwddiff_2(void *, ...);
 int main(void) {
   double x[N] = {0.3, -0.7, 1.1, 0.5}, dx[N] = {0};
   __enzyme_autodiff((void *)f, enzyme_dup, x, dx, enzyme_const, N);
@@ -140,16 +143,26 @@ int main(void) {
     double xp[N], xm[N], eps = 1e-6;
     for (int i = 0; i < N; i++) xp[i] = xm[i] = x[i];
     xp[k] += eps; xm[k] -= eps;
+    double tx[N] = {0};
+    tx[k] = 1;
+    snprintf(name, sizeof name, "f.fwd.%d", k);
+    report(name, __enzyme_fwddiff((void *)f, enzyme_dup, x, tx, enzyme_const, N));
     snprintf(name, sizeof name, "f.rev.%d", k); report(name, dx[k]);
     snprintf(name, sizeof name, "f.exact.%d", k); report(name, exact);
     snprintf(name, sizeof name, "f.fd.%d", k); report(name, (f(xp, N) - f(xm, N)) / (2 * eps));
   }
   double v = 0.9;
   report("h.rev", __enzyme_autodiff((void *)h, v));
+  report("h.fwd", __enzyme_fwddiff((void *)h, v, 1.0));
   report("h.exact", 4 + 6 * v + 8 * v * v * v + 8 * pow(v, 7));
+  double t2[2][N] = {{1, 0, 0, 0}, {0, 0, 1, 0}};
+  two w = __enzyme_fwddiff_2((void *)f, enzyme_width, 2, enzyme_dup, x, t2[0], t2[1], enzyme_const, N);
+  report("f.vec.0", w.a); report("f.vec.2", w.b);
   double a[3] = {2, 3, 5}, da[3] = {0};
   __enzyme_autodiff((void *)g, enzyme_dup, a, da, enzyme_const, 3);
   report("g.0", da[0]); report("g.1", da[1]); report("g.2", da[2]);
+  double ta[3] = {1, 10, 100};
+  report("g.fwd", __enzyme_fwddiff((void *)g, enzyme_dup, a, ta, enzyme_const, 3));
   return 0;
 }
 """
@@ -157,27 +170,30 @@ int main(void) {
 
 @pytest.mark.parametrize("opt", OPTS)
 def test_recursive_functions_returning_pointers(enzcc, opt):
-    """The shadow of the pointer a recursive call returns comes back from its augmented primal (they were
-    refused)."""
+    """The shadow of the pointer a recursive call returns comes back from its augmented primal and from its
+    forward derivative (one per lane in vector mode): they were refused."""
     v = build_and_run(enzcc, RETURNED_POINTERS, opt)
     for k in range(4):
         assert _close(v[f"f.rev.{k}"], v[f"f.exact.{k}"], 1e-12), (k, v)
+        assert _close(v[f"f.fwd.{k}"], v[f"f.exact.{k}"], 1e-12), (k, v)
         assert _close(v[f"f.rev.{k}"], v[f"f.fd.{k}"], 1e-6), (k, v)
-    assert _close(v["h.rev"], v["h.exact"], 1e-12), v
-    assert (v["g.0"], v["g.1"], v["g.2"]) == (5.0, 0.0, 2.0)
+    assert _close(v["f.vec.0"], v["f.exact.0"], 1e-12) and _close(v["f.vec.2"], v["f.exact.2"], 1e-12), v
+    assert _close(v["h.rev"], v["h.exact"], 1e-12) and _close(v["h.fwd"], v["h.exact"], 1e-12), v
+    assert (v["g.0"], v["g.1"], v["g.2"], v["g.fwd"]) == (5.0, 0.0, 2.0, 5.0 + 200.0)
 
 
-def test_recursive_function_returning_a_shadowed_pointer_in_forward_mode_is_refused(enzcc):
-    """Forward mode's derivative of such a call does not return the shadow: one line, no output."""
+def test_recursive_function_returning_a_shadowed_pointer_in_reverse_vector_mode_is_refused(enzcc):
+    """Reverse vector mode's augmented primal returns one shadow: one line, no output."""
     from adharness import PRELUDE
 
     enzcc.write("r.c", PRELUDE + RETURNED_POINTERS.split("enum { N")[0] + r"""
-int main(void) { double x[3] = {1, 2, 3}, dx[3] = {1, 0, 0};
-  report("t", __enzyme_fwddiff((void *)f, enzyme_dup, x, dx, enzyme_const, 3)); return 0; }
+extern int enzyme_width;
+int main(void) { double x[3] = {1, 2, 3}, d0[3] = {0}, d1[3] = {0};
+  __enzyme_autodiff((void *)f, enzyme_width, 2, enzyme_dup, x, d0, d1, enzyme_const, 3); return 0; }
 """)
     r = enzcc("-O0", "r.c", "-o", "r", check=False)
     assert r.returncode == 1 and r.stderr.strip().count("\n") == 0, r.stderr
-    assert "'build' returns ptr in forward mode and is not inlined (it is recursive" in r.stderr, r.stderr
+    assert "'build' returns ptr in reverse vector mode and is not inlined (it is recursive" in r.stderr, r.stderr
     assert not (enzcc.cwd / "r").exists()
 
 
