@@ -611,6 +611,36 @@ def wrapper_source(name: str, params: Sequence[Param], *, prototype: bool, secon
         return [decl, call]
 
     entries = []
+    if vector and second_order:
+        # NAME_enzcc_vjp_jvp_v<W>(a, d, ta, td): W tangent directions of NAME_enzcc_vjp_jvp in one run of the
+        # function, with the inputs (a) and seeds (d) shared; ta and td hold W arrays of P entries each, lane k's
+        # from k * P on. The gradients the VJP computes (d) are written once: the caller copies them per lane
+        P = len(params)
+        _vjp_as_function(lines, name, params, T, shim, enzyme_call)
+        for w in VECTOR_WIDTHS:
+            args, pre = [("int", "enzyme_width"), ("int", str(w))], []
+
+            def lanes(arr: str, p, const: str = "") -> list[tuple[str, str]]:
+                ty = f"{const}{T[p.name]} *"
+                return [(ty, f"({ty}){arr}[{k * P + p.index}]") for k in range(w)]
+
+            for p in params:
+                if p.differentiable:
+                    args += [("int", "enzyme_dup"), (f"const {T[p.name]} *", a(p))] + lanes("enzcc_ta", p, "const ") \
+                        + [("int", "enzyme_dup"), (f"{T[p.name]} *", ptr("enzcc_d", p))] + lanes("enzcc_td", p)
+                    if p.kind == "scalar":  # (the gradient and its tangents are stored: they start at 0)
+                        pre += [f"  *{ptr('enzcc_d', p)} = 0;"] + [f"  *{x} = 0;" for _, x in lanes("enzcc_td", p)]
+                elif p.kind == "out":
+                    args += [("int", "enzyme_dup"), (f"{T[p.name]} *", a(p))] + lanes("enzcc_ta", p) \
+                        + [("int", "enzyme_dup"), (f"{T[p.name]} *", ptr("enzcc_d", p))] + lanes("enzcc_td", p)
+                else:
+                    args += [("int", "enzyme_const"), ("int64_t" if p.kind == "int" else f"const {T[p.name]} *", a(p))]
+            decl, call = enzyme_call(f"__enzyme_fwddiff_enzcc_{name}_vjp_jvp_v{w}", f"{name}_enzcc_vjp_call", args)
+            lines.append(decl)
+            entries.append(f"ENZCC_EXPORT void {name}_enzcc_vjp_jvp_v{w}(void *const *enzcc_a, void *const *enzcc_d, "
+                           f"void *const *enzcc_ta, void *const *enzcc_td) {{\n"
+                           + "".join(x + "\n" for x in pre) + call + "\n}")
+        return _wrapper_text(lines, entries)
     if vector:
         # NAME_enzcc_jvp_v<W>(a, d) / NAME_enzcc_vjp_v<W>(a, d): W tangents (cotangents) in one run of the
         # function; d holds W arrays of P entries, lane k's from d[k * P] on, each as NAME_enzcc_jvp's
@@ -677,25 +707,7 @@ def wrapper_source(name: str, params: Sequence[Param], *, prototype: bool, secon
 
     if second_order:
         def as_function(fn: str, marker: str, shadow_const: str, out_marker: str) -> None:
-            """The first-order call ``fn`` as a function of its arguments (each differentiable input and output
-            followed by its shadow), emitted as ``NAME_enzcc_<fn>_call``."""
-            fparams, fargs = [], []
-            for p in params:
-                v = f"p{p.index}"
-                if p.differentiable:
-                    fparams += [f"const {T[p.name]} *{v}", f"{shadow_const}{T[p.name]} *d{v}"]
-                    fargs += [("int", "enzyme_dup"), (f"const {T[p.name]} *", v),
-                              (f"{shadow_const}{T[p.name]} *", f"d{v}")]
-                elif p.kind == "out":
-                    fparams += [f"{T[p.name]} *{v}", f"{T[p.name]} *d{v}"]
-                    fargs += [("int", out_marker), (f"{T[p.name]} *", v), (f"{T[p.name]} *", f"d{v}")]
-                else:
-                    ty = "int64_t" if p.kind == "int" else f"const {T[p.name]} *"
-                    fparams.append(f"{ty} {v}")
-                    fargs += [("int", "enzyme_const"), (ty, v)]
-            decl, call = enzyme_call(f"__enzyme_{marker}_enzcc_{name}_{fn}2", shim, fargs)
-            lines.append(decl)
-            lines.append(f"static void {name}_enzcc_{fn}_call({', '.join(fparams)}) {{\n{call}\n}}")
+            _as_function(lines, name, params, T, shim, enzyme_call, fn, marker, shadow_const, out_marker)
 
         def forward_of(fn: str, shadow_const: str, pre: list) -> None:
             """``NAME_enzcc_<fn>_jvp``: the forward derivative of ``NAME_enzcc_<fn>_call`` with respect to the
@@ -724,7 +736,7 @@ def wrapper_source(name: str, params: Sequence[Param], *, prototype: bool, secon
 
         # forward over reverse: the VJP's forward derivative (gradients and seeds are its shadows; the scalar
         # gradients and their tangents are stored, so they start at zero)
-        as_function("vjp", "autodiff", "", "enzyme_dupnoneed")
+        _vjp_as_function(lines, name, params, T, shim, enzyme_call)
         forward_of("vjp", "", [line for p in params if p.differentiable and p.kind == "scalar"
                                for line in (f"  *{ptr('enzcc_d', p)} = 0;", f"  *{ptr('enzcc_td', p)} = 0;")])
         # forward over forward: the JVP's forward derivative with respect to the inputs and their tangents
@@ -732,6 +744,33 @@ def wrapper_source(name: str, params: Sequence[Param], *, prototype: bool, secon
         forward_of("jvp", "const ", [])
 
     return _wrapper_text(lines, entries)
+
+
+def _as_function(lines, name, params, T, shim, enzyme_call, fn: str, marker: str, shadow_const: str,
+                 out_marker: str) -> None:
+    """The first-order call ``fn`` as a function of its arguments (each differentiable input and output followed
+    by its shadow), emitted as ``NAME_enzcc_<fn>_call`` (for the second-order entry points)."""
+    fparams, fargs = [], []
+    for p in params:
+        v = f"p{p.index}"
+        if p.differentiable:
+            fparams += [f"const {T[p.name]} *{v}", f"{shadow_const}{T[p.name]} *d{v}"]
+            fargs += [("int", "enzyme_dup"), (f"const {T[p.name]} *", v), (f"{shadow_const}{T[p.name]} *", f"d{v}")]
+        elif p.kind == "out":
+            fparams += [f"{T[p.name]} *{v}", f"{T[p.name]} *d{v}"]
+            fargs += [("int", out_marker), (f"{T[p.name]} *", v), (f"{T[p.name]} *", f"d{v}")]
+        else:
+            ty = "int64_t" if p.kind == "int" else f"const {T[p.name]} *"
+            fparams.append(f"{ty} {v}")
+            fargs += [("int", "enzyme_const"), (ty, v)]
+    decl, call = enzyme_call(f"__enzyme_{marker}_enzcc_{name}_{fn}2", shim, fargs)
+    lines.append(decl)
+    lines.append(f"static void {name}_enzcc_{fn}_call({', '.join(fparams)}) {{\n{call}\n}}")
+
+
+def _vjp_as_function(lines, name, params, T, shim, enzyme_call) -> None:
+    """``NAME_enzcc_vjp_call``: the VJP as a function, whose forward derivative is forward over reverse."""
+    _as_function(lines, name, params, T, shim, enzyme_call, "vjp", "autodiff", "", "enzyme_dupnoneed")
 
 
 def _wrapper_text(lines: list[str], entries: list[str]) -> str:
@@ -791,7 +830,7 @@ class _Build:
 def _build(b: _Build, second_order: bool, vector: bool = False) -> tuple[Path, list[Param]]:
     """The library for ``b`` (first order, the second-order one or the vector-mode one), from the cache or built
     now, and the declaration as checked against the prototype (dtypes and integer types filled in)."""
-    stem = f"{b.name}-{b.key}" + ("-vjp_jvp" if second_order else "-vec" if vector else "")
+    stem = f"{b.name}-{b.key}" + ("-vjp_jvp" if second_order else "") + ("-vec" if vector else "")
     path = b.root / f"{stem}.so"
     meta_path = path.with_suffix(".json")
     params = _cached_params(path, meta_path, b.params)
@@ -852,7 +891,8 @@ def _compile_into(b: _Build, path: Path, second_order: bool, vector: bool = Fals
             unit = tmp / f"{b.name}.enzcc_wrapper.c"
             unit.write_text(wrapper)
             inputs = [str(obj), str(unit)]
-        what = ("build the second derivative (forward over reverse) of" if second_order else
+        what = ("build the vector-mode second derivative (forward over reverse) of" if second_order and vector
+                else "build the second derivative (forward over reverse) of" if second_order else
                 "build the vector-mode forward derivative of" if vector else "build")
         _run([b.compiler, "-O2", "-shared", "-fPIC", *b.cflags, "-iquote", src_dir, *inputs, "-o", str(out),
               "-lm"], what, str(b.source), b.name, SecondOrderError if second_order else EnzccBuildError)
@@ -884,7 +924,10 @@ VECTOR_WIDTHS = (2, 4, 8)
 library, built on first use: :meth:`CompiledKernel.vector`)."""
 _SECOND_ORDER = ("vjp_jvp", "jvp_jvp")
 _VECTOR = tuple(f"{e}_v{w}" for e in ("jvp", "vjp") for w in VECTOR_WIDTHS)
-_ENTRIES = {"primal": 1, "vjp": 2, "jvp": 2, "vjp_jvp": 4, "jvp_jvp": 4, **{e: 2 for e in _VECTOR}}
+_VECTOR2 = tuple(f"vjp_jvp_v{w}" for w in VECTOR_WIDTHS)
+"""The vector-mode second-order entry points (a fourth library, built on first use)."""
+_ENTRIES = {"primal": 1, "vjp": 2, "jvp": 2, "vjp_jvp": 4, "jvp_jvp": 4, **{e: 2 for e in _VECTOR},
+            **{e: 4 for e in _VECTOR2}}
 
 
 class CompiledKernel:
@@ -910,7 +953,9 @@ class CompiledKernel:
         self._fns: dict[str, Any] = {}
         self._addresses: dict[str, int] = {}
         self._so_lock = threading.Lock()
-        self._vector_error: EnzccBuildError | None = None
+        self._vector_libraries: dict[bool, Path] = {}
+        """Whether second order -> the library of the vector-mode entry points (see :meth:`vector`)."""
+        self._vector_error: dict[bool, EnzccBuildError] = {}
         lib = _load_library(self.library)
         for entry in ("primal", "vjp", "jvp"):
             self._bind_entry(lib, entry)
@@ -943,22 +988,24 @@ class CompiledKernel:
                 self._bind_entry(lib, entry)
 
     def vector(self, entry: str) -> tuple[tuple[int, ...], Path]:
-        """The addresses of ``NAME_enzcc_<entry>_v<W>`` (entry: jvp, vjp) for :data:`VECTOR_WIDTHS`, and their
-        library (built on first use; :class:`EnzccBuildError` when enzcc cannot build it)."""
+        """The addresses of ``NAME_enzcc_<entry>_v<W>`` (entry: jvp, vjp, vjp_jvp) for :data:`VECTOR_WIDTHS`,
+        and their library (built on first use; :class:`EnzccBuildError` when enzcc cannot build it)."""
+        second = entry == "vjp_jvp"
+        names = _VECTOR2 if second else _VECTOR
         with self._so_lock:
-            if self._vector_error is not None:
-                raise self._vector_error  # (once: not rebuilt on every jax.jit of a vmap)
-            if _VECTOR[0] not in self._fns:
+            if second in self._vector_error:
+                raise self._vector_error[second]  # (once: not rebuilt on every jax.jit of a vmap)
+            if names[0] not in self._fns:
                 try:
-                    path, _ = _build(self._build, second_order=False, vector=True)
+                    path, _ = _build(self._build, second_order=second, vector=True)
                 except EnzccBuildError as e:
-                    self._vector_error = e
+                    self._vector_error[second] = e
                     raise
-                self._vector_library = path
+                self._vector_libraries[second] = path
                 lib = _load_library(path)
-                for name in _VECTOR:
+                for name in names:
                     self._bind_entry(lib, name)
-        return tuple(self._addresses[f"{entry}_v{w}"] for w in VECTOR_WIDTHS), self._vector_library
+        return tuple(self._addresses[f"{entry}_v{w}"] for w in VECTOR_WIDTHS), self._vector_libraries[second]
 
     def address(self, entry: str) -> int:
         """The C address of ``NAME_enzcc_<entry>`` (entry: primal, vjp, jvp, vjp_jvp, jvp_jvp, jvp_v2, jvp_v4,
@@ -967,8 +1014,8 @@ class CompiledKernel:
             raise ValueError(f"unknown entry point {entry!r}: one of {', '.join(_ENTRIES)}")
         if entry in _SECOND_ORDER:
             self._ensure_second_order()
-        if entry in _VECTOR:
-            self.vector(entry.split("_v")[0])
+        if entry in _VECTOR or entry in _VECTOR2:
+            self.vector(entry.rsplit("_v", 1)[0])
         return self._addresses[entry]
 
     def call(self, entry: str, a, d=None, ta=None, td=None) -> None:
@@ -976,11 +1023,12 @@ class CompiledKernel:
         ``jvp_v<W>``: W per parameter, lane after lane)."""
         if entry in _SECOND_ORDER:
             self._ensure_second_order()
-        if entry in _VECTOR:
-            self.vector(entry.split("_v")[0])
+        if entry in _VECTOR or entry in _VECTOR2:
+            self.vector(entry.rsplit("_v", 1)[0])
         fn = self._fns[entry]
         n = len(self.params)
-        sizes = [n, n * (int(entry.split("_v")[1]) if entry in _VECTOR else 1), n, n]
+        w = int(entry.rsplit("_v", 1)[1]) if entry in _VECTOR or entry in _VECTOR2 else 1
+        sizes = [n, n * w, n * w, n * w] if entry in _VECTOR else [n, n, n * w, n * w]
         given = (a, d, ta, td)[:_ENTRIES[entry]]
         for x, m in zip(given, sizes):
             if x is None or len(x) != m:

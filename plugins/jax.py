@@ -25,7 +25,8 @@ and its transpose for reverse over reverse (``jax.jacrev`` of ``jax.grad``); and
 handler loops over the batch (arguments without a batch axis are shared, not copied); when only the tangents
 of ``enzcc_tangent`` or the cotangents of ``enzcc_vjp`` are batched (``jax.jacfwd``, ``jax.jacrev``), it runs
 the function once per 8, 4 or 2 of them through vector-mode versions of the ``_jvp`` / ``_vjp`` entry (a third
-library, built on first use).
+library, built on first use); likewise for the tangents of ``enzcc_vjp_tangent`` when its inputs and seeds are
+shared (``jax.hessian`` of a function with one result), through the ``_vjp_jvp`` entry's (a fourth library).
 
 Arrays are C-contiguous of the declared dtype (float32 for ``float``; float64 for ``double``, which needs
 ``jax_enable_x64``); another dtype, a wrong shape, an array on a GPU or an integer that is not a static int
@@ -332,11 +333,16 @@ def _vector_entries(layout: Layout, mode: str, batch: tuple, batched: tuple):
     """Under jax.vmap, for the forward or reverse entry point whose primal inputs are shared by the batch items
     (the tangents or cotangents alone are batched, as in ``jax.jacfwd`` and ``jax.jacrev``): its vector-mode
     versions, which take several of them in one run of the function (a third library, built on first use).
-    None otherwise, or when enzcc cannot build them (the handler then runs the items one by one, as it does for
-    the other primitives)."""
-    entry = {"tangent": "jvp", "vjp": "vjp"}.get(mode)
-    if entry is None or math.prod(batch) < 2 or layout.kernel is None or any(batched[:len(layout.inputs)]):
+    The same for forward over reverse when the inputs and the seeds are shared (``jax.hessian`` of a function
+    with a scalar result: a vmap over tangent directions of one gradient; a fourth library). None otherwise, or
+    when enzcc cannot build them (the handler then runs the items one by one, as it does for the other
+    primitives)."""
+    entry = {"tangent": "jvp", "vjp": "vjp", "vjp_tangent": "vjp_jvp"}.get(mode)
+    I = len(layout.inputs)
+    if entry is None or math.prod(batch) < 2 or layout.kernel is None or any(batched[:I]):
         return None
+    if entry == "vjp_jvp" and any(b is True for b in batched[I:I + len(layout.outputs)]):
+        return None  # seeds that differ from item to item (copies of one seed are flagged COPIES)
     try:
         return layout.kernel.vector(entry)
     except EnzccBuildError:
@@ -528,6 +534,11 @@ ad.primitive_transposes[tangent_tangent_p] = _tangent_tangent_transpose
 # --- vmap: one FFI call that loops over the batch -----------------------------------------------------------
 
 
+COPIES = 2
+"""A ``batched`` flag: the operand carries the batch axes, but every item holds the same value (truthy, like
+True)."""
+
+
 def _batching(prim):
     mode = _MODES[prim]
 
@@ -549,8 +560,10 @@ def _batching(prim):
                 a = jnp.moveaxis(a, d, 0)
             if not was:  # (size, *item) -> (size, *batch, *item)
                 a = jnp.broadcast_to(a.reshape((size,) + (1,) * len(batch) + item), new_batch + item)
+            # copies of one value (a seed the call consumes, so each item needs its own; anything along an axis of
+            # size 1, as jax.jacrev's basis for a scalar result) are COPIES
+            flags.append(True if (d is not None and size > 1) or was is True else COPIES)
             new_args.append(a)
-            flags.append(True)
         outs = prim.bind(*new_args, layout=layout, batch=new_batch, batched=tuple(flags))
         return outs, [0] * len(outs)
     return rule

@@ -744,6 +744,43 @@ def test_kernel_vector_mode_lanes(layer, np):
         assert np.isclose(ga, ga1, rtol=1e-14) and not gy.any() and gs == 0
 
 
+def test_kernel_second_order_vector_mode_lanes(layer, np):
+    """NAME_enzcc_vjp_jvp_v4 (forward over reverse in vector mode, a fourth library): four tangent directions of
+    the inputs and of the seeds in one run with the inputs and seeds shared, each lane's gradient tangent equal
+    to NAME_enzcc_vjp_jvp's; the gradient itself is written once, into the d array given."""
+    k = layer
+    rng = np.random.default_rng(5)
+    x, w, b, a = rng.normal(size=(3, 4)), rng.normal(size=(4, 2)), rng.normal(size=2), np.array(0.7)
+    ints = np.array([3, 4, 2], np.int64)
+    y, s = np.empty((3, 2)), np.empty(())
+    prim = [x.ctypes.data, w.ctypes.data, b.ctypes.data, *(ints.ctypes.data + 8 * i for i in range(3)), a.ctypes.data,
+            y.ctypes.data, s.ctypes.data]
+    gy, gs = rng.normal(size=(3, 2)), np.array(rng.normal())
+    lanes = [(rng.normal(size=x.shape), rng.normal(size=w.shape), np.array(rng.normal()),
+              rng.normal(size=(3, 2)), np.array(rng.normal())) for _ in range(4)]
+    want = [k.vjp_jvp((x, w, b, float(a)), (gy.copy(), float(gs)), (tx, tw, None, float(ta)),
+                      (tgy.copy(), float(tgs))) for tx, tw, ta, tgy, tgs in lanes]
+    grads = (np.zeros(x.shape), np.zeros(w.shape), np.array(5.0))
+    seeds = (gy.copy(), gs.copy())
+    d = [grads[0].ctypes.data, grads[1].ctypes.data, 0, 0, 0, 0, grads[2].ctypes.data, seeds[0].ctypes.data,
+         seeds[1].ctypes.data]
+    scratch = [(np.empty((3, 2)), np.empty(())) for _ in range(4)]
+    tgrads = [(np.zeros(x.shape), np.zeros(w.shape), np.array(5.0)) for _ in range(4)]
+    tseeds = [(tgy.copy(), tgs.copy()) for *_, tgy, tgs in lanes]
+    ta = [v for (tx, tw, t, _, _), (sy, ss) in zip(lanes, scratch)
+          for v in (tx.ctypes.data, tw.ctypes.data, 0, 0, 0, 0, t.ctypes.data, sy.ctypes.data, ss.ctypes.data)]
+    td = [v for (gx, gw, ga), (ty, ts) in zip(tgrads, tseeds)
+          for v in (gx.ctypes.data, gw.ctypes.data, 0, 0, 0, 0, ga.ctypes.data, ty.ctypes.data, ts.ctypes.data)]
+    k.call("vjp_jvp_v4", prim, d, ta, td)
+    assert k.vector("vjp_jvp")[1] not in (k.library, k.second_order_library, k.vector("jvp")[1])
+    (g0, _), _ = want[0], None
+    assert np.allclose(grads[0], g0[0], rtol=1e-13, atol=1e-14) and np.isclose(grads[2], g0[3], rtol=1e-13)
+    for (gx, gw, ga), (_, (tx1, tw1, _, ta1)) in zip(tgrads, want):
+        assert np.allclose(gx, tx1, rtol=1e-13, atol=1e-14) and np.allclose(gw, tw1, rtol=1e-13, atol=1e-14)
+        assert np.isclose(ga, ta1, rtol=1e-13)
+    with pytest.raises(ValueError, match="vjp_jvp_v4 needs address arrays of 9, 9, 36, 36 entries"):
+        k.call("vjp_jvp_v4", prim, d, ta[:9], td)
+
 def test_kernel_entry_addresses_follow_the_abi(layer, np):
     """What an XLA FFI handler or a TensorFlow op does: call NAME_enzcc_primal / _vjp by address with arrays
     of argument addresses (integers as int64_t)."""

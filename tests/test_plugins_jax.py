@@ -359,6 +359,37 @@ def test_jacfwd_and_jacrev_through_vector_mode(layer, data, src, compiler):
     assert (vector.value, first.value - before) == (6, 4)
 
 
+def test_hessian_through_vector_mode(layer, data, src, compiler):
+    """jax.hessian of a scalar function (jax.jacfwd of jax.jacrev: a vmap over tangent directions of one
+    gradient, the inputs and the seed shared): W = 8, 4, 2 directions per run of forward over reverse through
+    NAME_enzcc_vjp_jvp's vector-mode versions (a fourth library), the rest one by one. Seeds that differ from
+    direction to direction (the Hessian of a function with several results) keep the item-by-item loop."""
+    import ctypes
+    import re
+
+    x, w, b, alpha = data
+    L, L_ref = loss(layer, w), loss(layer_ref, w)
+    H = jax.jit(jax.hessian(L, argnums=(0, 1, 2)))(x, b, alpha)  # 15 directions: 8 + 4 + 2, 1 alone
+    assert maxerr(H, jax.hessian(L_ref, argnums=(0, 1, 2))(x, b, alpha)) < 1e-12
+    hlo = jax.jit(jax.hessian(L, argnums=(0, 1, 2))).lower(x, b, alpha).as_text()
+    assert re.search(r'vlibrary = "layer-[0-9a-f]+-vjp_jvp-vec\.so"', hlo), hlo
+    f = lambda x: layer(x, w, b, alpha)[0]  # noqa: E731
+    HJ = jax.jacfwd(jax.jacrev(f))(x)  # 6 results: each direction's seeds differ
+    assert maxerr(HJ, jax.jacfwd(jax.jacrev(lambda x: layer_ref(x, w, b, alpha)[0]))(x)) < 1e-12
+    hlo = jax.jit(jax.jacfwd(jax.jacrev(f))).lower(x).as_text()
+    assert 'vjp_jvp-vec' not in hlo
+    # how many runs: 19 directions are 8 + 8 + 2 (three runs in the fourth library) and 1 (a run in the
+    # second-order library); jax.hessian's primal and gradient run in the first
+    (src / "counted.c").write_text(COUNTED)
+    g = enzyme(src / "counted.c", "counted", [In("x"), Int("n", value=lambda x: x.size),
+                                             Out("y", shape=lambda x: x.shape)], compiler=compiler)
+    v = jnp.linspace(0.5, 2.0, 19)
+    Hg = jax.hessian(lambda v: jnp.sum(g(v) ** 2))(v)  # sum x^6: 30 x^4 on the diagonal
+    assert maxerr(Hg, jnp.diag(30 * v ** 4)) < 1e-11
+    vector = ctypes.c_long.in_dll(ctypes.CDLL(str(g.kernel.vector("vjp_jvp")[1])), "runs")
+    second = ctypes.c_long.in_dll(ctypes.CDLL(str(g.kernel.second_order_library)), "runs")
+    assert (vector.value, second.value) == (3, 1)
+
 def test_const_input_and_free_integer(src, compiler):
     p = enzyme(src / "poly.c", "poly", [In("x"), Int("n", value=lambda x: x.size), In("c", const=False),
                                         Int("deg"), Scalar("scale", const=True), Out("out", shape=lambda x: x.shape)],

@@ -21,11 +21,14 @@
 //   batch       B: the call runs B times (jax.vmap); every result has a leading axis of B, an operand has one
 //               when batched[operand] is 1 (item b then starts at byte b * size / B), else all items share it
 //   batched     one flag per operand
-//   vfns        for the forward or reverse entry point (arrays 2) under jax.vmap: the addresses of its vector-mode
-//   vlibrary    versions NAME_enzcc_jvp_v2, _v4, _v8 (or _vjp_...; empty: none) and their library. When every pointer of the first
-//               array (the primal arguments) is the same for all batch items, W items at a time run as one call
-//               whose second array holds W arrays of P pointers, item after item (plugins/ABI.md); the items
-//               left over run one by one
+//   vfns        for the forward, reverse or forward-over-reverse entry point under jax.vmap: the addresses of its
+//   vlibrary    vector-mode versions NAME_enzcc_jvp_v2, _v4, _v8 (or _vjp_..., _vjp_jvp_...; empty: none) and
+//               their library. When every pointer of the first array (the primal arguments) is the same for all
+//               batch items, W items at a time run as one call whose second array (with 4 arrays: third and
+//               fourth) holds W arrays of P pointers, item after item (plugins/ABI.md), each lane with its own
+//               scratch; with 4 arrays the second is the first item's, whose seeds the caller guarantees the
+//               same for all items, and the gradients written there are copied to the others. The items left
+//               over run one by one
 //
 // Seeds (the cotangents of outputs, which the vjp entry consumes) arrive as results aliased to operands
 // (XLA's input/output aliasing copies them when the caller still needs them), so no operand is ever written.
@@ -141,8 +144,8 @@ ffi::Error EnzccCallImpl(ffi::RemainingArgs args, ffi::RemainingRets rets, int64
                          ffi::Span<const int64_t> vfns, std::string_view vlibrary) {
   if (ffi::Error e = CheckEntry(fn, symbol, library); e.failure()) return e;
   constexpr size_t kWidths[] = {2, 4, 8};
-  if (vfns.size() != 0 && (vfns.size() != 3 || arrays != 2))
-    return ffi::Error::InvalidArgument("enzcc_call: vfns needs 3 entries and a forward entry point");
+  if (vfns.size() != 0 && (vfns.size() != 3 || (arrays != 2 && arrays != 4)))
+    return ffi::Error::InvalidArgument("enzcc_call: vfns needs 3 entries and an entry point taking 2 or 4 arrays");
   for (size_t v = 0; v < vfns.size(); ++v)
     if (ffi::Error e = CheckEntry(vfns[v], std::string(symbol) + "_v" + std::to_string(kWidths[v]), vlibrary);
         e.failure())
@@ -180,7 +183,8 @@ ffi::Error EnzccCallImpl(ffi::RemainingArgs args, ffi::RemainingRets rets, int64
   Scratch<int64_t> cells(ints.size());  // writable, 8-byte aligned copies
   std::copy(ints.begin(), ints.end(), cells.data());
 
-  // the scratch buffers, one after the other in this thread's scratch memory; every batch item reuses them
+  // the scratch buffers, one after the other in this thread's scratch memory; every batch item reuses them (in
+  // vector mode, each of the at most 8 lanes of a run has its own)
   Scratch<size_t> scratch_at(scratch.size());
   size_t scratch_bytes = 0;
   for (size_t k = 0; k < scratch.size(); ++k) {
@@ -188,8 +192,9 @@ ffi::Error EnzccCallImpl(ffi::RemainingArgs args, ffi::RemainingRets rets, int64
     scratch_at[k] = scratch_bytes;
     scratch_bytes += (static_cast<size_t>(scratch[k]) + kAlign - 1) / kAlign * kAlign;
   }
+  const size_t scratch_lanes = vfns.size() != 0 ? 8 : 1;
   Memory own_scratch;
-  char *scratch_base = scratch.size() ? AllocateScratch(scratch_bytes, own_scratch) : nullptr;
+  char *scratch_base = scratch.size() ? AllocateScratch(scratch_bytes * scratch_lanes, own_scratch) : nullptr;
   if (scratch.size() && scratch_base == nullptr)
     return ffi::Error(ffi::ErrorCode::kResourceExhausted, "enzcc_call: cannot allocate scratch memory");
 
@@ -208,32 +213,51 @@ ffi::Error EnzccCallImpl(ffi::RemainingArgs args, ffi::RemainingRets rets, int64
     if (!ok) return ffi::Error::InvalidArgument("enzcc_call: bad slot " + std::to_string(i));
   }
 
-  // the pointer slot i stands for in batch item b
-  auto pointer = [&](size_t i, size_t b) -> void * {
+  // the pointer slot i stands for in batch item b (lane: which scratch copy, in vector mode)
+  auto pointer = [&](size_t i, size_t b, size_t lane = 0) -> void * {
     int64_t idx = slot_index[i];
     switch (slot_kind[i]) {
       case kOperand: return in[idx].base + b * in[idx].stride;
       case kResult: return out[idx].base + b * out[idx].stride;
       case kInt: return &cells[idx];
-      case kScratch: return scratch_base + scratch_at[idx];
+      case kScratch: return scratch_base + lane * scratch_bytes + scratch_at[idx];
       default: return nullptr;
     }
   };
   const size_t P = n / arrays;
-  // vector mode: the primal arguments (first array) must be shared by all items
+  // vector mode: the primal arguments (first array) must be shared by all items. With 4 arrays (forward over
+  // reverse), the second array (gradients and seeds, the VJP's own arguments) is item b's for the whole run (the
+  // caller passes seeds shared by the items, as copies), and the gradients written there are copied to the
+  // other lanes' items; the third and fourth arrays are per lane
   bool shared = vfns.size() != 0;
   for (size_t i = 0; shared && i < P; ++i)
     shared = slot_kind[i] != kResult && (slot_kind[i] != kOperand || in[slot_index[i]].stride == 0);
   size_t b = 0;
   if (shared) {
-    Scratch<void *, 128> vptrs(P * 9);
+    const size_t lane_arrays = arrays == 4 ? 2 : 1;
+    Scratch<void *, 256> vptrs(2 * P + 2 * 8 * P);
+    void **lane_base[2] = {vptrs.data() + (arrays == 4 ? 2 * P : P), vptrs.data() + (arrays == 4 ? 2 * P : P) + 8 * P};
     for (size_t i = 0; i < P; ++i) vptrs[i] = pointer(i, 0);  // the primal arguments, once
     for (size_t v = 3; v-- > 0;) {
       const size_t W = kWidths[v];
       for (; b + W <= B; b += W) {
-        for (size_t k = 0; k < W; ++k)  // lane k: item b + k's second array
-          for (size_t i = 0; i < P; ++i) vptrs[P + k * P + i] = pointer(P + i, b + k);
-        reinterpret_cast<Entry2>(vfns[v])(vptrs.data(), vptrs.data() + P);
+        if (arrays == 4)
+          for (size_t i = 0; i < P; ++i) vptrs[P + i] = pointer(P + i, b);
+        for (size_t r = 0; r < lane_arrays; ++r) {
+          const size_t first = (arrays == 4 ? 2 + r : 1) * P;  // the slots of this per-lane array
+          for (size_t k = 0; k < W; ++k)  // lane k: item b + k's array
+            for (size_t i = 0; i < P; ++i) lane_base[r][k * P + i] = pointer(first + i, b + k, k);
+        }
+        if (arrays == 2) {
+          reinterpret_cast<Entry2>(vfns[v])(vptrs.data(), lane_base[0]);
+        } else {
+          reinterpret_cast<Entry4>(vfns[v])(vptrs.data(), vptrs.data() + P, lane_base[0], lane_base[1]);
+          for (size_t i = P; i < 2 * P; ++i)
+            if (slot_kind[i] == kResult) {
+              const Region &r = out[slot_index[i]];
+              for (size_t k = 1; k < W; ++k) std::memcpy(r.base + (b + k) * r.stride, r.base + b * r.stride, r.stride);
+            }
+        }
       }
     }
   }
