@@ -376,7 +376,7 @@ def _replace_split_call(dc, logic, forward_split: set = frozenset()) -> None:
     that an ``__enzyme_fwdsplit`` continues (``forward_split``), the augmented primal of forward split mode."""
     from enzcc.ad.api import DUP, DUPNONEED
     from enzcc.ad.fwdsplit import activity_key
-    from enzcc.ad.split import buffer_variant
+    from enzcc.ad.split import buffer_variant, replay_variant
 
     call = dc.call
     fkey = activity_key(dc)
@@ -389,8 +389,11 @@ def _replace_split_call(dc, logic, forward_split: set = frozenset()) -> None:
         key, aug, rev, size = _reverse_split(dc, logic)
         if dc.allocated is not None and dc.mode != "size":
             aug, rev, size = buffer_variant(logic, key)
+            if dc.nofree and dc.mode == "reverse-split":
+                rev = replay_variant(logic, key) or rev
         elif dc.nofree and dc.mode == "reverse-split":
-            _, rev, _ = buffer_variant(logic, key)  # (the same frame, not freed)
+            # the same frame, not freed; run on a copy of it, so that it can run again, where enzcc knows how
+            rev = replay_variant(logic, key) or buffer_variant(logic, key)[1]
     b = IRBuilder.before(call)
     if dc.mode == "size":
         if not isinstance(call.type, T.IntType):

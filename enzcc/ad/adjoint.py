@@ -363,6 +363,12 @@ class AdjointGenerator:
                                        "region is not supported", inst)
                     self.blas_copies[id(inst)] = blas.prepare_reverse(self, inst)
 
+    def note_free(self, call: Call, kind: str) -> Call:
+        """Record a call of the reverse code that releases memory (see :data:`SHADOW_FREE`): a reverse function
+        that replays its tape (:func:`enzcc.ad.split.replay_variant`) does without it."""
+        self.reverse_frees[id(call)] = (call, kind)
+        return call
+
     def _reverse_user_call(self, entry: tuple, block: BasicBlock, b: IRBuilder) -> None:
         call, nargs, rev, kinds, tape, result, ret_active = entry
         if self.lane != self.width - 1:  # vector mode: one reverse call for all lanes, from the last
@@ -374,6 +380,7 @@ class AdjointGenerator:
                 args.append(self._take_adjoint(b, result))
         args.append(self._primal(tape, block, b))
         r = b.call(rev, args)
+        self.note_free(r, NESTED_REVERSE)  # (it frees the callee's tape)
         outs = [a for a, k in zip(call.args[:nargs], kinds) if k == OUT]
         if len(outs) == 1:
             self._add_adjoint(b, outs[0], r)
@@ -430,10 +437,11 @@ class AdjointGenerator:
                         continue
                     spare = self.shadows.spares.get(id(shadow))
                     if spare is not None:  # (kept for the next call: enzcc.ad.shadow_reuse)
-                        shadow_reuse.release(b, self.module, spare, self._primal(shadow, block, b))
+                        self.note_free(shadow_reuse.release(b, self.module, spare,
+                                                            self._primal(shadow, block, b)), SHADOW_FREE)
                         continue
                     free = self.module.get_or_insert_function("free", T.FunctionType(T.void, (T.ptr,)))
-                    b.call(free, [self._primal(shadow, block, b)])
+                    self.note_free(b.call(free, [self._primal(shadow, block, b)]), SHADOW_FREE)
             return
         if name.startswith("llvm.vector.reduce.fadd"):
             if act.is_active(inst):
@@ -526,4 +534,9 @@ class AdjointGenerator:
                         ConstantInt(T.i1, int(dsrc is not None))])
 
 
-__all__ = ["AdjointGenerator", "INACTIVE_CALLS", "is_inactive_call"]
+SHADOW_FREE, TAPE_FREE, NESTED_REVERSE = "shadow", "tape", "nested"
+"""What the calls of :attr:`AdjointGenerator.reverse_frees` release: shadow memory (its argument), memory only the
+derivative uses (the tape's buffer, the primal allocations whose bytes the reverse sweep read again), a callee's
+tape (a call to its reverse function)."""
+
+__all__ = ["AdjointGenerator", "INACTIVE_CALLS", "NESTED_REVERSE", "SHADOW_FREE", "TAPE_FREE", "is_inactive_call"]

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from enzcc.ad import shadow_reuse
 from enzcc.ad.activity import ALLOCATORS, has_float, is_allocation
-from enzcc.ad.adjoint import _IGNORED_INTRINSICS
+from enzcc.ad.adjoint import _IGNORED_INTRINSICS, TAPE_FREE
 from enzcc.ad.hints import rule_name
 from enzcc.ad.iters import is_iter
 from enzcc.ad.tape import slot_size
@@ -285,7 +285,7 @@ class CacheUtility:
             for call in self._reloadable[key]:
                 if call.parent is not None:
                     call.erase()
-            b.call(free, [alloc])
+            self.note_free(b.call(free, [alloc]), TAPE_FREE)
 
     def _noalias(self, v: Value) -> bool:
         """``v`` is a parameter of the function being differentiated that the user's function declares

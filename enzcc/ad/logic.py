@@ -27,6 +27,8 @@ class DerivedFunctions:
         """Functions made only to build derivatives from (deleted by :meth:`cleanup`)."""
         self.split_makers: dict[tuple, object] = {}
         """Key of a split pair -> the combined function it was cut from (for more variants)."""
+        self.pair_keys: dict[str, tuple] = {}
+        """Name of a split pair's reverse function -> the pair's key."""
 
     def body_of(self, fn):
         name = self.prepared.get(fn.name)

@@ -42,7 +42,7 @@ from enzcc.ir.builder import IRBuilder
 from enzcc.ir.cfg import DominatorTree, LoopInfo, reverse_post_order
 from enzcc.ir.instructions import BinaryOp, Call, CondBr, GetElementPtr, ICmp, Instruction, Phi, Store
 from enzcc.ir.values import Constant, ConstantInt, Value
-from enzcc.ad.adjoint import INACTIVE_CALLS, AdjointGenerator
+from enzcc.ad.adjoint import INACTIVE_CALLS, TAPE_FREE, AdjointGenerator
 from enzcc.ad.cache import CacheUtility, _Cached
 
 
@@ -116,6 +116,9 @@ class ReverseMode(AdjointGenerator, CacheUtility):
         self._deferred: dict[int, Value] = {}
         """Allocations the reverse sweep reads again: their free calls wait for its end."""
         self._keep: list[Value] = []
+        self.reverse_frees: dict[int, tuple[Call, str]] = {}
+        """Calls of the reverse code that release memory, by id -> (call, what: see
+        :data:`enzcc.ad.adjoint.SHADOW_FREE`)."""
 
     # ---------------------------------------------------------------------------------------------
 
@@ -506,6 +509,8 @@ class ReverseMode(AdjointGenerator, CacheUtility):
             arg = self.G.args[s.param.index]
             vals.append(b.load(arg.type, self._slot(arg)))
         self.tape.free(b)
+        for call in self.tape._frees:
+            self.note_free(call, TAPE_FREE)
         if not vals:
             b.ret_void()
         elif len(vals) == 1:

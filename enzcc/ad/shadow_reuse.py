@@ -45,9 +45,10 @@ def take(b: IRBuilder, module, size: Value) -> tuple[Value, Value]:
     return b.call(_take_fn(module), [spare, size]), spare
 
 
-def release(b: IRBuilder, module, spare: Value, p: Value) -> None:
-    """Give shadow memory ``p`` back to its site's ``spare`` (what was there is freed), or free it."""
-    b.call(_release_fn(module), [spare, p])
+def release(b: IRBuilder, module, spare: Value, p: Value):
+    """Give shadow memory ``p`` back to its site's ``spare`` (what was there is freed), or free it. Returns the
+    call."""
+    return b.call(_release_fn(module), [spare, p])
 
 
 def _helper(module, name: str, ftype: T.FunctionType, body) -> Function:

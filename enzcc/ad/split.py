@@ -14,15 +14,18 @@ A caller keeps the tape like any other value its own reverse sweep needs, so loo
 
 from __future__ import annotations
 
+from enzcc.ad import shadow_reuse
+from enzcc.ad.adjoint import NESTED_REVERSE, SHADOW_FREE
 from enzcc.ad.emit import fail_at_run_time
 from enzcc.ad.errors import ad_error
+from enzcc.ad.hints import hints_of
 from enzcc.ad.prepare import derivative_attributes
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.clone import clone_blocks
 from enzcc.ir.function import Function
-from enzcc.ir.instructions import Alloca, Ret
-from enzcc.ir.values import ConstantInt
+from enzcc.ir.instructions import Alloca, Call, Ret
+from enzcc.ir.values import ConstantInt, ConstantNull
 
 
 def make_split(logic, dc, kinds: tuple[str, ...], active_return: bool, key, parallel: bool = False,
@@ -43,6 +46,7 @@ def make_split(logic, dc, kinds: tuple[str, ...], active_return: bool, key, para
                              shadow_return=shadow_return)
     logic.cache[key] = (aug, rev)  # before the body is built: a recursive call finds the pair
     logic.split_makers[key] = maker
+    logic.pair_keys[rev.name] = key
     maker.build()
     _cut(maker, aug, rev, buffer=False)
     logic.scratch.append(G.name)
@@ -85,66 +89,85 @@ def _declare(module, primal, name: str, ftype: T.FunctionType) -> Function:
     return fn
 
 
+class _Frame:
+    """Where :func:`_cut` cuts a combined function: its forward and reverse blocks and the frame's layout."""
+
+    def __init__(self, maker):
+        G = maker.G
+        ret_block = maker.ret_block
+        self.rev_start = maker.rev[id(ret_block)]
+        # forward region: what runs before the reverse code starts
+        fwd_ids, stack = set(), [G.entry_block]
+        while stack:
+            b = stack.pop()
+            if id(b) in fwd_ids:
+                continue
+            fwd_ids.add(id(b))
+            if b is not ret_block:
+                stack += b.successors
+        self.fwd = [b for b in G.blocks if id(b) in fwd_ids]
+        self.back = [b for b in G.blocks if id(b) not in fwd_ids]
+        for b in self.back:
+            for phi in b.phis():
+                if any(id(p) in fwd_ids for p in phi.incoming_blocks):
+                    raise ad_error("internal error: the reverse code of a split derivative is entered twice", phi)
+        self.allocas = [i for b in self.fwd for i in b.instructions if isinstance(i, Alloca)]
+        for a in self.allocas:
+            if a.parent is not G.entry_block or not (a.num_elements is None or isinstance(a.num_elements, ConstantInt)):
+                raise ad_error("a stack allocation of variable size in a function differentiated as a call "
+                               "(a recursive one) is not supported", a)
+        back_ids = {id(b) for b in self.back}
+        self.crossing = [i for b in self.fwd for i in b.instructions if not isinstance(i, Alloca) and
+                         any(id(u.user.parent) in back_ids for u in i.uses)]
+        # the last field says whether a reverse call has used the frame (see _cut_reverse)
+        fields = [_alloca_type(a) for a in self.allocas] + [v.type for v in self.crossing] + [T.i8]
+        self.type = T.StructType(tuple(fields))
+        self.used_field = len(fields) - 1
+        maker.frame_size = G.module.data_layout.alloc_size(self.type)
+
+
+def _frame(maker) -> _Frame:
+    frame = getattr(maker, "frame", None)
+    if frame is None:
+        frame = maker.frame = _Frame(maker)
+    return frame
+
+
 def _cut(maker, aug: Function, rev: Function, buffer: bool) -> None:
+    _cut_augmented(maker, aug, buffer)
+    _cut_reverse(maker, rev, buffer)
+
+
+def _cut_augmented(maker, aug: Function, buffer: bool) -> None:
     G = maker.G
-    ret_block = maker.ret_block
-    rev_start = maker.rev[id(ret_block)]
-    # forward region: what runs before the reverse code starts
-    fwd_ids, stack = set(), [G.entry_block]
-    while stack:
-        b = stack.pop()
-        if id(b) in fwd_ids:
-            continue
-        fwd_ids.add(id(b))
-        if b is not ret_block:
-            stack += b.successors
-    fwd = [b for b in G.blocks if id(b) in fwd_ids]
-    back = [b for b in G.blocks if id(b) not in fwd_ids]
-    for b in back:
-        for phi in b.phis():
-            if any(id(p) in fwd_ids for p in phi.incoming_blocks):
-                raise ad_error("internal error: the reverse code of a split derivative is entered twice", phi)
-    allocas = [i for b in fwd for i in b.instructions if isinstance(i, Alloca)]
-    for a in allocas:
-        if a.parent is not G.entry_block or not (a.num_elements is None or isinstance(a.num_elements, ConstantInt)):
-            raise ad_error("a stack allocation of variable size in a function differentiated as a call "
-                           "(a recursive one) is not supported", a)
-    back_ids = {id(b) for b in back}
-    crossing = [i for b in fwd for i in b.instructions if not isinstance(i, Alloca) and
-                any(id(u.user.parent) in back_ids for u in i.uses)]
-    # the last field says whether a reverse call has used the frame (see the reverse function below)
-    fields = [_alloca_type(a) for a in allocas] + [v.type for v in crossing] + [T.i8]
-    frame_ty = T.StructType(tuple(fields))
-    size = G.module.data_layout.alloc_size(frame_ty)
-    maker.frame_size = size
-    na = len(allocas)
-    used_field = len(fields) - 1
+    F = _frame(maker)
+    frame_ty, size, na = F.type, maker.frame_size, len(F.allocas)
 
     # augmented primal: the forward code; the frame on the heap instead of stack slots
     vmap = dict(zip(G.args, aug.args))
-    new_fwd = clone_blocks(fwd, aug, vmap)
+    new_fwd = clone_blocks(F.fwd, aug, vmap)
     entry = new_fwd[0]
     if buffer:
         frame = aug.args[-1]
     else:
         b = IRBuilder.before(entry.instructions[0])
-        align = max([a.align or 1 for a in allocas] + [G.module.data_layout.abi_alignment(frame_ty) if fields else 1])
+        align = max([a.align or 1 for a in F.allocas] + [G.module.data_layout.abi_alignment(frame_ty)])
         if align <= 16:  # what malloc guarantees on the hosts enzcc targets
             malloc = G.module.get_or_insert_function("malloc", T.FunctionType(T.ptr, (T.i64,)))
             frame = b.call(malloc, [ConstantInt(T.i64, max(size, 1))])
         else:
             aligned = G.module.get_or_insert_function("aligned_alloc", T.FunctionType(T.ptr, (T.i64, T.i64)))
             frame = b.call(aligned, [ConstantInt(T.i64, align), ConstantInt(T.i64, -(-max(size, 1) // align) * align)])
-    for k, a in enumerate(allocas):
+    for k, a in enumerate(F.allocas):
         ca = vmap[a]
         ca.replace_all_uses_with(IRBuilder.before(ca).struct_gep(frame_ty, frame, k))
         ca.erase()
-    last = vmap[ret_block]
+    last = vmap[maker.ret_block]
     last.terminator.erase()
     b = IRBuilder.at_end(last)
-    for j, v in enumerate(crossing):
+    for j, v in enumerate(F.crossing):
         b.store(vmap[v], b.struct_gep(frame_ty, frame, na + j))
-    b.store(ConstantInt(T.i8, 0), b.struct_gep(frame_ty, frame, used_field))
+    b.store(ConstantInt(T.i8, 0), b.struct_gep(frame_ty, frame, F.used_field))
     result = IRBuilder.poison(aug.return_type)
     result = b.insert_value(result, frame, [0])
     if len(aug.return_type.elements) > 1:
@@ -155,34 +178,133 @@ def _cut(maker, aug: Function, rev: Function, buffer: bool) -> None:
         result = b.insert_value(result, vmap.get(shadow, shadow), [2])
     b.ret(result)
 
-    # reverse: values and slots from the frame, then the reverse code; the frame is freed on return. The reverse
-    # code pops the loop tape, frees what it holds and sums adjoints into the frame's slots, so a frame serves
-    # one reverse call: a second one on a frame kept by enzyme_nofree stops with a message instead of giving a
-    # wrong derivative
+
+def _cut_reverse(maker, rev: Function, buffer: bool, replay: bool = False, logic=None) -> None:
+    """The reverse function: values and slots from the frame, then the reverse code; the frame is freed on return
+    (not ``buffer``: the caller's). The reverse code pops the loop tape, frees what it holds and sums adjoints
+    into the frame's slots, so a frame serves one reverse call: a second one on a frame kept by enzyme_nofree
+    stops with a message instead of giving a wrong derivative. ``replay`` (:func:`replay_variant`): the reverse
+    code runs on a copy of the frame and releases nothing, so that it can run again on the same tape."""
+    G = maker.G
+    F = _frame(maker)
+    frame_ty, na = F.type, len(F.allocas)
+    module = G.module
     vmap = dict(zip(G.args, rev.args))
     tape = rev.args[-1]
     start = rev.append_block("entry")
     b = IRBuilder.at_end(start)
-    used = b.struct_gep(frame_ty, tape, used_field)
-    again, first = rev.append_block("used_again"), rev.append_block("first_use")
-    b.cond_br(b.icmp("ne", b.load(T.i8, used), ConstantInt(T.i8, 0)), again, first)
-    name = getattr(maker.dc.fn, "primal_name", maker.dc.fn.name)
-    fail_at_run_time(G.module, IRBuilder.at_end(again),
-                     f"the tape of '{name}' was already used by a reverse call: enzcc's reverse function consumes "
-                     "its tape (enzyme_nofree keeps its memory, not what it held), so a tape serves one "
-                     "__enzyme_reverse")
-    b = IRBuilder.at_end(first)
-    b.store(ConstantInt(T.i8, 1), used)
-    for k, a in enumerate(allocas):
-        vmap[a] = b.struct_gep(frame_ty, tape, k)
-    for j, v in enumerate(crossing):
-        vmap[v] = b.load(v.type, b.struct_gep(frame_ty, tape, na + j))
-    new_back = clone_blocks(back, rev, vmap)
-    b.br(vmap[rev_start])
-    free = G.module.get_or_insert_function("free", T.FunctionType(T.void, (T.ptr,)))
+    free = module.get_or_insert_function("free", T.FunctionType(T.void, (T.ptr,)))
+    if replay:
+        malloc = module.get_or_insert_function("malloc", T.FunctionType(T.ptr, (T.i64,)))
+        frame = b.call(malloc, [ConstantInt(T.i64, maker.frame_size)])
+        b.memcpy(frame, tape, maker.frame_size)
+    else:
+        frame = tape
+        used = b.struct_gep(frame_ty, tape, F.used_field)
+        again, first = rev.append_block("used_again"), rev.append_block("first_use")
+        b.cond_br(b.icmp("ne", b.load(T.i8, used), ConstantInt(T.i8, 0)), again, first)
+        name = getattr(maker.dc.fn, "primal_name", maker.dc.fn.name)
+        fail_at_run_time(module, IRBuilder.at_end(again),
+                         f"the tape of '{name}' was already used by a reverse call: enzcc's reverse function "
+                         "consumes its tape (enzyme_nofree keeps its memory, not what it held), so a tape "
+                         "serves one __enzyme_reverse")
+        b = IRBuilder.at_end(first)
+        b.store(ConstantInt(T.i8, 1), used)
+    for k, a in enumerate(F.allocas):
+        vmap[a] = b.struct_gep(frame_ty, frame, k)
+    for j, v in enumerate(F.crossing):
+        vmap[v] = b.load(v.type, b.struct_gep(frame_ty, frame, na + j))
+    new_back = clone_blocks(F.back, rev, vmap)
+    b.br(vmap[F.rev_start])
     for nb in new_back:
-        if isinstance(nb.terminator, Ret) and not buffer:
-            IRBuilder.before(nb.terminator).call(free, [tape])
+        if isinstance(nb.terminator, Ret) and (replay or not buffer):
+            IRBuilder.before(nb.terminator).call(free, [frame])
+    if replay:
+        for call, kind in maker.reverse_frees.values():
+            c = vmap.get(call)
+            if c is None or c.parent is None:
+                continue
+            if kind == NESTED_REVERSE:
+                c.set_operand(0, module.global_ref(replay_variant(logic, logic.pair_keys[c.callee_name]).name))
+                continue
+            if kind == SHADOW_FREE:  # zeroed for the next run instead (adjoints left in memory read but not written)
+                IRBuilder.before(c).call(_zero_block_fn(module), [c.args[-1]])
+            c.erase()
+        for nb in new_back:  # the loop tape's buffer, when a finished call hands it to the next one
+            for c in [i for i in nb.instructions if isinstance(i, Call) and i.callee_name == TAPE_RELEASE]:
+                c.erase()
+
+
+#: calls of reverse code that release memory or a tape
+_RELEASING = ("free", "realloc", "__enzcc_tape_chunk_pop")
+
+
+def _replayable(logic, key, seen: set) -> str | None:
+    """Why the reverse function of the pair ``key`` cannot replay its tape (None: it can). It can when each call
+    of its reverse code that releases memory is one the maker recorded (:attr:`ReverseMode.reverse_frees`) and
+    the reverse functions of its callees can too."""
+    if key in seen:
+        return None
+    seen.add(key)
+    maker = logic.split_makers[key]
+    if "parallel" in key or getattr(maker.module, "enzcc_chunked_tape", False):
+        return "its reverse code runs in an OpenMP parallel region or in nested AD"
+    hints = hints_of(maker.module)
+    releasing = set(_RELEASING) | {shadow_reuse.RELEASE} | set(hints.deallocators) | \
+        {rev for _, rev in hints.gradient.values()}
+    for block in _frame(maker).back:
+        for inst in block.instructions:
+            if not isinstance(inst, Call):
+                continue
+            noted = maker.reverse_frees.get(id(inst))
+            if noted is not None and noted[1] == NESTED_REVERSE:
+                why = _replayable(logic, logic.pair_keys[inst.callee_name], seen) \
+                    if inst.callee_name in logic.pair_keys else "a callee's reverse function is unknown"
+                if why is not None:
+                    return why
+            elif noted is None and (inst.callee_name in releasing or inst.callee_name in logic.pair_keys):
+                return f"its reverse code calls '{inst.callee_name}'"
+    return None
+
+
+def replay_variant(logic, key):
+    """The reverse function of the pair ``key`` for ``__enzyme_reverse`` with ``enzyme_nofree``, which may run
+    several times on one tape (as Enzyme's, which reads its tape without consuming it): it works on a copy of the
+    frame and releases nothing (the loop tape, the callees' tapes and the primal memory the reverse code reads
+    stay for the next run; shadow memory is zeroed instead of freed). None when the reverse code releases
+    memory enzcc does not know how to keep (:func:`_replayable`)."""
+    vkey = key + ("replay",)
+    if vkey in logic.cache:
+        return logic.cache[vkey]
+    if _replayable(logic, key, set()) is not None:
+        logic.cache[vkey] = None
+        return None
+    maker = logic.split_makers[key]
+    _, rev = logic.cache[key][:2]
+    fn = _declare(logic.module, maker.dc.fn, f"{rev.name}_replay", rev.function_type)
+    logic.cache[vkey] = fn  # (before the body: a recursive callee finds it)
+    _cut_reverse(maker, fn, buffer=True, replay=True, logic=logic)
+    return fn
+
+
+def _zero_block_fn(module) -> Function:
+    """``zero(p)``: the whole heap block ``p`` (null: nothing) set to zero."""
+    name = "__enzcc_zero_block"
+    fn = module.functions.get(name)
+    if fn is None:
+        fn = Function(name, T.FunctionType(T.void, (T.ptr,)))
+        fn.linkage = "internal"
+        module.add_function(fn)
+        entry, zero, done = fn.append_block("entry"), fn.append_block("zero"), fn.append_block("done")
+        b = IRBuilder.at_end(entry)
+        (p,) = fn.args
+        b.cond_br(b.icmp("eq", p, ConstantNull(T.ptr)), done, zero)
+        z = IRBuilder.at_end(zero)
+        usable = module.get_or_insert_function("malloc_usable_size", T.FunctionType(T.i64, (T.ptr,)))
+        z.memset(p, 0, z.call(usable, [p]))
+        z.br(done)
+        IRBuilder.at_end(done).ret_void()
+    return fn
 
 
 def _alloca_type(a: Alloca) -> T.Type:
@@ -192,4 +314,6 @@ def _alloca_type(a: Alloca) -> T.Type:
     return T.ArrayType(n.value, a.allocated_type)
 
 
-__all__ = ["buffer_variant", "make_split"]
+TAPE_RELEASE = "__enzcc_tape_release"
+
+__all__ = ["buffer_variant", "make_split", "replay_variant"]

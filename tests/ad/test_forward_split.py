@@ -210,15 +210,25 @@ def test_reverse_with_enzyme_nofree_leaves_the_tape(enzcc, opt):
 
 
 REVERSE_TWICE = r"""
-extern int enzyme_nofree, enzyme_const, enzyme_out, enzyme_allocated, enzyme_tape;
+extern int enzyme_nofree, enzyme_const, enzyme_out, enzyme_dup, enzyme_allocated, enzyme_tape;
 typedef struct { void *tape; double y; } aug_t;
 aug_t __enzyme_augmentfwd(void *, ...);
 double __enzyme_reverse(void *, ...);
+void __enzyme_reverse_v(void *, ...);
 int __enzyme_augmentsize(void *, ...);
 double f(double a, double b) {  /* b (a^2 + a + 1): d/da = b (2a + 1) */
   double s = 0;
   for (int i = 0; i < 3; i++) s = s * a + b;
   return s;
+}
+double p(const double *x, int n) { return n == 0 ? 1.0 : x[n - 1] * p(x, n - 1); }  /* stays recursive */
+double g(const double *x, int n) {  /* sum_i (i + 1) x_i^2 + prod_i x_i, through calloc'd memory read first */
+  double *acc = calloc(n, sizeof(double));
+  for (int i = 0; i < n; i++) acc[i] += x[i] * x[i];
+  double s = 0;
+  for (int i = 0; i < n; i++) s += acc[i] * (i + 1);
+  free(acc);
+  return s + p(x, n);
 }
 int main(int argc, char **argv) {
   int size = __enzyme_augmentsize((void *)f, enzyme_out, enzyme_const);
@@ -226,33 +236,61 @@ int main(int argc, char **argv) {
   for (int k = 0; k < 2; k++) {  /* one buffer, two augmented calls, each with its reverse call */
     double a = 2.0 + k;
     __enzyme_augmentfwd((void *)f, enzyme_allocated, size, enzyme_tape, buf, a, enzyme_const, 1.0);
-    report(k ? "g.1" : "g.0", __enzyme_reverse((void *)f, enzyme_allocated, size, enzyme_tape, buf, a,
+    report(k ? "f.1" : "f.0", __enzyme_reverse((void *)f, enzyme_allocated, size, enzyme_tape, buf, a,
                                                enzyme_const, 1.0, 1.0));
   }
+  /* enzyme_nofree: the reverse call runs again on the same tape, as often as asked, then once without it */
   aug_t t = __enzyme_augmentfwd((void *)f, 2.0, enzyme_const, 1.0);
-  report("g.2", __enzyme_reverse((void *)f, enzyme_nofree, 2.0, enzyme_const, 1.0, 1.0, t.tape));
+  report("f.2", __enzyme_reverse((void *)f, enzyme_nofree, 2.0, enzyme_const, 1.0, 1.0, t.tape));
+  report("f.3", __enzyme_reverse((void *)f, enzyme_nofree, 2.0, enzyme_const, 1.0, 2.0, t.tape));
+  report("f.4", __enzyme_reverse((void *)f, 2.0, enzyme_const, 1.0, 1.0, t.tape));
+  /* heap memory, a recursive call with a tape of its own, seeds of several sizes */
+  double x[3] = {0.5, -1.5, 2.0};
+  aug_t u = __enzyme_augmentfwd((void *)g, enzyme_dup, x, (double[3]){0}, enzyme_const, 3);
+  char name[16];
+  for (int r = 0; r < 3; r++) {
+    double dx[3] = {0};
+    __enzyme_reverse_v((void *)g, enzyme_nofree, enzyme_dup, x, dx, enzyme_const, 3, 1.0 + r, u.tape);
+    for (int i = 0; i < 3; i++) {
+      snprintf(name, sizeof name, "g.%d.%d", r, i);
+      report(name, dx[i] / (1.0 + r));
+    }
+  }
+  for (int i = 0; i < 3; i++) {
+    snprintf(name, sizeof name, "g.exact.%d", i);
+    report(name, 2 * x[i] * (i + 1) + x[0] * x[1] * x[2] / x[i]);
+  }
+  free(u.tape);
   fflush(stdout);
-  if (argc > 1)  /* the same tape again */
-    report("g.3", __enzyme_reverse((void *)f, enzyme_nofree, 2.0, enzyme_const, 1.0, 1.0, t.tape));
-  free(t.tape);
-  free(buf);
+  if (argc > 1) {  /* a caller's buffer used by two reverse calls without enzyme_nofree */
+    __enzyme_augmentfwd((void *)f, enzyme_allocated, size, enzyme_tape, buf, 2.0, enzyme_const, 1.0);
+    __enzyme_reverse((void *)f, enzyme_allocated, size, enzyme_tape, buf, 2.0, enzyme_const, 1.0, 1.0);
+    report("f.5", __enzyme_reverse((void *)f, enzyme_allocated, size, enzyme_tape, buf, 2.0, enzyme_const, 1.0,
+                                   1.0));
+  }
+  free(buf);  /* (t.tape: freed by the last reverse call, without enzyme_nofree) */
   return 0;
 }
 """
 
 
-@pytest.mark.parametrize("opt", ["-O0", "-O2"])
-def test_reverse_call_on_a_used_tape_stops(enzcc, opt):
-    """A tape serves one reverse call (its loop tape is popped and freed, adjoints summed into it): a second
-    __enzyme_reverse on a tape kept by enzyme_nofree stops with a message (it gave wrong values, or crashed).
-    A buffer of the caller's, written again by an augmented call, serves again."""
+@pytest.mark.parametrize("opt", ["-O0", "-O1", "-O2", "-O3"])
+def test_reverse_calls_on_one_tape(enzcc, opt):
+    """With enzyme_nofree, __enzyme_reverse runs on a copy of the tape and releases nothing, so it runs again
+    on the same tape (it gave wrong values, or crashed): a loop tape, heap memory whose shadow is zeroed for
+    the next run, a recursive callee's own tape. Without it, a reverse call consumes the tape: a second one on
+    a caller's buffer stops with a message. A buffer written again by an augmented call serves again."""
     v = build_and_run(enzcc, REVERSE_TWICE, opt)
-    assert (v["g.0"], v["g.1"], v["g.2"]) == (5.0, 7.0, 5.0)
+    assert (v["f.0"], v["f.1"], v["f.2"], v["f.3"], v["f.4"]) == (5.0, 7.0, 5.0, 10.0, 5.0)
+    for r in range(3):
+        for i in range(3):
+            assert v[f"g.{r}.{i}"] == pytest.approx(v[f"g.exact.{i}"], rel=1e-14), (r, i)
     r = enzcc.run("./t", "again", check=False)
-    assert r.returncode != 0 and "g.3" not in r.stdout, r
+    assert r.returncode != 0 and "f.5" not in r.stdout, r
     assert r.stderr.strip() == "enzcc: the tape of 'f' was already used by a reverse call: enzcc's reverse " \
         "function consumes its tape (enzyme_nofree keeps its memory, not what it held), so a tape serves one " \
         "__enzyme_reverse", r.stderr
+
 
 LOGGED = r"""
 extern int enzyme_const;
