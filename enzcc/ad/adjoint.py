@@ -518,8 +518,21 @@ class AdjointGenerator:
             b.memset(self._shadow(dest, block, b, inst), 0, self._primal(size, block, b))
             return
         if kind is None:
-            raise ad_error("cannot tell whether the memory this memcpy copies holds floating-point values "
-                           "(nothing in the function or its caller reads or writes it with one type)", inst)
+            fields = self.memtypes.copy_fields(inst)
+            if fields is None:
+                raise ad_error("cannot tell whether the memory this memcpy copies holds floating-point values "
+                               "(nothing in the function or its caller reads or writes it with one type, or it "
+                               "mixes them with pointers or integers at offsets enzcc cannot follow)", inst)
+            if act.is_active_ptr(dest):  # each float field's adjoint goes back to the source's
+                ddest = self._shadow(dest, block, b, inst)
+                dsrc = self._shadow(src, block, b, inst)
+                for at, k in fields:
+                    if isinstance(k, T.FloatType):
+                        pd, ps = b.gep(T.i8, ddest, [ConstantInt(T.i64, at)]), b.gep(T.i8, dsrc, [ConstantInt(T.i64, at)])
+                        d = b.load(k, pd)
+                        b.store(IRBuilder.const_zero(k), pd)
+                        b.store(b.fadd(b.load(k, ps), d, flags=("nsz",)), ps)
+            return
         if isinstance(kind, T.PointerType) or isinstance(kind, T.IntType):
             return  # pointers were copied into the shadow in the forward sweep; integers carry nothing
         n = self._primal(size, block, b)

@@ -67,18 +67,26 @@ class MemoryTypes:
     def __init__(self, fn, seeds: dict[int, set] | None = None):
         self.fn = fn
         self._types: dict[int, set] = {}
+        self._fields: dict[int, dict[int, set]] = {}
+        """id(object) -> byte offset -> the kinds accessed there."""
+        self._loose: set[int] = set()
+        """Objects accessed at an offset that is not constant (or through a cast): their fields are unknown."""
         self._seeds = seeds or {}
         """id(argument) -> kinds its memory is known to hold from outside (the caller, at the call site)."""
         for inst in fn.instructions():
             if isinstance(inst, Load):
-                if not _is_bit_copy(inst):
+                if _tbaa_float(inst) is not None:  # a double moved as an i64, tagged as a double
+                    self._note(inst.pointer, _tbaa_float(inst))
+                elif not _is_bit_copy(inst):
                     self._note(inst.pointer, inst.type)
                 if isinstance(inst.type, T.PointerType):
                     pointee = _pointee_kind(tbaa_access_type(inst))
                     if pointee is not None:  # loaded from a field of type float * (clang's pointer TBAA)
                         self._note(inst, pointee)
             elif isinstance(inst, Store):
-                if not (isinstance(inst.value, Load) and _is_bit_copy(inst.value)):
+                if _tbaa_float(inst) is not None:
+                    self._note(inst.pointer, _tbaa_float(inst))
+                elif not (isinstance(inst.value, Load) and _is_bit_copy(inst.value)):
                     self._note(inst.pointer, inst.value.type)
             elif isinstance(inst, Alloca):
                 self._types.setdefault(id(inst), set()).update(_declared_kinds(inst.allocated_type))
@@ -86,7 +94,52 @@ class MemoryTypes:
                 self._note(inst.args[0], hinted_type(inst.callee_name))  # (__enzyme_double(p) and the like)
 
     def _note(self, p: Value, ty: T.Type) -> None:
-        self._types.setdefault(id(base_object(p)), set()).add(_scalar_kind(ty))
+        base = base_object(p)
+        kind = _scalar_kind(ty)
+        self._types.setdefault(id(base), set()).add(kind)
+        # fields: the kind at each constant byte offset from the object (an access elsewhere makes them unknown)
+        dl = getattr(getattr(self.fn, "module", None), "data_layout", None)
+        at, off = byte_offset(p, dl) if dl is not None else (None, None)
+        if at is base and off is not None and kind is ty:
+            self._fields.setdefault(id(base), {}).setdefault(off, set()).add(kind)
+        else:
+            self._loose.add(id(base))
+
+    def copy_fields(self, call: Call):
+        """For a memcpy/memmove of constant size between two objects whose accesses all have constant offsets
+        (a record of floats, pointers and integers, copied as bytes: a C++ closure captured by ``std::function``
+        and copied into a container): ``[(byte offset in the copy, kind), ...]`` of every typed field it covers,
+        when at least one holds a float and no two kinds overlap; None otherwise."""
+        n = call.args[2]
+        dl = getattr(call.module, "data_layout", None)
+        if not isinstance(n, ConstantInt) or dl is None:
+            return None
+        fields: dict[int, set] = {}
+        ends, loose = [], []
+        for p in call.args[:2]:
+            base, off = byte_offset(p, dl)
+            if base is None or base is not base_object(p) or id(base) in self._loose or id(base) in self._seeds:
+                loose.append(p)  # (its kinds, wherever they are, must be among the fields found on the other side)
+                continue
+            ends.append((id(base), off))
+            for at, kinds in self._fields.get(id(base), {}).items():
+                if 0 <= at - off < n.value:
+                    fields.setdefault(at - off, set()).update(kinds)
+        if not ends or (len(ends) == 2 and ends[0][0] == ends[1][0] and abs(ends[0][1] - ends[1][1]) < n.value):
+            return None  # no side with known fields, or a move within one object
+        found = set().union(*fields.values()) if fields else set()
+        if any(isinstance(k, T.FloatType) and k not in found for p in loose for k in self.access_kinds(p)):
+            return None
+        out, end = [], 0
+        for at in sorted(fields):
+            if len(fields[at]) != 1 or at < end:
+                return None
+            kind = next(iter(fields[at]))
+            out.append((at, kind))
+            end = at + dl.store_size(kind)
+        if end > n.value or not any(isinstance(k, T.FloatType) for _, k in out):
+            return None
+        return out
 
     def kinds(self, p: Value) -> set:
         base = id(base_object(p))
@@ -189,6 +242,10 @@ class MemoryTypes:
         tb = _tbaa_struct_kind(call)
         if tb is not None:
             return tb
+        if _tbaa_struct_untyped(call) and any(isinstance(k, T.PointerType) for k in kinds):
+            # a union's bytes (clang tags them char: any type), in an object whose pointers are elsewhere (a
+            # std::function's storage, which holds a captured double, next to its manager and invoker)
+            return None
         if kinds and all(isinstance(k, T.PointerType) for k in kinds):
             return T.ptr
         if kinds and all(isinstance(k, T.IntType) for k in kinds):
@@ -278,6 +335,24 @@ def _scalar_kind(ty: T.Type):
     while isinstance(ty, (T.VectorType, T.ArrayType)):
         ty = ty.element
     return ty
+
+
+def _tbaa_float(inst):
+    """The float type an integer load or store of the same width moves, by its ``!tbaa`` tag (clang copies a
+    ``double`` member as an ``i64`` and keeps the member's tag), or None."""
+    ty = inst.type if isinstance(inst, Load) else inst.value.type
+    kind = _TBAA_FLOATS.get(tbaa_access_type(inst)) if isinstance(ty, T.IntType) else None
+    return kind if kind is not None and kind.bits == ty.bits else None
+
+
+def _tbaa_struct_untyped(call: Call) -> bool:
+    """The copy's ``!tbaa.struct`` says every byte it copies is ``omnipotent char``: of any type."""
+    ref = call.get_metadata("tbaa.struct")
+    module = call.module
+    node = _md(module, ref) if ref and module is not None else None
+    tags = re.findall(r"!(\d+)", node or "")
+    return bool(tags) and all(_tbaa_type_name(module, module.metadata.get(int(t))) == "omnipotent char"
+                              for t in tags)
 
 
 def _tbaa_struct_kind(call: Call):

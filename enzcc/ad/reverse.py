@@ -41,7 +41,7 @@ from enzcc.ir.block import BasicBlock
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.cfg import DominatorTree, LoopInfo, reverse_post_order
 from enzcc.ir.instructions import BinaryOp, Call, CondBr, GetElementPtr, ICmp, Instruction, Phi, Store
-from enzcc.ir.values import Constant, ConstantInt, Value
+from enzcc.ir.values import Constant, ConstantInt, ConstantNull, Value
 from enzcc.ad.adjoint import INACTIVE_CALLS, TAPE_FREE, AdjointGenerator
 from enzcc.ad.cache import CacheUtility, _Cached
 
@@ -211,8 +211,21 @@ class ReverseMode(AdjointGenerator, CacheUtility):
                 if not (name or "").startswith(("llvm.memcpy", "llvm.memmove")):
                     continue
                 dest, src = inst.args[0], inst.args[1]
-                if not self.activity.is_active_ptr(dest) or \
-                        not isinstance(self.memtypes.copy_kind(inst), T.PointerType):
+                if not self.activity.is_active_ptr(dest):
+                    continue
+                kind = self.memtypes.copy_kind(inst)
+                fields = self.memtypes.copy_fields(inst) if kind is None else None
+                if fields is not None:  # a record of floats and pointers: its pointer fields' shadows
+                    b = IRBuilder.after(inst)
+                    for shadows in self.lane_shadows:
+                        for at, k in fields:
+                            if isinstance(k, T.PointerType):
+                                off = [ConstantInt(T.i64, at)]
+                                p = ConstantNull(T.ptr) if not self.activity.is_active_ptr(src) else \
+                                    b.load(T.ptr, b.gep(T.i8, shadows.of(src, inst), off))
+                                b.store(p, b.gep(T.i8, shadows.of(dest, inst), off))
+                    continue
+                if not isinstance(kind, T.PointerType):
                     continue
                 b = IRBuilder.after(inst)
                 for shadows in self.lane_shadows:

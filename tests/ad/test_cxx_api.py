@@ -389,6 +389,61 @@ def test_std_vector_and_cout(enzcc, opt):
     assert_checked(v, {f"{k}.{i}" for k in ("vec", "resized") for i in range(3)})
 
 
+FUNCTIONS = r"""
+#include <functional>
+double __enzyme_autodiff(void *, ...);
+/* lambdas capturing doubles, kept as std::function in a vector: clang moves a captured double as an i64 into the
+   function object's storage, which push_back copies as 16 bytes next to the object's pointers */
+double one(double x) {
+  double k = x * x;
+  std::vector<std::function<double(double)>> fs;
+  fs.push_back([k](double v) { return k * v; });
+  double s = 0;
+  for (int i = 0; i < 3; i++) s += fs[0](i + x);
+  return s;  /* 3 x^2 (1 + x) */
+}
+int main() {
+  const double x = 0.7;
+  check("one", __enzyme_autodiff((void *)one, x), 6 * x + 9 * x * x, one, x);
+}
+"""
+
+#: the second push_back moves the first std::function to new storage: a copy of bytes whose type (the union in
+#: std::function) nothing in the function shows
+FUNCTIONS_MOVED = FUNCTIONS.replace("  double s = 0;", "  fs.push_back([k](double v) { return k + v; });\n  double s = 0;")
+
+
+def _function_objects(enzcc, source: str, opt: str):
+    """The values, or the one-line error when enzcc refuses (never a wrong value)."""
+    enzcc.write("t.cpp", PRELUDE + source)
+    r = enzcc(opt, "-std=c++17", "t.cpp", "-o", "t", cmd="enzcc++", check=False)
+    if r.returncode:
+        assert r.stderr.strip().count("\n") == 0, r.stderr
+        assert "cannot tell whether the memory this memcpy copies holds floating-point values" in r.stderr
+        return None
+    values = {}
+    for line in enzcc.run("./t").stdout.splitlines():
+        m = re.fullmatch(r"(\S+) (\S+)", line.strip())
+        if m:
+            values[m.group(1)] = float(m.group(2))
+    return values
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O1", "-O2", "-O3"])
+def test_captured_doubles_in_std_function(enzcc, opt):
+    """A record of a double moved as integer bits (tagged double by TBAA) and pointers, copied as bytes: each
+    field copied follows its type (the double's derivative was lost without a message). Where enzcc cannot
+    type the bytes (-O0: the storage is also read as a pointer at the same offset; a vector's reallocation moving
+    a std::function's storage, a union), a one-line error, never a wrong derivative."""
+    values = _function_objects(enzcc, FUNCTIONS, opt)
+    assert values is not None or opt == "-O0"
+    if values is not None:
+        assert_checked(values, {"one"})
+    moved = _function_objects(enzcc, FUNCTIONS_MOVED, opt)
+    if moved is not None:
+        assert moved["ad.one"] == pytest.approx(moved["fd.one"], rel=1e-6)
+
+
 CONTAINERS = r"""
 #include <list>
 #include <map>
