@@ -184,6 +184,15 @@ def ad_stage(mod: llvm.ModuleRef, opts: PipelineOptions, where: str, tm=None) ->
 # the pipeline
 
 
+def keep_enzyme_calls_apart(mod: llvm.ModuleRef) -> None:
+    """``__enzyme_*`` functions are ``nomerge``: the optimization before AD would otherwise merge two calls in
+    different branches (``__enzyme_autodiff(p1, x)`` in one case of a switch, ``__enzyme_autodiff(p2, x)`` in
+    another) into one call of a function chosen at run time, which AD cannot differentiate."""
+    for fn in mod.functions:
+        if fn.is_declaration and L.value_name(fn).startswith(ENZYME_PREFIX):
+            fn.add_function_attribute("nomerge")
+
+
 def protect_hinted_functions(mod: llvm.ModuleRef) -> None:
     """Functions the user described to the AD engine (inactive, like a math function: :mod:`enzcc.ad.hints`)
     must still be called where the derivative is made: marked ``noinline`` before the first optimization."""
@@ -217,6 +226,7 @@ def run_pipeline(mod: llvm.ModuleRef, opts: PipelineOptions, tm: llvm.TargetMach
     if needs_ad:
         L.no_partial_unrolling()
         L.bounded_slp_scheduling()
+        keep_enzyme_calls_apart(mod)
         protect_hinted_functions(mod)
         if opts.opt_level == 0:
             # -O0 keeps every local in memory: a marker or function passed through C++ helpers (the enzyme/enzyme

@@ -1,6 +1,8 @@
 """Reverse mode (__enzyme_autodiff) on small C programs at -O0..-O3, against analytic values and finite
 differences computed by the same program."""
 
+import math
+
 import pytest
 
 from adharness import PRELUDE, assert_close, build_and_run
@@ -438,3 +440,30 @@ int main(void) {
 }
 """
     assert_close(build_and_run(enzcc, src, opt, extra=("log.c",)), "ad.", "an.", rel=1e-14)
+
+
+BRANCHES = r"""
+static double p1(double x) { return x * x; }
+static double p2(double x) { return x * x * x; }
+static double p3(double x) { return sin(x); }
+double pick(int k, double x) {  /* one __enzyme_autodiff call per case: the optimizer must not merge them */
+  switch (k) {
+    case 0: return __enzyme_autodiff((void *)p1, x);
+    case 1: return __enzyme_autodiff((void *)p2, x);
+    default: return __enzyme_autodiff((void *)p3, x);
+  }
+}
+int main(int argc, char **argv) {
+  double x = 1.5;
+  report("d0", pick(argc - 1, x)); report("d1", pick(argc, x)); report("d2", pick(argc + 1, x));
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O1", "-O2", "-O3"])
+def test_calls_in_different_branches_stay_apart(enzcc, opt):
+    """__enzyme_* calls in the cases of a switch (the optimization before AD merged them into one call of a
+    function chosen at run time, refused from -O1 on)."""
+    v = build_and_run(enzcc, BRANCHES, opt)
+    assert (v["d0"], v["d1"]) == (3.0, 6.75) and v["d2"] == pytest.approx(math.cos(1.5), rel=1e-15)
