@@ -244,8 +244,35 @@ def hints_of(module) -> Hints:
                             lambda n: n in module.functions)
         for alloc, (size_index, dealloc, sources) in cached.allocators.items():
             _check_allocation_like(module.functions[alloc], module.functions[dealloc], size_index, sources)
+        cached.allocators.update(_rust_allocators(module.functions))
         module._enzcc_hints = cached
     return cached
+
+
+#: Rust's global allocator shims (names as rustc 1.95 mangles them end with the length and the name, e.g.
+#: ``_RNv..._7___rustc12___rust_alloc``): allocation -> deallocation
+_RUST_ALLOCATORS = {"__rust_alloc": "__rust_dealloc", "__rust_alloc_zeroed": "__rust_dealloc"}
+
+
+def _rust_allocators(functions) -> dict:
+    """Rust's allocator shims, as if registered with ``__enzyme_allocation_like``: ``__rust_alloc(size, align)``
+    and ``__rust_alloc_zeroed`` give shadows from the same call, released by ``__rust_dealloc(ptr, size,
+    align)`` (when the module declares it: memory a Rust function allocates and frees). ``__rust_realloc`` is
+    not among them: a Vec growing in differentiated code stays an error."""
+    def find(name: str):
+        tail = f"{len(name)}_{name}"  # (v0 mangling separates an identifier that starts with "_" by one "_")
+        return next((f for f in functions if f == name or (f.startswith("_R") and f.endswith(tail))), None)
+
+    out = {}
+    for alloc, dealloc in _RUST_ALLOCATORS.items():
+        a, d = find(alloc), find(dealloc)
+        if a is None or d is None:
+            continue
+        fa, fd = functions[a], functions[d]
+        if [x.type for x in fa.args] == [T.i64, T.i64] and isinstance(fa.return_type, T.PointerType) and \
+                [x.type for x in fd.args] == [T.ptr, T.i64, T.i64]:
+            out[a] = (0, d, (-1, 0, 1))
+    return out
 
 
 def _check_allocation_like(alloc, dealloc, size_index: int, sources: tuple) -> None:

@@ -122,6 +122,38 @@ def test_rust_both_ways(enzcc, opt):
     _pairs_close(enzcc.run("./prog").stdout)
 
 
+RUST_VEC = """#[no_mangle]
+pub extern "C" fn rvec(p: *const f64, n: usize) -> f64 {
+    let xs = unsafe { std::slice::from_raw_parts(p, n) };
+    let v: Vec<f64> = xs.iter().map(|x| x * x.sin()).collect();
+    v.iter().zip(xs).map(|(a, b)| a * b).sum()
+}
+"""
+
+RUST_VEC_MAIN = r"""#include <stdio.h>
+#include <math.h>
+extern int enzyme_dup, enzyme_const;
+double __enzyme_autodiff(void *, ...);
+double rvec(const double *, unsigned long);
+int main(void) {
+  double x[3] = {0.5, -1, 2}, g[3] = {0};
+  __enzyme_autodiff((void *)rvec, enzyme_dup, x, g, enzyme_const, 3UL);
+  for (int i = 0; i < 3; i++) printf("%.15g %.15g\n", g[i], 2 * x[i] * sin(x[i]) + x[i] * x[i] * cos(x[i]));
+  return 0;
+}
+"""
+
+
+@need("clang-22", "rustc")
+@pytest.mark.parametrize("opt", ["-O2", "-O3"])
+def test_rust_vec_built_from_values_with_derivatives(enzcc, opt):
+    """A Vec collected from values with derivatives: Rust's allocator shims (__rust_alloc and __rust_dealloc,
+    mangled) give the shadow, as memory registered with __enzyme_allocation_like (it was refused)."""
+    enzcc.write("v.rs", RUST_VEC)
+    enzcc.write("main.c", RUST_VEC_MAIN)
+    enzcc(opt, "main.c", "v.rs", "-o", "prog")
+    _pairs_close(enzcc.run("./prog").stdout)
+
 @need("clang-22", "make", "ar")
 def test_cc_enzcc_make_with_gradients(tmp_path, env):
     """A Makefile project: the model in an archive, the gradient call in another file."""
