@@ -124,8 +124,8 @@ class _Runner:
         return d
 
     def vector_entries(self, entry: str):
-        """The kernel's vector-mode versions of ``entry`` (jvp, vjp), or None when enzcc cannot build them (the
-        examples of a vmap then go one by one)."""
+        """The kernel's vector-mode versions of ``entry`` (jvp, vjp, vjp_jvp), or None when enzcc cannot build
+        them (the examples of a vmap then go one by one)."""
         try:
             return self.k.vector(entry)
         except EnzccBuildError:
@@ -301,6 +301,54 @@ def _register_ops(r: _Runner, opname: str):
         for b in range(b, B):
             k.call(entry, *run_one(b))
 
+    def second_order_rule():
+        """vjp_jvp's vmap rule: when only the tangents are batched (the inputs and the seeds shared, as in
+        torch.func.hessian of a function with one result), W directions per run of NAME_enzcc_vjp_jvp_v<W>."""
+        sequential = _sequential_vmap(ops["vjp_jvp"])
+
+        def rule(info, in_dims, ins, cots, tins, tcots, ints):
+            B = info.batch_size
+            dims = [d if isinstance(d, (list, tuple)) else [d] * len(x)
+                    for d, x in zip(in_dims[:4], (ins, cots, tins, tcots))]
+            wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+            if B < 2 or any(d is not None for d in (*dims[0], *dims[1])) or \
+                    any(wrapped(t) for t in (*ins, *cots, *tins, *tcots)) or r.vector_entries("vjp_jvp") is None:
+                return sequential(info, in_dims, ins, cots, tins, tcots, ints)
+            plan, _, ia = r.plan(ins, ints)
+            xs = contiguous(ins)
+            shapes = r.out_shapes(plan)
+            outs = r.scratch(plan, "out")
+            grads, tgrads = ([torch.zeros((B,) + tuple(t.shape), dtype=t.dtype) if d else
+                              torch.empty((B, 0), dtype=t.dtype) for t, d in zip(ins, r.diff)] for _ in range(2))
+            kept = []  # seeds, tangents and scratch stay alive until the calls return
+
+            def shared(b):  # the gradient (written once per run, into item b's) and a copy of the seeds to consume
+                kept.append(seeds(cots, shapes))
+                return r.per_param([g[b] if d else None for g, d in zip(grads, r.diff)], kept[-1])
+
+            def lane(b):
+                ts = tangents(example(tins, dims[2], b), ins)
+                scratch = [empty(s, dt) for s, dt in zip(shapes, r.out_dtypes)]
+                tsd = seeds(example(tcots, dims[3], b), shapes)
+                kept.append((ts, scratch, tsd))
+                return r.per_param(ts, scratch), r.per_param([g[b] if d else None for g, d in zip(tgrads, r.diff)],
+                                                             tsd)
+            a = r.addresses(xs, outs, ia)
+
+            def run_lanes(bs):
+                lanes = [lane(b) for b in bs]
+                return a, shared(bs[0]), [p for ta, _ in lanes for p in ta], [p for _, td in lanes for p in td]
+
+            def run_one(b):
+                ta, td = lane(b)
+                return a, shared(b), ta, td
+            vector_calls("vjp_jvp", B, run_lanes, run_one)
+            for g in grads:  # every run wrote the same gradient into its first item
+                if g.numel():
+                    g.copy_(g[:1].expand_as(g))
+            return grads + tgrads, [0] * (2 * len(grads))
+        return rule
+
     def vector_rule(entry):
         sequential = _sequential_vmap(ops[entry])
 
@@ -341,7 +389,8 @@ def _register_ops(r: _Runner, opname: str):
         return rule
 
     for entry in impls:
-        rule = vector_rule(entry) if entry in ("jvp", "vjp") else _sequential_vmap(ops[entry])
+        rule = vector_rule(entry) if entry in ("jvp", "vjp") else second_order_rule() if entry == "vjp_jvp" else \
+            _sequential_vmap(ops[entry])
         torch.library.register_vmap(f"enzcc::{opname}_{entry}", rule, lib=lib)
     return lib, ops, {entry: impl for entry, (impl, _, _) in impls.items()}
 

@@ -277,6 +277,30 @@ def test_torch_func_jacobians_through_vector_mode(layer, compiler, src):
     assert gs.item() == 1.5
 
 
+def test_torch_func_hessian_through_vector_mode(layer, compiler, src):
+    """torch.func.hessian of a function with one result (jacfwd of jacrev: a vmap over tangent directions of
+    one gradient, the inputs and the seed shared): W = 8, 4, 2 directions per run of forward over reverse
+    (NAME_enzcc_vjp_jvp_v<W>, a fourth library), the rest one by one, as the run counts show."""
+    import ctypes
+
+    x, w, b, a = (t.detach() for t in data(seed=14))
+
+    def loss(f):
+        return lambda x, w, a: (f(x, w, b, a)[0] ** 3).sum() + f(x, w, b, a)[1] * a
+    got = torch.func.hessian(loss(layer), argnums=(0, 1, 2))(x, w, a)
+    want = torch.func.hessian(loss(ref), argnums=(0, 1, 2))(x, w, a)
+    for u, v in zip(torch.utils._pytree.tree_leaves(got), torch.utils._pytree.tree_leaves(want)):
+        assert torch.allclose(u, v, rtol=1e-11, atol=1e-12)
+    (src.parent / "counted.c").write_text(COUNTED)
+    g = enzyme(src.parent / "counted.c", "counted", [In("x"), Int("n", value=lambda x: x.size), In("c", shape=(1,)),
+                                             Out("y", shape=lambda x: x.shape)], compiler=compiler)
+    v, c = torch.linspace(0.5, 2.0, 19, dtype=F64), torch.tensor([0.25], dtype=F64)
+    H = torch.func.hessian(lambda v: (g(v, c) ** 2).sum())(v)  # (x^3 + x/4)^2: 30 x^4 + 6 x^2 + 1/8
+    assert torch.allclose(H, torch.diag(30 * v ** 4 + 6 * v ** 2 + 0.125), rtol=1e-12)
+    vector = ctypes.c_long.in_dll(ctypes.CDLL(str(g.kernel.vector("vjp_jvp")[1])), "runs")
+    second = ctypes.c_long.in_dll(ctypes.CDLL(str(g.kernel.second_order_library)), "runs")
+    assert (vector.value, second.value) == (3, 1)  # 8 + 8 + 2 and 1; 19 runs one by one before
+
 def test_torch_every_second_order_and_no_silent_third(layer):
     """Every composition of two of torch.func.jacfwd/jacrev (forward over forward is NAME_enzcc_jvp_jvp; reverse
     over forward its transpose) against the reference; autograd's reverse over forward-mode AD; and every
