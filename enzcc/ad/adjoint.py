@@ -339,11 +339,12 @@ class AdjointGenerator:
                     if ret_active:
                         act._mark(act.varied, result)
                         act._mark(act.useful, result)
-                if stand_in is not None:  # a pointer to memory with derivatives: its shadow comes after it
-                    shadow = b.extract_value(new, [2])
-                    stand_in.replace_all_uses_with(shadow)
+                if stand_in is not None:  # a pointer to memory with derivatives: its shadows come after it
                     act._mark(act.active_ptrs, result)
-                    self.lane_shadows[0]._set(result, shadow)
+                    for lane, shadows in enumerate(self.lane_shadows):
+                        shadow = b.extract_value(new, [2 + lane])
+                        shadows.call_shadows[id(inst)].replace_all_uses_with(shadow)
+                        shadows._set(result, shadow)
                 inst.erase()
                 insts[i] = new
                 self.user_calls[id(new)] = ("split", (new, nargs, rev, kinds, tape, result, ret_active))

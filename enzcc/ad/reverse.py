@@ -277,7 +277,7 @@ class ReverseMode(AdjointGenerator, CacheUtility):
             if not (self.activity.is_active_ptr(value) or isinstance(value, Constant)):
                 raise ad_error(f"'{self.dc.fn.name}' returns a pointer its caller uses as memory with derivatives, "
                                f"but here it is {describe_pointer(value)}, which has none", ret)
-            self.primal_return_shadow = self.shadows._of_operand(value, ret)
+            self.primal_return_shadows = [shadows._of_operand(value, ret) for shadows in self.lane_shadows]
         ret.erase()
         b = IRBuilder.at_end(self.ret_block)
         if value is not None and self.active_return and self.activity.is_active(value):

@@ -149,12 +149,8 @@ class Shadows:
                                        "is not supported; forward mode over it is", inst, fn=self.fn)
                     self._set(inst, shadow_of_nested_call(self, inst))
                 elif isinstance(inst, Call) and returns_shadow(inst):
-                    if self.activity.mode != "forward" and self.lane:
-                        from enzcc.ad.logic import not_inlined_error
-
-                        raise not_inlined_error(inst, f"returns {inst.type} in reverse vector mode")
-                    # its augmented primal (forward derivative) returns the shadow: it takes this stand-in's place
-                    # (see AdjointGenerator._prepare_user_calls, ForwardMode._tangent_of_user_call)
+                    # its augmented primal (forward derivative) returns the shadow, one per lane: it takes this
+                    # stand-in's place (see AdjointGenerator._prepare_user_calls, ForwardMode._tangent_of_user_call)
                     stand_in = Placeholder(inst.type)
                     self.call_shadows[id(inst)] = stand_in
                     self._set(inst, stand_in)

@@ -32,7 +32,8 @@ def make_split(logic, dc, kinds: tuple[str, ...], active_return: bool, key, para
                shadow_return: bool = False):
     """The (augmented primal, reverse) pair of ``dc.fn`` for argument activity ``kinds`` (``dc`` describes
     the call that asks for it; ``parallel``: its reverse runs in the threads of an OpenMP parallel region;
-    ``shadow_return``: the augmented primal returns the shadow of the pointer ``dc.fn`` returns, after it).
+    ``shadow_return``: the augmented primal returns the shadow of the pointer ``dc.fn`` returns, after it, one
+    per lane).
     The combined function it is cut from stays until the module is done, for :func:`buffer_variant`."""
     from enzcc.ad.reverse import ReverseMode
 
@@ -72,7 +73,7 @@ def _declare_pair(module, callee, G, kinds, buffer: bool, width: int = 1, shadow
     ndup = sum(1 for k in kinds if k in ("dup", "dupnoneed")) * width
     aug_params = tuple([a.type for a in callee.args] + [T.ptr] * ndup) + ((T.ptr,) if buffer else ())
     aug_ret = T.StructType((T.ptr,) + (() if isinstance(callee.return_type, T.VoidType) else
-                                      (callee.return_type,)) + ((T.ptr,) if shadow_return else ()))
+                                      (callee.return_type,)) + ((T.ptr,) * width if shadow_return else ()))
     suffix = "_inbuffer" if buffer else ""
     aug = _declare(module, callee, f"augmented_{callee.name}{suffix}", T.FunctionType(aug_ret, aug_params))
     rev = _declare(module, callee, f"reverse_{callee.name}{suffix}",
@@ -173,9 +174,9 @@ def _cut_augmented(maker, aug: Function, buffer: bool) -> None:
     if len(aug.return_type.elements) > 1:
         value = maker.primal_return_value
         result = b.insert_value(result, vmap.get(value, value), [1])
-    if maker.shadow_return:
-        shadow = maker.primal_return_shadow
-        result = b.insert_value(result, vmap.get(shadow, shadow), [2])
+    if maker.shadow_return:  # (one per lane)
+        for lane, shadow in enumerate(maker.primal_return_shadows):
+            result = b.insert_value(result, vmap.get(shadow, shadow), [2 + lane])
     b.ret(result)
 
 
