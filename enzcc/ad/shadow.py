@@ -232,7 +232,7 @@ class Shadows:
             b.memset(s, 0, to_i64(b, call.args[size_index]))
         elif name == "aligned_alloc":
             s = b.call(module.get_or_insert_function(name, call.function_type), list(call.args))
-            b.memset(s, 0, call.args[1])
+            zero_heap_shadow(b, module, s, to_i64(b, call.args[1]))
         else:
             size = to_i64(b, call.args[0])
             if shadow_reuse.reusing(module, self.activity.mode):  # (memory the last call freed, if large enough)
@@ -240,7 +240,7 @@ class Shadows:
                 self.spares[id(s)] = spare
             else:
                 s = b.call(module.get_or_insert_function("malloc", T.FunctionType(T.ptr, (T.i64,))), [size])
-            b.memset(s, 0, size)
+            zero_heap_shadow(b, module, s, size)
         self.allocations.append((call, s))
         return s
 
@@ -252,7 +252,7 @@ class Shadows:
         fn = module.get_or_insert_function("posix_memalign", call.function_type)
         b.call(fn, [self.of(call.args[0], call), call.args[1], call.args[2]])
         s = b.load(T.ptr, self.of(call.args[0], call))
-        b.memset(s, 0, to_i64(b, call.args[2]))
+        zero_heap_shadow(b, module, s, to_i64(b, call.args[2]))
         self.allocations.append((call, s))
 
     def _shadow_realloc(self, call: Call, b: IRBuilder) -> Value:
@@ -264,7 +264,7 @@ class Shadows:
         old = self.shadow_or_null(call.args[0])
         size = to_i64(b, call.args[1])
         s = b.call(module.get_or_insert_function("malloc", T.FunctionType(T.ptr, (T.i64,))), [size])
-        b.memset(s, 0, size)
+        zero_heap_shadow(b, module, s, size)
         b.memcpy(s, old, b.call_intrinsic("llvm.umin", [usable_size(b, module, old), size], [T.i64]))
         if self.activity.mode == "forward" and any(a is old for _, a in self.allocations):
             b.call(module.get_or_insert_function("free", T.FunctionType(T.void, (T.ptr,))), [old])
@@ -287,6 +287,17 @@ def describe_pointer(v: Value) -> str:
     if name:
         return f"pointer {'@' if hasattr(v, 'symbol') else '%'}{name}"
     return f"pointer {v}"
+
+
+def zero_heap_shadow(b: IRBuilder, module, s: Value, size: Value) -> None:
+    """Zero a shadow allocation from the C heap over all the bytes it can hold, not only the ``size``
+    requested: a ``realloc`` of the memory copies ``malloc_usable_size`` bytes of the old shadow (the old
+    requested size is not known there), and the slack would otherwise bring the heap's leftovers (or a
+    reused shadow's old adjoints) in as derivatives of the new elements. (GPU heaps have no
+    ``malloc_usable_size``: there the requested size.)"""
+    if not (module.triple or "").startswith(("nvptx", "amdgcn", "spir")):
+        size = usable_size(b, module, s)
+    b.memset(s, 0, size)
 
 
 def usable_size(b: IRBuilder, module, p: Value) -> Value:

@@ -323,6 +323,58 @@ def test_posix_memalign_gets_a_shadow(enzcc, opt):
     assert v["rev"] == pytest.approx(42.0, rel=1e-12) and v["fwd"] == pytest.approx(42.0, rel=1e-12)
 
 
+REALLOC_AFTER_DIRTY_HEAP = r"""
+#include <malloc.h>
+/* t grows by realloc (1, 2, 4, 8 slots) while it is filled with x[i]^2; f = sum t[i]: df/dx_i = 2 x_i */
+double grow(const double *x, int n) {
+  int cap = 1, len = 0;
+  double *t = malloc(cap * sizeof(double));
+  for (int i = 0; i < n; i++) {
+    if (len == cap) { cap *= 2; t = realloc(t, cap * sizeof(double)); }
+    t[len++] = x[i] * x[i];
+  }
+  double s = 0;
+  for (int i = 0; i < n; i++) s += t[i];
+  free(t);
+  return s;
+}
+int main(void) {
+  /* freed blocks full of 1000s, where the shadows will come from: a shadow's bytes past the size asked for
+     (malloc's slack) are copied by the next realloc and must be zeros, not these */
+  double *q[8][4];
+  for (int k = 1; k <= 8; k++)
+    for (int j = 0; j < 4; j++) {
+      q[k - 1][j] = malloc(k * sizeof(double));
+      for (size_t i = 0; i < malloc_usable_size(q[k - 1][j]) / sizeof(double); i++) q[k - 1][j][i] = 1000;
+    }
+  for (int k = 0; k < 8; k++)
+    for (int j = 0; j < 4; j++) free(q[k][j]);
+  double x[5] = {0.5, 0.6, 0.7, 0.8, 0.9};
+  for (int call = 0; call < 2; call++) {  /* the second call may reuse the first one's shadows */
+    double dx[5] = {0};
+    __enzyme_autodiff((void *)grow, enzyme_dup, x, dx, enzyme_const, call ? 5 : 3);
+    for (int i = 0; i < 5; i++) {
+      char name[16];
+      snprintf(name, sizeof name, "d%d.%d", call, i);
+      report(name, dx[i]);
+    }
+  }
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O1", "-O2", "-O3"])
+def test_realloc_of_a_shadow_copies_no_heap_leftovers(enzcc, opt):
+    """A realloc'd shadow gets malloc_usable_size bytes of the old one: every shadow is zeroed that far (the
+    slack held 1000s from freed blocks: the new elements' adjoints were 1000 too large at -O0 and -O1)."""
+    v = build_and_run(enzcc, REALLOC_AFTER_DIRTY_HEAP, opt)
+    x = [0.5, 0.6, 0.7, 0.8, 0.9]
+    for call, n in ((0, 3), (1, 5)):
+        for i in range(5):
+            assert v[f"d{call}.{i}"] == pytest.approx(2 * x[i] if i < n else 0.0, rel=1e-12, abs=1e-15), (call, i)
+
+
 LOST = {
     # memory from a function pointer set in another file to a function that may be anything: no shadow can be
     # made for it (one set here to malloc is supported: test_allocation_through_a_function_pointer_in_a_global)
