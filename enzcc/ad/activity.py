@@ -179,7 +179,8 @@ class Activity:
             woken = [a for a in candidates if id(a) not in self.active_ptrs and
                      any(self._writes_derivatives(kind, w) for kind, w in writers[id(a)])]
             woken += [c for c in pointer_calls if id(c) not in self.active_ptrs and
-                      any(id(a) in self.active_ptrs or id(a) in self.varied for a in c.args)]
+                      (any(id(a) in self.active_ptrs or id(a) in self.varied for a in c.args) or
+                       self._lands_in_active(c))]
             if not woken:
                 break
             for a in woken:
@@ -539,6 +540,27 @@ class Activity:
                     u.opcode not in ("icmp", "ptrtoint"):
                 out.append(("other", u))
         return out
+
+    def _lands_in_active(self, call: Call) -> bool:
+        """Whether the pointer a call returns (or one computed from it) is stored into memory with derivatives,
+        or merged into a pointer with derivatives: code reading that memory takes it as memory with
+        derivatives, so it needs a shadow (a recursive builder of nodes that hold only constants, linked into a
+        node that has one), which the call's augmented primal returns. Without it the shadow stored there was
+        null."""
+        seen, work = {id(call)}, [call]
+        while work:
+            v = work.pop()
+            for use in v.uses:
+                u = use.user
+                if isinstance(u, Store) and u.value is v and id(u.pointer) in self.active_ptrs:
+                    return True
+                if u.opcode in _PTR_FORWARD and isinstance(u.type, T.PointerType):
+                    if id(u) in self.active_ptrs and isinstance(u, (Phi, Select)):
+                        return True
+                    if id(u) not in seen:
+                        seen.add(id(u))
+                        work.append(u)
+        return False
 
     def _writes_derivatives(self, kind: str, inst: Instruction) -> bool:
         """Whether writer ``inst`` (see :meth:`_writers`) may put something with derivatives into memory."""

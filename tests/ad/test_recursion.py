@@ -281,3 +281,78 @@ def test_nested_calls_not_inlined(enzcc, opt):
     for k in range(2):
         assert v[f"rev.{k}"] == pytest.approx(v[f"fd.{k}"], rel=1e-6, abs=1e-8)
         assert v[f"fwd.{k}"] == pytest.approx(v[f"rev.{k}"], rel=1e-12)
+
+
+CONSTANT_NODES = r"""
+/* recursive builders whose nodes hold only constants (an index, a constant coefficient), linked into a node
+   that has a shadow (the first level is inlined into f, and dotl is given x with derivatives) */
+typedef struct IL { int idx; double coef; struct IL *next; } IL;
+IL *ilist(int k, int n) {
+  if (k >= n) return NULL;
+  IL *p = malloc(sizeof *p);
+  p->idx = (3 * k) % n; p->coef = k + 1.0; p->next = ilist(k + 1, n);
+  return p;
+}
+double dotl(const IL *p, const double *x) { return p ? p->coef * x[p->idx] * x[p->idx] + dotl(p->next, x) : 0; }
+void killl(IL *p) { while (p) { IL *q = p->next; free(p); p = q; } }
+double f1(const double *x, int n) { IL *l = ilist(0, n); double r = dotl(l, x); killl(l); return r; }
+
+/* a product tree of leaves that hold indices only */
+typedef struct E { int leaf, i; struct E *a, *b; } E;
+double ev(const E *e, const double *x) { return e->leaf ? x[e->i] : ev(e->a, x) * ev(e->b, x); }
+E *build(int k, int n) {
+  E *e = malloc(sizeof *e);
+  if (k == n - 1) { e->leaf = 1; e->i = k; return e; }
+  E *l = malloc(sizeof *l); l->leaf = 1; l->i = k;
+  e->leaf = 0; e->a = l; e->b = build(k + 1, n);
+  return e;
+}
+double f2(const double *x, int n) { return ev(build(0, n), x); }   /* x0 x1 x2 x3 (the tree leaks) */
+
+typedef struct { double d1, d2; } two;
+two __enzyme_fwddiff2(void *, ...) __asm__("__enzyme_fwddiff");
+extern int enzyme_width;
+static void check(int which, const double *x, const double *dx, double (*fwd)(const double *, const double *),
+                  two (*vec)(const double *, const double *, const double *)) {
+  for (int i = 0; i < 4; i++) {
+    double t[4] = {0}, t2[4] = {0}; char name[32];
+    t[i] = 1; t2[(i + 1) % 4] = 1;
+    snprintf(name, sizeof name, "rev%d.%d", which, i); report(name, dx[i]);
+    snprintf(name, sizeof name, "fwd%d.%d", which, i); report(name, fwd(x, t));
+    two w = vec(x, t, t2);
+    snprintf(name, sizeof name, "vec%d.%d", which, i); report(name, w.d1);
+    snprintf(name, sizeof name, "vec%d.%d", which, (i + 1) % 4 + 10); report(name, w.d2);
+  }
+}
+#define DRIVERS(F) \
+  static double fwd_##F(const double *x, const double *t) { \
+    return __enzyme_fwddiff((void *)F, enzyme_dup, x, t, enzyme_const, 4); } \
+  static two vec_##F(const double *x, const double *t, const double *t2) { \
+    return __enzyme_fwddiff2((void *)F, enzyme_width, 2, enzyme_dup, x, t, t2, enzyme_const, 4); }
+DRIVERS(f1)
+DRIVERS(f2)
+int main(void) {
+  double x[4] = {0.5, -1.5, 2.0, 0.75}, d1[4] = {0}, d2[4] = {0};
+  __enzyme_autodiff((void *)f1, enzyme_dup, x, d1, enzyme_const, 4);
+  __enzyme_autodiff((void *)f2, enzyme_dup, x, d2, enzyme_const, 4);
+  check(1, x, d1, fwd_f1, vec_f1);
+  check(2, x, d2, fwd_f2, vec_f2);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O1", "-O2", "-O3"])
+def test_recursive_builders_of_nodes_without_derivatives(enzcc, opt):
+    """A recursive function returning nodes that hold only constants, linked into a node with a shadow: its
+    derived functions return the nodes' shadows (zero-filled). The shadow stored was null, and the program
+    crashed reading it (every level, reverse, forward and vector mode)."""
+    v = build_and_run(enzcc, CONSTANT_NODES, opt)
+    x = [0.5, -1.5, 2.0, 0.75]
+    coef = {(3 * k) % 4: k + 1.0 for k in range(4)}
+    g1 = [2 * coef[i] * x[i] for i in range(4)]
+    g2 = [x[1] * x[2] * x[3], x[0] * x[2] * x[3], x[0] * x[1] * x[3], x[0] * x[1] * x[2]]
+    for which, g in ((1, g1), (2, g2)):
+        for i in range(4):
+            for key in (f"rev{which}.{i}", f"fwd{which}.{i}", f"vec{which}.{i}", f"vec{which}.{i + 10}"):
+                assert v[key] == pytest.approx(g[i], rel=1e-13), key
