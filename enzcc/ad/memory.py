@@ -153,6 +153,10 @@ class MemoryTypes:
         found = self.float_of_width(load.pointer, load.type)
         if found is not None or not _is_bit_copy(load):
             return found
+        if self.piecewise_float_copy(load):
+            raise ad_error(f"a floating-point value is copied here piece by piece (as {load.type}, a byte loop at "
+                           "-O0?); enzcc cannot follow its derivative through the pieces: copy it whole (memcpy, "
+                           "an assignment) or build at -O1 or above, where the loop becomes one copy", load)
         known = self.access_kinds(load.pointer)
         for use in load.uses:
             found = found or self.float_of_width(use.user.pointer, load.type)
@@ -166,6 +170,53 @@ class MemoryTypes:
             return ty
         raise ad_error(f"cannot tell whether the {load.type} copied here is a floating-point value (nothing "
                        "else reads or writes that memory with a type)", load)
+
+    def piecewise_float_copy(self, load: Load) -> bool:
+        """An integer narrower than any float type (a byte) copied from where a float may lie to where a float
+        may lie (or to memory then copied into floats): a float moved byte by byte, whose derivative cannot be
+        moved in pieces. (Read as an integer it lost its derivative without a message.)"""
+        if not (isinstance(load.type, T.IntType) and load.type.bits < 16 and _is_bit_copy(load)):
+            return False
+        if not self._float_may_overlap(load.pointer, load.type):
+            return False
+        return any(self._float_may_overlap(u.user.pointer, load.type) or self._copied_into_floats(u.user.pointer)
+                   for u in load.uses)
+
+    def _float_may_overlap(self, p: Value, access: T.Type) -> bool:
+        """Whether an access of type ``access`` through ``p`` may touch bytes of a float: its object holds floats,
+        and their places are unknown (no constant offset, accesses elsewhere at unknown offsets, kinds known
+        only from the caller) or one of them overlaps the access."""
+        if not any(isinstance(k, T.FloatType) for k in self.access_kinds(p)):
+            return False
+        dl = getattr(getattr(self.fn, "module", None), "data_layout", None)
+        base, lo, hi = _offset_range(p, dl) if dl is not None else (None, None, None)
+        fields = self._fields.get(id(base))
+        if base is None or base is not base_object(p) or id(base) in self._loose or not fields:
+            return True
+        placed = {k for kinds in fields.values() for k in kinds}
+        if any(isinstance(k, T.FloatType) and k not in placed for k in self._seeds.get(id(base), ())):
+            return True  # the caller's floats may lie anywhere
+        n = dl.store_size(access)
+        return any(isinstance(k, T.FloatType) and at < hi + n and lo < at + dl.store_size(k)
+                   for at, kinds in fields.items() for k in kinds)
+
+    def _copied_into_floats(self, p: Value) -> bool:
+        """Whether ``p``'s object is the source of a memcpy/memmove into memory that holds floats."""
+        stack, seen = [base_object(p)], set()
+        while stack:
+            v = stack.pop()
+            if id(v) in seen:
+                continue
+            seen.add(id(v))
+            for u in getattr(v, "uses", []):
+                user = u.user
+                if isinstance(user, (GetElementPtr, Cast)) and isinstance(user.type, T.PointerType):
+                    stack.append(user)
+                elif isinstance(user, Call) and u.index == 2 and \
+                        (user.callee_name or "").startswith(("llvm.memcpy", "llvm.memmove")) and \
+                        any(isinstance(k, T.FloatType) for k in self.access_kinds(user.args[0])):
+                    return True
+        return False
 
     def access_kinds(self, p: Value) -> set:
         """Kinds of ``p``'s object, or, when it has no typed access of its own (a phi or select of pointers),
@@ -266,6 +317,37 @@ def _string_characters(p: Value, dl) -> bool:
     ty = base.allocated_type if isinstance(base, Alloca) else None
     return isinstance(ty, T.NamedStructType) and ty.name.startswith(_STRING_CLASS) and off is not None and \
         16 <= off < 32
+
+
+def _offset_range(p, dl):
+    """(object, lowest, highest constant byte offset) an address made by ``getelementptr`` may have: a variable
+    index into an array inside a record ranges over the array; (None, None, None) when the address moves by
+    a variable index of its own (pointer arithmetic)."""
+    lo = hi = 0
+    while isinstance(p, GetElementPtr):
+        ty = p.source_type
+        first, *rest = p.indices
+        if not isinstance(first, ConstantInt):
+            return None, None, None
+        lo += first.value * dl.alloc_size(ty)
+        hi += first.value * dl.alloc_size(ty)
+        for i in rest:
+            if isinstance(ty, (T.StructType, T.NamedStructType)) and isinstance(i, ConstantInt):
+                lo += dl.field_offset(ty, i.value)
+                hi += dl.field_offset(ty, i.value)
+                ty = ty.elements[i.value]
+            elif isinstance(ty, T.ArrayType):
+                size = dl.alloc_size(ty.element)
+                if isinstance(i, ConstantInt):
+                    lo += i.value * size
+                    hi += i.value * size
+                else:
+                    hi += (ty.count - 1) * size
+                ty = ty.element
+            else:
+                return None, None, None
+        p = p.pointer
+    return p, lo, hi
 
 
 def memory_web(p: Value):

@@ -278,6 +278,64 @@ int main(void) {
     assert "cannot tell whether the memory this memcpy copies holds floating-point values" in r.stderr
 
 
+BYTE_LOOP = r"""
+double sq_of_bytes(const double *x) {
+  unsigned char buf[8];
+  const unsigned char *src = (const unsigned char *)x;
+  for (int k = 0; k < 8; k++) buf[k] = src[k];  /* a double copied byte by byte */
+  double v;
+  memcpy(&v, buf, 8);
+  return v * v;
+}
+int main(void) {
+  double x[1] = {1.5}, dx[1] = {0}, t[1] = {1};
+  __enzyme_autodiff((void *)sq_of_bytes, enzyme_dup, x, dx);
+  report("rev", dx[0]);
+  report("fwd", __enzyme_fwddiff((void *)sq_of_bytes, enzyme_dup, x, t));
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O1", "-O2", "-O3"])
+def test_a_float_copied_byte_by_byte(enzcc, opt):
+    """At -O0 the loop copies a double's bytes one by one: refused with one line (both modes gave 0 without a
+    message); from -O1 on it becomes one copy, and the derivative is right."""
+    if opt != "-O0":
+        v = build_and_run(enzcc, BYTE_LOOP, opt)
+        assert (v["rev"], v["fwd"]) == (3.0, 3.0)
+        return
+    enzcc.write("b.c", PRELUDE + BYTE_LOOP)
+    r = enzcc(opt, "b.c", "-o", "b", check=False)
+    assert r.returncode == 1 and "Traceback" not in r.stderr and r.stderr.strip().count("\n") == 0, r.stderr
+    assert "a floating-point value is copied here piece by piece (as i8" in r.stderr
+
+
+RECORD_FIELDS = r"""
+typedef struct { double v; char tag[4]; double w; } rec;
+/* a record copied field by field, its characters one by one: the characters are not pieces of a float */
+double copy_fields(const rec *a, int n) {
+  rec b;
+  b.v = a->v;
+  for (int k = 0; k < 4; k++) b.tag[k] = a->tag[k];
+  b.w = a->w;
+  return b.tag[1] == 'y' ? b.v * b.w : b.v;
+}
+int main(void) {
+  rec a = {1.5, "xyz", 4.0}, da = {0, "", 0};
+  __enzyme_autodiff((void *)copy_fields, enzyme_dup, &a, &da, enzyme_const, 4);
+  report("dv", da.v); report("dw", da.w);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O1", "-O2", "-O3"])
+def test_characters_copied_beside_floats_are_not_refused(enzcc, opt):
+    v = build_and_run(enzcc, RECORD_FIELDS, opt)
+    assert (v["dv"], v["dw"]) == (4.0, 1.5)
+
+
 def test_copy_of_untyped_constant_memory_zeroes_the_adjoint(enzcc):
     """The same copy from memory without derivatives (enzyme_const): whatever the bytes are, they overwrite the
     destination, whose adjoint is then zero."""
