@@ -189,7 +189,7 @@ def _address_taken_of_type(module, function_type) -> "Inexact | None":
 
 
 def address_taken_functions(module) -> set[str]:
-    """The functions defined in the module, and allocators, whose address is taken somewhere (a global's
+    """The functions defined in the module, and allocators and deallocators, whose address is taken somewhere (a global's
     initializer such as a vtable, or a value operand in any function, not only a direct call's callee); made
     once per module."""
     taken = module.__dict__.get("_enzcc_address_taken")
@@ -207,7 +207,7 @@ def address_taken_functions(module) -> set[str]:
                 taken.update(m.group(1) or m.group(2) for m in SYMBOL_REF.finditer(text)
                              if not text[m.end():m.end() + 8].lstrip().startswith("("))
         taken = {n for n in taken if n in module.functions and
-                 (not module.functions[n].is_declaration or n in ALLOCATORS) and
+                 (not module.functions[n].is_declaration or n in ALLOCATORS or n in _KEEP_TYPE) and
                  not n.startswith(("__enzcc_", "llvm."))}
         module.__dict__["_enzcc_address_taken"] = taken
     return taken

@@ -177,13 +177,15 @@ def test_function_pointer_to_a_function_enzcc_did_not_see_traps(enzcc):
 
 
 # allocation through a function pointer kept in a mutable global struct: malloc, or the program's own
-# allocator stored there at run time; each gets its shadow allocation
+# allocator stored there at run time; each gets its shadow allocation; the memory goes back through another
+# global function pointer (free, as cJSON-style hooks do)
 ALLOC_TABLE = r"""
 static void *counted(size_t n) { static int calls; calls++; return malloc(n); }
 struct { int count; void *(*alloc)(size_t); } table = {0, malloc};
+void (*release)(void *) = free;
 __attribute__((noinline)) void *get(size_t n) { return table.alloc(n); }
 __attribute__((noinline)) void square(double *p) { *p *= *p; }
-double f(double x) { double *m = get(sizeof *m); *m = x; square(m); double r = *m * x; free(m); return r; }
+double f(double x) { double *m = get(sizeof *m); *m = x; square(m); double r = *m * x; release(m); return r; }
 int main(int argc, char **argv) {
   report("rev.malloc", __enzyme_autodiff((void *)f, 1.5));
   report("fwd.malloc", __enzyme_fwddiff((void *)f, 1.5, 1.0));
