@@ -18,7 +18,7 @@ from enzcc.ir.builder import IRBuilder
 from enzcc.ir.cfg import reverse_post_order
 from enzcc.ir.instructions import (Alloca, Call, Cast, ExtractValue, Freeze, GetElementPtr, InsertValue, Instruction,
                                    Load, Phi, Select, Store)
-from enzcc.ir.values import ConstantInt, ConstantNull, ConstantPoison, ConstantUndef, Placeholder, Value
+from enzcc.ir.values import ConstantExpr, ConstantInt, ConstantNull, ConstantPoison, ConstantUndef, Placeholder, Value
 
 
 def _null_based(v: Value, seen: set | None = None) -> bool:
@@ -31,6 +31,11 @@ def _null_based(v: Value, seen: set | None = None) -> bool:
     v = base_object(v)
     if isinstance(v, ConstantNull):
         return True
+    if isinstance(v, ConstantExpr) and v.opcode == "inttoptr" and isinstance(v.operands[0], ConstantInt) and \
+            0 <= v.operands[0].value < 4096:
+        return True  # (the optimizer's null->field on a path a valid run never takes: inttoptr (i64 8 to ptr))
+    if isinstance(v, Load) and _null_based(v.pointer, seen):
+        return True  # read from no memory: the path faults before its value is used
     if isinstance(v, Select):
         return _null_based(v.true_value, seen) and _null_based(v.false_value, seen)
     if isinstance(v, Phi):
