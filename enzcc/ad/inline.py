@@ -6,6 +6,7 @@ recursive call cannot be inlined: it stays a call, and the derivative calls the 
 """
 
 from __future__ import annotations
+import re
 
 from enzcc.ir.block import BasicBlock
 from enzcc.ir.builder import IRBuilder
@@ -17,7 +18,7 @@ from enzcc.ad.memory import base_object, byte_offset
 from enzcc.ir import types as T
 from enzcc.ir.instructions import Alloca, Br, Call, Cast, GetElementPtr, Invoke, Load, Phi, Ret, Select, Store
 from enzcc.ir.module import SYMBOL_REF
-from enzcc.ir.values import ConstantExpr, ConstantInt, GlobalRef, InlineAsm
+from enzcc.ir.values import ConstantExpr, ConstantInt, GlobalRef, InlineAsm, Value
 
 MAX_INLINED_CALLS = 20000
 #: string attribute marking a call that recursion keeps from being inlined (it survives LLVM's passes on the
@@ -91,6 +92,8 @@ def devirtualize_call(call) -> list:
     when the targets are not known: the call stays)."""
     module = call.module
     targets = possible_targets(call.operands[0], module, function_type=call.function_type)
+    if targets is None:
+        targets = _vtable_slot_targets(call.operands[0], module, call.function_type)
     if targets is None:
         targets = _address_taken_of_type(module, call.function_type)
     if not targets or any(module.functions[t].function_type != call.function_type for t in targets):
@@ -175,6 +178,57 @@ def possible_targets(v, module, depth: int = 0, function_type=None) -> list[str]
 #: the most functions an indirect call whose targets are unknown is compared against (each one is inlined and
 #: differentiated)
 MAX_UNKNOWN_TARGETS = 8
+
+def _vtable_slot_targets(callee: Value, module, function_type) -> "Inexact | None":
+    """For a virtual call on an object nothing here pins down (``p->f()``, ``delete p``: a function pointer
+    loaded at a constant offset from the object's vtable pointer): the functions of the call's type at that
+    slot of every C++ vtable in the module (each array of a vtable group counts from its address point, the
+    entry after its type info). A hierarchy has many functions of one type (two destructors per class), but
+    few at one slot. An object whose vtable is not in the module matches none, and the program traps. None
+    when the slot is not known or holds none, or more than :data:`MAX_UNKNOWN_TARGETS`."""
+    dl = module.data_layout
+    if not isinstance(callee, Load) or dl is None:
+        return None
+    vptr, off = byte_offset(callee.pointer, dl)
+    if not isinstance(vptr, Load) or off is None or off % 8:
+        return None
+    names: list[str] = []
+    for gv in module.globals.values():
+        if not (gv.name or "").startswith("_ZTV") or not gv.is_constant or "=" not in gv.text:
+            continue
+        for body in _VTABLE_ARRAY.findall(gv.text.split("=", 1)[1]):
+            entries = [e.strip() for e in _top_level_split(body)]
+            rtti = next((i for i, e in enumerate(entries) if e.startswith("ptr @_ZTI")), None)
+            if rtti is None:
+                return None  # (no type info to find the address point by)
+            k = rtti + 1 + off // 8
+            m = SYMBOL_REF.fullmatch(entries[k][4:]) if k < len(entries) and entries[k].startswith("ptr @") else None
+            name = m and (m.group(1) or m.group(2))
+            if name and name in module.functions and name not in names and \
+                    module.functions[name].function_type == function_type and \
+                    (not module.functions[name].is_declaration or name in _KEEP_TYPE):
+                names.append(name)
+    return Inexact(names) if 0 < len(names) <= MAX_UNKNOWN_TARGETS else None
+
+
+_VTABLE_ARRAY = re.compile(r"\[\d+ x ptr\] \[([^\[\]]*)\]")
+"""The entries of each array of a vtable group's initializer."""
+
+
+def _top_level_split(text: str) -> list[str]:
+    """``text`` split at the commas outside parentheses (constant expressions have their own)."""
+    out, depth, start = [], 0, 0
+    for i, c in enumerate(text):
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "," and depth == 0:
+            out.append(text[start:i])
+            start = i + 1
+    out.append(text[start:])
+    return out
+
 
 def _address_taken_of_type(module, function_type) -> "Inexact | None":
     """For a call through a pointer that nothing here pins down (an object or ``std::function`` passed in by
