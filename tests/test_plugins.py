@@ -706,6 +706,17 @@ def test_kernel_second_order_hvp(layer, np):
         assert np.allclose(got, (hi - lo) / (2 * h), rtol=1e-6, atol=1e-7)
 
 
+
+def layer_primal(np, rng):
+    """The layer's inputs (x, w, b, a) and its primal address array (ints 3, 4, 2; y and s as scratch), with
+    the arrays it points into (keep them alive while it is used)."""
+    x, w, b, a = rng.normal(size=(3, 4)), rng.normal(size=(4, 2)), rng.normal(size=2), np.array(0.7)
+    ints = np.array([3, 4, 2], np.int64)
+    y, s = np.empty((3, 2)), np.empty(())
+    prim = [x.ctypes.data, w.ctypes.data, b.ctypes.data, *(ints.ctypes.data + 8 * i for i in range(3)), a.ctypes.data,
+            y.ctypes.data, s.ctypes.data]
+    return (x, w, b, a), prim, (ints, y, s)
+
 def test_kernel_vector_mode_lanes(layer, np):
     """NAME_enzcc_jvp_v4 and NAME_enzcc_vjp_v4 (vector mode, their own library built on first use): four tangent
     directions or seeds in one run, each lane equal to NAME_enzcc_jvp's / NAME_enzcc_vjp's; address arrays of
@@ -713,11 +724,7 @@ def test_kernel_vector_mode_lanes(layer, np):
     import ctypes
     k = layer
     rng = np.random.default_rng(3)
-    x, w, b, a = rng.normal(size=(3, 4)), rng.normal(size=(4, 2)), rng.normal(size=2), np.array(0.7)
-    ints = np.array([3, 4, 2], np.int64)
-    y, s = np.empty((3, 2)), np.empty(())
-    prim = [x.ctypes.data, w.ctypes.data, b.ctypes.data, *(ints.ctypes.data + 8 * i for i in range(3)), a.ctypes.data,
-            y.ctypes.data, s.ctypes.data]
+    (x, w, b, a), prim, _keep = layer_primal(np, rng)
     lanes = [(rng.normal(size=x.shape), rng.normal(size=w.shape), np.array(rng.normal())) for _ in range(4)]
     outs = [(np.empty((3, 2)), np.empty(())) for _ in range(4)]
     d = [v for (tx, tw, ta), (ty, ts) in zip(lanes, outs)
@@ -750,11 +757,7 @@ def test_kernel_second_order_vector_mode_lanes(layer, np):
     to NAME_enzcc_vjp_jvp's; the gradient itself is written once, into the d array given."""
     k = layer
     rng = np.random.default_rng(5)
-    x, w, b, a = rng.normal(size=(3, 4)), rng.normal(size=(4, 2)), rng.normal(size=2), np.array(0.7)
-    ints = np.array([3, 4, 2], np.int64)
-    y, s = np.empty((3, 2)), np.empty(())
-    prim = [x.ctypes.data, w.ctypes.data, b.ctypes.data, *(ints.ctypes.data + 8 * i for i in range(3)), a.ctypes.data,
-            y.ctypes.data, s.ctypes.data]
+    (x, w, b, a), prim, _keep = layer_primal(np, rng)
     gy, gs = rng.normal(size=(3, 2)), np.array(rng.normal())
     lanes = [(rng.normal(size=x.shape), rng.normal(size=w.shape), np.array(rng.normal()),
               rng.normal(size=(3, 2)), np.array(rng.normal())) for _ in range(4)]

@@ -242,6 +242,13 @@ void counted(const double *x, long n, const double *c, double *y) {
 """
 
 
+
+def counted_kernel(compiler, src):
+    """COUNTED as an op (its libraries count the runs of the function)."""
+    (src.parent / "counted.c").write_text(COUNTED)
+    return enzyme(src.parent / "counted.c", "counted", [In("x"), Int("n", value=lambda x: x.size), In("c", shape=(1,)),
+                                                 Out("y", shape=lambda x: x.shape)], compiler=compiler)
+
 def test_torch_func_jacobians_through_vector_mode(layer, compiler, src):
     """torch.func.jacfwd / jacrev vmap the jvp / vjp op over a basis with the primal inputs shared: W = 8, 4, 2
     tangents or cotangents per run of the function (NAME_enzcc_<entry>_v<W>, the third library), the rest one by
@@ -254,9 +261,7 @@ def test_torch_func_jacobians_through_vector_mode(layer, compiler, src):
         want = jac(lambda x, w, a: ref(x, w, b, a), argnums=(0, 1, 2))(x, w, a)
         for u, v in zip(torch.utils._pytree.tree_leaves(got), torch.utils._pytree.tree_leaves(want)):
             assert torch.allclose(u, v, rtol=1e-12, atol=1e-14)
-    (src.parent / "counted.c").write_text(COUNTED)
-    g = enzyme(src.parent / "counted.c", "counted", [In("x"), Int("n", value=lambda x: x.size), In("c", shape=(1,)),
-                                             Out("y", shape=lambda x: x.shape)], compiler=compiler)
+    g = counted_kernel(compiler, src)
     v, c = torch.linspace(0.5, 2.0, 19, dtype=F64), torch.tensor([0.25], dtype=F64)
     first = ctypes.c_long.in_dll(ctypes.CDLL(str(g.kernel.library)), "runs")
     before = first.value
@@ -291,9 +296,7 @@ def test_torch_func_hessian_through_vector_mode(layer, compiler, src):
     want = torch.func.hessian(loss(ref), argnums=(0, 1, 2))(x, w, a)
     for u, v in zip(torch.utils._pytree.tree_leaves(got), torch.utils._pytree.tree_leaves(want)):
         assert torch.allclose(u, v, rtol=1e-11, atol=1e-12)
-    (src.parent / "counted.c").write_text(COUNTED)
-    g = enzyme(src.parent / "counted.c", "counted", [In("x"), Int("n", value=lambda x: x.size), In("c", shape=(1,)),
-                                             Out("y", shape=lambda x: x.shape)], compiler=compiler)
+    g = counted_kernel(compiler, src)
     v, c = torch.linspace(0.5, 2.0, 19, dtype=F64), torch.tensor([0.25], dtype=F64)
     H = torch.func.hessian(lambda v: (g(v, c) ** 2).sum())(v)  # (x^3 + x/4)^2: 30 x^4 + 6 x^2 + 1/8
     assert torch.allclose(H, torch.diag(30 * v ** 4 + 6 * v ** 2 + 0.125), rtol=1e-12)
