@@ -27,6 +27,11 @@ from enzcc.ir.values import GlobalRef as GlobalRefType
 
 
 
+#: calls that write no memory the function reads (besides allocators): releases, and the size query that
+#: zeroes a shadow allocation over its usable size (enzcc.ad.shadow.zero_heap_shadow)
+_NOT_WRITING = ("free", "malloc_usable_size", shadow_reuse.TAKE, shadow_reuse.RELEASE)
+
+
 @dataclass
 class _Cached:
     """A primal value the reverse sweep reads from a slot."""
@@ -326,7 +331,7 @@ class CacheUtility:
                 if name.startswith(("llvm.memcpy", "llvm.memmove", "llvm.memset")):
                     if not written(inst.args[0]):
                         return None
-                elif name in ALLOCATORS or name in ("free", shadow_reuse.TAKE, shadow_reuse.RELEASE) or \
+                elif name in ALLOCATORS or name in _NOT_WRITING or \
                         name.startswith(_IGNORED_INTRINSICS) or is_iter(name) or \
                         self.rules.for_call(rule_name(self.module, name)) is not None:
                     continue
