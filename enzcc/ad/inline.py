@@ -184,8 +184,10 @@ def _vtable_slot_targets(callee: Value, module, function_type) -> "Inexact | Non
     loaded at a constant offset from the object's vtable pointer): the functions of the call's type at that
     slot of every C++ vtable in the module (each array of a vtable group counts from its address point, the
     entry after its type info). A hierarchy has many functions of one type (two destructors per class), but
-    few at one slot. An object whose vtable is not in the module matches none, and the program traps. None
-    when the slot is not known or holds none, or more than :data:`MAX_UNKNOWN_TARGETS`."""
+    few at one slot. Functions of the type whose address is taken outside the vtables are candidates too (the
+    pointer may come from a table of hooks instead). An object whose vtable is not in the module matches none,
+    and the program traps. None when the slot is not known or holds none, or there are more than
+    :data:`MAX_UNKNOWN_TARGETS`."""
     dl = module.data_layout
     if not isinstance(callee, Load) or dl is None:
         return None
@@ -208,7 +210,13 @@ def _vtable_slot_targets(callee: Value, module, function_type) -> "Inexact | Non
                     module.functions[name].function_type == function_type and \
                     (not module.functions[name].is_declaration or name in _KEEP_TYPE):
                 names.append(name)
-    return Inexact(names) if 0 < len(names) <= MAX_UNKNOWN_TARGETS else None
+    if not names:
+        return None
+    # (the pointer may not be a vtable's entry after all, but a field of a table of hooks: what such a table can
+    # hold is taken somewhere outside the vtables)
+    names += sorted(n for n in address_taken_functions(module, outside_vtables=True)
+                    if n not in names and module.functions[n].function_type == function_type)
+    return Inexact(names) if len(names) <= MAX_UNKNOWN_TARGETS else None
 
 
 _VTABLE_ARRAY = re.compile(r"\[\d+ x ptr\] \[([^\[\]]*)\]")
@@ -242,29 +250,31 @@ def _address_taken_of_type(module, function_type) -> "Inexact | None":
     return Inexact(names) if 0 < len(names) <= MAX_UNKNOWN_TARGETS else None
 
 
-def address_taken_functions(module) -> set[str]:
-    """The functions defined in the module, and allocators and deallocators, whose address is taken somewhere (a global's
-    initializer such as a vtable, or a value operand in any function, not only a direct call's callee); made
-    once per module."""
-    taken = module.__dict__.get("_enzcc_address_taken")
-    if taken is None:
-        taken = set()
+def address_taken_functions(module, outside_vtables: bool = False) -> set[str]:
+    """The functions defined in the module, and allocators and deallocators, whose address is taken somewhere
+    (a global's initializer such as a vtable, or a value operand in any function, not only a direct call's
+    callee); with ``outside_vtables``, somewhere other than a C++ vtable. Made once per module."""
+    found = module.__dict__.get("_enzcc_address_taken")
+    if found is None:
+        in_vtables, other = set(), set()
         for gv in module.globals.values():
-            taken.update(gv.initializer_symbols())
+            (in_vtables if (gv.name or "").startswith("_ZTV") else other).update(gv.initializer_symbols())
         for fn in module.functions.values():
             if fn.is_declaration:
                 continue
             if fn.is_parsed:
-                taken |= used_globals(fn, skip_callees=True)
+                other |= used_globals(fn, skip_callees=True)
             else:  # a reference not followed by "(" is not a direct call's callee
                 text = fn._body_text
-                taken.update(m.group(1) or m.group(2) for m in SYMBOL_REF.finditer(text)
+                other.update(m.group(1) or m.group(2) for m in SYMBOL_REF.finditer(text)
                              if not text[m.end():m.end() + 8].lstrip().startswith("("))
-        taken = {n for n in taken if n in module.functions and
-                 (not module.functions[n].is_declaration or n in ALLOCATORS or n in _KEEP_TYPE) and
-                 not n.startswith(("__enzcc_", "llvm."))}
-        module.__dict__["_enzcc_address_taken"] = taken
-    return taken
+
+        def functions(names):
+            return {n for n in names if n in module.functions and
+                    (not module.functions[n].is_declaration or n in ALLOCATORS or n in _KEEP_TYPE) and
+                    not n.startswith(("__enzcc_", "llvm."))}
+        found = module.__dict__["_enzcc_address_taken"] = (functions(in_vtables | other), functions(other))
+    return found[1] if outside_vtables else found[0]
 
 
 class Inexact(list):

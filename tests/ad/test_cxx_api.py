@@ -801,3 +801,35 @@ def test_virtual_destructors_of_a_class_hierarchy(enzcc, opt):
     are the functions at that vtable slot (six), not every function of its type (twelve destructors, more than
     the eight compared: it was refused as 'no derivative rule for call to a function pointer')."""
     assert_checked(run_cxx(enzcc, EXPRESSION_TREE, opt), {f"{m}{i}" for m in ("rev", "fwd") for i in range(4)})
+
+
+HOOKS_BESIDE_VTABLES = r"""
+/* a C-style table of hooks reached through a pointer loaded from memory, in a program whose classes have a
+   virtual function of the same type at the same offset of their vtables (scale, 16 bytes past the address
+   point): the hook is a candidate too */
+struct Shape { virtual ~Shape() {} virtual void scale(double *v) const = 0; };
+struct Twice : Shape { void scale(double *v) const override { *v *= 2; } };
+struct Thrice : Shape { void scale(double *v) const override { *v *= 3; } };
+static void square(const void *, double *v) { *v *= *v; }
+struct Hooks { void *a, *b; void (*third)(const void *, double *); };
+Hooks hooks;
+Hooks *current = &hooks;
+double f(double x) { double v = x; current->third(nullptr, &v); return v + x; }   /* x^2 + x */
+double g(const Shape *s, double x) { double v = x; s->scale(&v); return v * x; }
+int main() {
+  hooks.third = square;
+  check("hook", __enzyme_autodiff<double>((void *)f, 1.25), 2 * 1.25 + 1, f, 1.25);
+  Twice t;
+  Thrice u;
+  check("twice", __enzyme_autodiff<double>((void *)g, enzyme_const, &t, 1.25), 4 * 1.25,
+        [&](double x) { return g(&t, x); }, 1.25);
+  check("thrice", __enzyme_autodiff<double>((void *)g, enzyme_const, &u, 1.25), 6 * 1.25,
+        [&](double x) { return g(&u, x); }, 1.25);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O2"])
+def test_a_table_of_hooks_beside_virtual_classes(enzcc, opt):
+    assert_checked(run_cxx(enzcc, HOOKS_BESIDE_VTABLES, opt), {"hook", "twice", "thrice"})
