@@ -40,24 +40,8 @@ def base_object(p: Value) -> Value:
 
 def byte_offset(p, dl):
     """(object, constant byte offset) of an address made by ``getelementptr`` with constant indices."""
-    off = 0
-    while isinstance(p, GetElementPtr):
-        if not all(isinstance(i, ConstantInt) for i in p.indices):
-            return None, None
-        ty = p.source_type
-        idx = [i.value for i in p.indices]
-        off += idx[0] * dl.alloc_size(ty)
-        for i in idx[1:]:
-            if isinstance(ty, (T.StructType, T.NamedStructType)):
-                off += dl.field_offset(ty, i)
-                ty = ty.elements[i]
-            elif isinstance(ty, (T.ArrayType, T.VectorType)):
-                ty = ty.element
-                off += i * dl.alloc_size(ty)
-            else:
-                return None, None
-        p = p.pointer
-    return p, off
+    base, lo, hi = _offset_range(p, dl)
+    return (base, lo) if base is not None and lo == hi else (None, None)
 
 
 
