@@ -28,7 +28,7 @@ from enzcc.ir.builder import IRBuilder
 from enzcc.ir.cfg import reverse_post_order
 from enzcc.ir.instructions import (BinaryOp, Call, Cast, ExtractElement, ExtractValue, Freeze, InsertElement,
                                    InsertValue, Instruction, Load, Phi, Ret, Select, ShuffleVector, Store, UnaryOp)
-from enzcc.ir.values import Constant, Value
+from enzcc.ir.values import Constant, ConstantNull, GlobalRef, Value
 
 
 class ForwardMode:
@@ -251,15 +251,13 @@ class ForwardMode:
         name = inst.callee_name or ""
         act = self.activity
         dealloc = hints_of(self.module).deallocators.get(name)
-        if dealloc is not None:  # a registered deallocation: the shadow made here goes with the primal
+        if dealloc is not None:  # a registered deallocation: the shadow goes with the primal (_releases_shadow)
             j = dealloc[1].index(-1)
             p = inst.args[j] if j < len(inst.args) else None
-            if p is not None and act.is_active_ptr(p) and self.shadows.has(p):
-                shadow = self.shadows.of(p)
-                if any(s is shadow for _, s in self.shadows.allocations):
-                    args = list(inst.args)
-                    args[j] = shadow
-                    IRBuilder.after(inst).call(self.module.functions[name], args)
+            if p is not None and self._releases_shadow(p):
+                args = list(inst.args)
+                args[j] = self.shadows.of(p)
+                IRBuilder.after(inst).call(self.module.functions[name], args)
             return
         if name.startswith(_IGNORED_INTRINSICS) or name in inactive_functions(self.module):
             return
@@ -288,13 +286,11 @@ class ForwardMode:
                 zero_nested_shadows(self.shadows, inst)
             return
         if name in ("free", "_ZdlPv", "_ZdlPvm", "_ZdaPv"):
-            # the primal is released: so is its shadow, if it was allocated here (shadows come from malloc)
+            # the primal is released: so is its shadow (shadows made here come from malloc)
             p = inst.args[0]
-            if act.is_active_ptr(p) and self.shadows.has(p):
-                shadow = self.shadows.of(p)
-                if any(s is shadow for _, s in self.shadows.allocations):
-                    free = self.module.get_or_insert_function("free", T.FunctionType(T.void, (T.ptr,)))
-                    IRBuilder.after(inst).call(free, [shadow])
+            if self._releases_shadow(p):
+                free = self.module.get_or_insert_function("free", T.FunctionType(T.void, (T.ptr,)))
+                IRBuilder.after(inst).call(free, [self.shadows.of(p)])
             return
         if name.startswith("llvm.vector.reduce.fadd"):
             if any(id(a) in self.tangents for a in inst.args):
@@ -357,6 +353,17 @@ class ForwardMode:
         if is_inactive_call(name):
             return
         raise no_rule_error(inst, name, self.module)
+
+    def _releases_shadow(self, p: Value) -> bool:
+        """Whether releasing ``p`` releases its shadow too: as in Enzyme's forward mode, the shadow of any
+        pointer with derivatives the primal releases, wherever it was made (here, in a callee, by the caller,
+        or read from a node's link: before, only a shadow allocated in this function was released, and the
+        others leaked); not a shadow that is no heap memory (null, or the pointer itself where it points to no
+        memory)."""
+        if not (self.activity.is_active_ptr(p) and self.shadows.has(p)):
+            return False
+        shadow = self.shadows.of(p)
+        return shadow is not p and not isinstance(shadow, (ConstantNull, GlobalRef))
 
     def _tangent_of_fork_call(self, inst: Call) -> None:
         """OpenMP's ``__kmpc_fork_call(loc, n, outlined, captured...)`` runs ``outlined(&gtid, &btid,
