@@ -14,7 +14,7 @@ import re
 from enzcc.ir import types as T
 from enzcc.ad.errors import ad_error
 from enzcc.ad.typehints import hinted_type
-from enzcc.ir.instructions import Alloca, Call, Cast, GetElementPtr, Load, Store
+from enzcc.ir.instructions import Alloca, Call, Cast, GetElementPtr, Load, Phi, Select, Store
 from enzcc.ir.values import ConstantInt, GlobalRef, Value
 
 _TBAA_FLOATS = {"double": T.FloatType("double"), "float": T.FloatType("float"),
@@ -102,7 +102,7 @@ class MemoryTypes:
         ends, loose = [], []
         for p in call.args[:2]:
             base, off = byte_offset(p, dl)
-            if base is None or base is not base_object(p) or id(base) in self._loose or id(base) in self._seeds:
+            if base is None or base is not base_object(p) or id(base) in self._loose or not self._placed(base):
                 loose.append(p)  # (its kinds, wherever they are, must be among the fields found on the other side)
                 continue
             ends.append((id(base), off))
@@ -124,6 +124,15 @@ class MemoryTypes:
         if end > n.value or not any(isinstance(k, T.FloatType) for _, k in out):
             return None
         return out
+
+    def _placed(self, base: Value) -> bool:
+        """Whether every kind the caller says ``base``'s memory holds has a place among its fields (the caller's
+        kinds have no offsets): then its fields are all there is to know."""
+        seeds = self._seeds.get(id(base))
+        if not seeds:
+            return True
+        placed = {k for kinds in self._fields.get(id(base), {}).values() for k in kinds}
+        return all(k in placed for k in seeds)
 
     def kinds(self, p: Value) -> set:
         base = id(base_object(p))
@@ -177,9 +186,8 @@ class MemoryTypes:
         fields = self._fields.get(id(base))
         if base is None or base is not base_object(p) or id(base) in self._loose or not fields:
             return True
-        placed = {k for kinds in fields.values() for k in kinds}
-        if any(isinstance(k, T.FloatType) and k not in placed for k in self._seeds.get(id(base), ())):
-            return True  # the caller's floats may lie anywhere
+        if not self._placed(base):
+            return True  # the caller's kinds may lie anywhere
         n = dl.store_size(access)
         return any(isinstance(k, T.FloatType) and at < hi + n and lo < at + dl.store_size(k)
                    for at, kinds in fields.items() for k in kinds)
@@ -203,8 +211,12 @@ class MemoryTypes:
         return False
 
     def access_kinds(self, p: Value) -> set:
-        """Kinds of ``p``'s object, or, when it has no typed access of its own (a phi or select of pointers),
-        of every object it may be (:meth:`web_kinds`)."""
+        """Kinds of ``p``'s object, or, when it has no typed access of its own, or is a phi or select of
+        pointers, of every object it may be (:meth:`web_kinds`): accesses through a merged pointer see only
+        part of what the objects behind it hold (a loop that shifts records reads their int field through the
+        phi, and copies the whole records; taken as ints, the doubles' adjoints were dropped)."""
+        if isinstance(base_object(p), (Phi, Select)):
+            return self.web_kinds(p)
         return self.kinds(p) or self.web_kinds(p)
 
     def web_kinds(self, p: Value) -> set:
@@ -271,7 +283,14 @@ class MemoryTypes:
         kinds = self.access_kinds(call.args[0]) | self.access_kinds(call.args[1])
         floats = {k for k in kinds if isinstance(k, T.FloatType)}
         if len(floats) == 1 and not any(isinstance(k, T.PointerType) for k in kinds):
-            return floats.pop()
+            k = floats.pop()
+            if dl is not None and any(isinstance(x, T.IntType) for x in kinds) and \
+                    any(_offset_mod(p, dl, dl.store_size(k)) != 0 for p in call.args[:2]):
+                # floats among integers, copied from or to a place that is not a float's boundary (the part of
+                # a record after an int field, split off by SROA): the copy is not an array of floats, so
+                # field by field (copy_fields) or not at all
+                return None
+            return k
         if floats:
             return None  # mixed: not supported precisely
         tb = _tbaa_struct_kind(call)
@@ -332,6 +351,35 @@ def _offset_range(p, dl):
                 return None, None, None
         p = p.pointer
     return p, lo, hi
+
+
+def _offset_mod(p, dl, m: int):
+    """The byte offset of address ``p`` from its object modulo ``m``, through ``getelementptr`` (a variable index
+    counts when its stride is a multiple of ``m``), or None when unknown."""
+    off = 0
+    while isinstance(p, GetElementPtr):
+        ty = p.source_type
+        first, *rest = p.indices
+        step = dl.alloc_size(ty)
+        if isinstance(first, ConstantInt):
+            off += first.value * step
+        elif step % m:
+            return None
+        for i in rest:
+            if isinstance(ty, (T.StructType, T.NamedStructType)) and isinstance(i, ConstantInt):
+                off += dl.field_offset(ty, i.value)
+                ty = ty.elements[i.value]
+            elif isinstance(ty, (T.ArrayType, T.VectorType)):
+                ty = ty.element
+                size = dl.alloc_size(ty)
+                if isinstance(i, ConstantInt):
+                    off += i.value * size
+                elif size % m:
+                    return None
+            else:
+                return None
+        p = p.pointer
+    return off % m
 
 
 def memory_web(p: Value):

@@ -4,6 +4,7 @@ one return block, no debug intrinsics; and checks that the control flow can be r
 from __future__ import annotations
 
 import struct
+import re
 
 from enzcc.ad.reducible import make_reducible
 from enzcc.ir.clone import clone_blocks
@@ -172,6 +173,7 @@ def prepare(fn: Function) -> None:
     expand_global_addresses(fn)
     fold_pointer_round_trips(fn)
     fold_sign_bit_operations(fn)
+    retype_pointer_bits(fn)
     retype_float_bits(fn)
     make_reducible(fn)
     check_reducible(fn)
@@ -362,6 +364,54 @@ def should_inline(callee: Function, policy: str) -> bool:
                 break
         small = cache[callee.name] = n <= INLINE_THRESHOLD
     return small
+
+
+def retype_pointer_bits(fn: Function) -> None:
+    """Optimizers move a pointer as an integer of its width too: ``store i64 (ptrtoint ptr %p)`` (a
+    ``std::unique_ptr`` put into a vector's storage), and a ``load i64`` that clang's TBAA tags as a pointer
+    (``p1 T``, ``any pointer``) and that is only stored again (the storage moved when the vector grows) or
+    turned back with ``inttoptr``, or that reads memory holding nothing but pointers (a table of pointers whose
+    entries are swapped with ``memcpy``). As integers they carried no shadow, and memory reached through them
+    lost its derivatives without a message (or, swapped, took the wrong ones); as pointers again their
+    shadows travel with them."""
+    from enzcc.ad.memory import MemoryTypes, tbaa_access_type
+
+    memtypes = MemoryTypes(fn)
+
+    def pointer_tbaa(inst) -> bool:
+        name = tbaa_access_type(inst) or ""
+        return name == "any pointer" or re.fullmatch(r"p\d+ .+", name) is not None or \
+            memtypes.access_kinds(inst.pointer) == {T.ptr}
+
+    def store_ptr(store, value):
+        new = IRBuilder.before(store).store(value, store.pointer, align=store.align)
+        new.metadata = list(store.metadata)
+        store.erase()
+
+    for inst in list(fn.instructions()):
+        if inst.parent is None:
+            continue
+        if isinstance(inst, Store) and not inst.volatile and isinstance(inst.value, Cast) and \
+                inst.value.opcode == "ptrtoint" and inst.value.value.type == T.ptr and inst.value.type == T.i64:
+            cast = inst.value
+            store_ptr(inst, cast.value)
+            if not cast.has_uses():
+                cast.erase()
+        elif isinstance(inst, Load) and inst.type == T.i64 and not inst.volatile and inst.ordering is None and \
+                inst.has_uses() and pointer_tbaa(inst) and \
+                all((isinstance(u.user, Store) and u.index == 0 and not u.user.volatile) or
+                    (isinstance(u.user, Cast) and u.user.opcode == "inttoptr" and u.user.type == T.ptr)
+                    for u in inst.uses):
+            load = IRBuilder.before(inst).load(T.ptr, inst.pointer, align=inst.align)
+            load.metadata = list(inst.metadata)
+            for use in list(inst.uses):
+                user = use.user
+                if isinstance(user, Store):
+                    store_ptr(user, load)
+                else:
+                    user.replace_all_uses_with(load)
+                    user.erase()
+            inst.erase()
 
 
 def retype_float_bits(fn: Function) -> None:

@@ -833,3 +833,40 @@ int main() {
 @pytest.mark.parametrize("opt", ["-O0", "-O2"])
 def test_a_table_of_hooks_beside_virtual_classes(enzcc, opt):
     assert_checked(run_cxx(enzcc, HOOKS_BESIDE_VTABLES, opt), {"hook", "twice", "thrice"})
+
+
+UNIQUE_PTRS = r"""
+#include <memory>
+struct Circle { double r; };
+/* std::unique_ptrs pushed into a vector: clang stores them into its storage as integers (ptrtoint) and moves
+   them as i64 when the storage grows */
+double total(const double *p) {
+  std::vector<std::unique_ptr<Circle>> v;
+  v.push_back(std::make_unique<Circle>(Circle{p[0]}));
+  v.push_back(std::make_unique<Circle>(Circle{p[1]}));
+  v.push_back(std::make_unique<Circle>(Circle{p[2]}));
+  double s = 0;
+  for (auto &c : v) s += 3 * c->r * c->r;
+  return s;  /* 3 (p0^2 + p1^2 + p2^2) */
+}
+int main() {
+  double p[3] = {2, 5, 0.5};
+  for (int i = 0; i < 3; i++) {
+    double dp[3] = {0}, t[3] = {0};
+    t[i] = 1;
+    __enzyme_autodiff<void>((void *)total, enzyme_dup, p, dp);
+    auto at = [&](double x) { double q[3] = {p[0], p[1], p[2]}; q[i] = x; return total(q); };
+    char k[16];
+    snprintf(k, sizeof k, "rev%d", i); check(k, dp[i], 6 * p[i], at, p[i]);
+    snprintf(k, sizeof k, "fwd%d", i); check(k, __enzyme_fwddiff<double>((void *)total, enzyme_dup, p, t), 6 * p[i], at, p[i]);
+  }
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O1", "-O2", "-O3"])
+def test_unique_ptrs_in_a_vector(enzcc, opt):
+    """Pointers stored as integers (store i64 (ptrtoint p)) and moved as i64 tagged as pointers by TBAA are
+    pointers again before AD: their shadows travel with them. Both modes gave zero from -O1 on."""
+    assert_checked(run_cxx(enzcc, UNIQUE_PTRS, opt), {f"{m}{i}" for m in ("rev", "fwd") for i in range(3)})

@@ -656,3 +656,97 @@ def test_forward_mode_releases_every_shadow_the_primal_releases(enzcc, opt):
     releases with a registered deallocator (never called for the shadows: three left live)."""
     v = build_and_run(enzcc, FORWARD_RELEASES, opt)
     assert v == {"linked": 7.0, "linked.growth": 0.0, "arena": 4.0, "arena.live": 0.0}
+
+
+RECORD_SWAPS = r"""
+typedef struct { int id; double v; double w; } item;
+/* a record swapped through a local copy, guarded by the copy's int field: clang copies the part after the
+   int (bytes 4..24) separately, so the doubles lie at 4 and 12 in that copy, not at 0 and 8 */
+double swap_guarded(item *a) {
+  item key = a[1];
+  if (key.id > 0) { a[1] = a[0]; a[0] = key; }
+  return a[0].v * a[0].w + 2 * a[1].v * a[1].w;
+}
+typedef struct { double m; int id; } rec;
+/* libstdc++'s insertion step (std::sort on short ranges), written out: records shifted through a pointer
+   that a loop moves, the loop reading their int field through it */
+static void lin_insert(rec *last) {
+  rec val = *last;
+  rec *next = last - 1;
+  while (val.id < next->id) { *last = *next; last = next; --next; }
+  *last = val;
+}
+double sorted_weights(const double *p) {
+  rec r[3] = {{p[0], 2}, {p[1], 0}, {p[2], 1}};
+  for (rec *i = r + 1; i != r + 3; ++i) {
+    if (i->id < r[0].id) { rec val = *i; memmove(r + 1, r, (i - r) * sizeof(rec)); r[0] = val; }
+    else lin_insert(i);
+  }
+  return r[0].m + 2 * r[1].m + 3 * r[2].m;  /* sorted by id: p1 + 2 p2 + 3 p0 */
+}
+int main(void) {
+  item a[2] = {{0, 1.0, 10.0}, {1, 2.0, 20.0}}, da[2];
+  memset(da, 0, sizeof da);
+  __enzyme_autodiff((void *)swap_guarded, enzyme_dup, a, da);
+  report("dv0", da[0].v); report("dw0", da[0].w); report("dv1", da[1].v); report("dw1", da[1].w);
+  item b[2] = {{0, 1.0, 10.0}, {1, 2.0, 20.0}}, db[2] = {{0, 0, 0}, {0, 0, 1}};
+  report("fwd.w1", __enzyme_fwddiff((void *)swap_guarded, enzyme_dup, b, db));
+  double p[3] = {0.5, 0.25, 0.125}, dp[3] = {0}, t[3] = {1, 0, 0};
+  __enzyme_autodiff((void *)sorted_weights, enzyme_dup, p, dp);
+  report("dp0", dp[0]); report("dp1", dp[1]); report("dp2", dp[2]);
+  report("fwd.p0", __enzyme_fwddiff((void *)sorted_weights, enzyme_dup, p, t));
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O1", "-O2", "-O3"])
+def test_records_of_ints_and_doubles_swapped_and_shifted(enzcc, opt):
+    """Two silently wrong reverse-mode gradients (forward mode was right): a copy of a record's bytes after its
+    int field was taken as an array of doubles from the copy's start (w's adjoint landed on the other record),
+    and a loop shifting records through a moving pointer dropped their doubles' adjoints (the pointer's own
+    accesses, the int field, made the copies look like ints). Right now, or at -O1 the insertion sort's
+    partial copy is refused with one line: never a wrong value."""
+    enzcc.write("r.c", PRELUDE + RECORD_SWAPS)
+    r = enzcc(opt, "r.c", "-lm", "-o", "r", check=False)
+    if r.returncode:
+        assert opt == "-O1" and r.stderr.strip().count("\n") == 0, r.stderr
+        assert "cannot tell whether the memory this memcpy copies holds floating-point values" in r.stderr
+        return
+    v = {k: float(x) for k, x in (line.split() for line in enzcc.run("./r").stdout.splitlines())}
+    assert [v[k] for k in ("dv0", "dw0", "dv1", "dw1", "fwd.w1")] == [20.0, 2.0, 20.0, 2.0, 2.0]
+    assert [v[k] for k in ("dp0", "dp1", "dp2", "fwd.p0")] == [3.0, 1.0, 2.0, 3.0]
+
+
+POINTERS_AS_INTEGERS = r"""
+/* a heap table of pointers to heap cells reversed in place by swapping the pointers with memcpy (8-byte
+   copies become load i64 / store i64 from -O1 on) */
+double reversed(const double *x, int n) {
+  double **tab = malloc(n * sizeof(double *));
+  for (int i = 0; i < n; i++) { tab[i] = malloc(sizeof(double)); *tab[i] = x[i]; }
+  for (int j = 0; j < n - 1 - j; j++) {
+    double *t;
+    memcpy(&t, &tab[j], sizeof t); memcpy(&tab[j], &tab[n - 1 - j], sizeof t); memcpy(&tab[n - 1 - j], &t, sizeof t);
+  }
+  double L = 0;
+  for (int i = 0; i < n; i++) L += (i + 1) * *tab[i];  /* 3 x0 + 2 x1 + x2 */
+  for (int i = 0; i < n; i++) free(tab[i]);
+  free(tab);
+  return L;
+}
+int main(void) {
+  double x[3] = {0.5, 0.25, 0.125}, dx[3] = {0}, t[3] = {1, 0, 0};
+  __enzyme_autodiff((void *)reversed, enzyme_dup, x, dx, enzyme_const, 3);
+  report("d0", dx[0]); report("d1", dx[1]); report("d2", dx[2]);
+  report("fwd", __enzyme_fwddiff((void *)reversed, enzyme_dup, x, t, enzyme_const, 3));
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O1", "-O2", "-O3"])
+def test_pointers_moved_as_integers_keep_their_shadows(enzcc, opt):
+    """Pointers swapped as i64 lost their shadows' moves: reverse mode gave 4 2 0 and forward mode freed one
+    shadow twice (from -O1 on). Now i64 copies of memory that holds only pointers are pointer copies."""
+    v = build_and_run(enzcc, POINTERS_AS_INTEGERS, opt)
+    assert v == {"d0": 3.0, "d1": 2.0, "d2": 1.0, "fwd": 3.0}
