@@ -322,64 +322,52 @@ def _string_characters(p: Value, dl) -> bool:
         16 <= off < 32
 
 
-def _offset_range(p, dl):
-    """(object, lowest, highest constant byte offset) an address made by ``getelementptr`` may have: a variable
-    index into an array inside a record ranges over the array; (None, None, None) when the address moves by
-    a variable index of its own (pointer arithmetic)."""
-    lo = hi = 0
+def _gep_walk(p, dl):
+    """(object, constant byte offset, [(stride, count)]) of an address made by ``getelementptr``: each variable
+    index adds ``stride`` bytes times a value below ``count`` (an index into an array or vector), or times any
+    value (``count`` None: pointer arithmetic); None when an index cannot be followed."""
+    off, variable = 0, []
     while isinstance(p, GetElementPtr):
         ty = p.source_type
         first, *rest = p.indices
-        if not isinstance(first, ConstantInt):
-            return None, None, None
-        lo += first.value * dl.alloc_size(ty)
-        hi += first.value * dl.alloc_size(ty)
-        for i in rest:
-            if isinstance(ty, (T.StructType, T.NamedStructType)) and isinstance(i, ConstantInt):
-                lo += dl.field_offset(ty, i.value)
-                hi += dl.field_offset(ty, i.value)
-                ty = ty.elements[i.value]
-            elif isinstance(ty, T.ArrayType):
-                size = dl.alloc_size(ty.element)
-                if isinstance(i, ConstantInt):
-                    lo += i.value * size
-                    hi += i.value * size
-                else:
-                    hi += (ty.count - 1) * size
-                ty = ty.element
-            else:
-                return None, None, None
-        p = p.pointer
-    return p, lo, hi
-
-
-def _offset_mod(p, dl, m: int):
-    """The byte offset of address ``p`` from its object modulo ``m``, through ``getelementptr`` (a variable index
-    counts when its stride is a multiple of ``m``), or None when unknown."""
-    off = 0
-    while isinstance(p, GetElementPtr):
-        ty = p.source_type
-        first, *rest = p.indices
-        step = dl.alloc_size(ty)
         if isinstance(first, ConstantInt):
-            off += first.value * step
-        elif step % m:
-            return None
+            off += first.value * dl.alloc_size(ty)
+        else:
+            variable.append((dl.alloc_size(ty), None))
         for i in rest:
             if isinstance(ty, (T.StructType, T.NamedStructType)) and isinstance(i, ConstantInt):
                 off += dl.field_offset(ty, i.value)
                 ty = ty.elements[i.value]
             elif isinstance(ty, (T.ArrayType, T.VectorType)):
-                ty = ty.element
-                size = dl.alloc_size(ty)
+                count, ty = ty.count, ty.element
                 if isinstance(i, ConstantInt):
-                    off += i.value * size
-                elif size % m:
-                    return None
+                    off += i.value * dl.alloc_size(ty)
+                else:
+                    variable.append((dl.alloc_size(ty), count))
             else:
                 return None
         p = p.pointer
-    return off % m
+    return p, off, variable
+
+
+def _offset_range(p, dl):
+    """(object, lowest, highest byte offset) an address made by ``getelementptr`` may have: a variable index into
+    an array inside a record ranges over the array; (None, None, None) when the address moves by a variable
+    index of its own (pointer arithmetic)."""
+    walk = _gep_walk(p, dl)
+    if walk is None or any(count is None for _, count in walk[2]):
+        return None, None, None
+    base, off, variable = walk
+    return base, off, off + sum(stride * (count - 1) for stride, count in variable)
+
+
+def _offset_mod(p, dl, m: int):
+    """The byte offset of address ``p`` from its object modulo ``m``, through ``getelementptr`` (a variable index
+    counts when its stride is a multiple of ``m``), or None when unknown."""
+    walk = _gep_walk(p, dl)
+    if walk is None or any(stride % m for stride, _ in walk[2]):
+        return None
+    return walk[1] % m
 
 
 def memory_web(p: Value):
