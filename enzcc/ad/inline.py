@@ -240,11 +240,12 @@ def _top_level_split(text: str) -> list[str]:
 
 def _address_taken_of_type(module, function_type) -> "Inexact | None":
     """For a call through a pointer that nothing here pins down (an object or ``std::function`` passed in by
-    the caller): every function defined in the module, or allocator (``malloc``...), whose address is taken
-    somewhere (a global's initializer such as a vtable or a table of allocation functions, or a value operand
-    in any function, not only the callee of a direct call) and whose type is the call's. A program calls only such functions through a pointer of that type, unless
-    the pointer comes from outside the module: then none matches and the program traps, instead of taking
-    a derivative of the wrong function. None when there are none or more than :data:`MAX_UNKNOWN_TARGETS`."""
+    the caller): every function defined in the module, allocator (``malloc``...) or deallocator (``free``...)
+    whose address is taken somewhere (a global's initializer such as a vtable or a table of allocation
+    functions, or a value operand in any function, not only the callee of a direct call) and whose type is the
+    call's. A program calls only such functions through a pointer of that type, unless the pointer comes from
+    outside the module: then none matches and the program traps, instead of taking a derivative of the wrong
+    function. None when there are none or more than :data:`MAX_UNKNOWN_TARGETS`."""
     taken = address_taken_functions(module)
     names = sorted(n for n in taken if module.functions[n].function_type == function_type)
     return Inexact(names) if 0 < len(names) <= MAX_UNKNOWN_TARGETS else None

@@ -378,7 +378,7 @@ def retype_pointer_bits(fn: Function) -> None:
 
     memtypes = MemoryTypes(fn)
 
-    def pointer_tbaa(inst) -> bool:
+    def holds_a_pointer(inst) -> bool:
         name = tbaa_access_type(inst) or ""
         return name == "any pointer" or re.fullmatch(r"p\d+ .+", name) is not None or \
             memtypes.access_kinds(inst.pointer) == {T.ptr}
@@ -391,15 +391,16 @@ def retype_pointer_bits(fn: Function) -> None:
     for inst in list(fn.instructions()):
         if inst.parent is None:
             continue
-        if isinstance(inst, Store) and not inst.volatile and isinstance(inst.value, Cast) and \
-                inst.value.opcode == "ptrtoint" and inst.value.value.type == T.ptr and inst.value.type == T.i64:
+        if isinstance(inst, Store) and not inst.volatile and inst.ordering is None and \
+                isinstance(inst.value, Cast) and inst.value.opcode == "ptrtoint" and \
+                inst.value.value.type == T.ptr and inst.value.type == T.i64:
             cast = inst.value
             store_ptr(inst, cast.value)
             if not cast.has_uses():
                 cast.erase()
         elif isinstance(inst, Load) and inst.type == T.i64 and not inst.volatile and inst.ordering is None and \
-                inst.has_uses() and pointer_tbaa(inst) and \
-                all((isinstance(u.user, Store) and u.index == 0 and not u.user.volatile) or
+                inst.has_uses() and holds_a_pointer(inst) and \
+                all((isinstance(u.user, Store) and u.index == 0 and not u.user.volatile and u.user.ordering is None) or
                     (isinstance(u.user, Cast) and u.user.opcode == "inttoptr" and u.user.type == T.ptr)
                     for u in inst.uses):
             load = IRBuilder.before(inst).load(T.ptr, inst.pointer, align=inst.align)
