@@ -250,6 +250,11 @@ class ForwardMode:
     def _tangent_of_call(self, inst: Call) -> None:
         name = inst.callee_name or ""
         act = self.activity
+        if name == "__kmpc_fork_call" and len(inst.args) > 2 and isinstance(inst.args[2], GlobalRef) and \
+                any(m in inst.args[2].symbol for m in ("__enzcc_omp_augmented_", "__enzcc_omp_reverse_")):
+            # (its tape slots and adjoints were taken as carrying no tangent: the result was zeros)
+            raise ad_error("forward mode over the reverse mode of an OpenMP parallel region (a Hessian-vector "
+                           "product of a gradient whose function has a parallel region) is not supported", inst)
         dealloc = hints_of(self.module).deallocators.get(name)
         if dealloc is not None:  # a registered deallocation: the shadow goes with the primal (_releases_shadow)
             j = dealloc[1].index(-1)
