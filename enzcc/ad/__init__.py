@@ -130,8 +130,7 @@ def _differentiate_text(text: str, target_machine, inline: str) -> tuple[str, in
     # tape buffers pass from one call to the next, unless this round's derivatives are differentiated again
     # (nested AD follows the tape's memory) or the code runs on a GPU
     module.enzcc_chunked_tape = len(calls) != len(every)  # (a later round differentiates these derivatives)
-    module.enzcc_reuse_tape = len(calls) == len(every) and \
-        not (module.triple or "").startswith(("nvptx", "amdgcn", "spir"))
+    module.enzcc_reuse_tape = len(calls) == len(every) and not module.targets_gpu
     capture_floats_by_reference(module, prep_names)
     steps = {}  # loops marked by __enzyme_set_fixed_point, outlined into step functions (kept: called)
     for name in list(prep_names.values()):

@@ -194,6 +194,7 @@ def _vtable_slot_targets(callee: Value, module, function_type) -> "Inexact | Non
     vptr, off = byte_offset(callee.pointer, dl)
     if not isinstance(vptr, Load) or off is None or off % 8:
         return None
+    taken = address_taken_functions(module)  # (every vtable entry among them)
     names: list[str] = []
     for gv in module.globals.values():
         if not (gv.name or "").startswith("_ZTV") or not gv.is_constant or "=" not in gv.text:
@@ -206,9 +207,7 @@ def _vtable_slot_targets(callee: Value, module, function_type) -> "Inexact | Non
             k = rtti + 1 + off // 8
             m = SYMBOL_REF.fullmatch(entries[k][4:]) if k < len(entries) and entries[k].startswith("ptr @") else None
             name = m and (m.group(1) or m.group(2))
-            if name and name in module.functions and name not in names and \
-                    module.functions[name].function_type == function_type and \
-                    (not module.functions[name].is_declaration or name in _KEEP_TYPE):
+            if name in taken and name not in names and module.functions[name].function_type == function_type:
                 names.append(name)
     if not names:
         return None

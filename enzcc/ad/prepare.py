@@ -103,7 +103,7 @@ def _math_calls_as_intrinsics(fn: Function, keep) -> None:
     whose value only the caller needed (an output the derivative need not compute), or from computing
     ``sin(x)`` and ``cos(x)`` in one ``sincos`` call. (GPU code keeps its calls, which libdevice resolves.)"""
     module = fn.module
-    if module is None or (module.triple or "").startswith(("nvptx", "amdgcn", "spir")):
+    if module is None or module.targets_gpu:
         return
     rules = load_rules()
     for inst in list(fn.instructions()):

@@ -300,7 +300,7 @@ def zero_heap_shadow(b: IRBuilder, module, s: Value, size: Value) -> None:
     requested size is not known there), and the slack would otherwise bring the heap's leftovers (or a
     reused shadow's old adjoints) in as derivatives of the new elements. (GPU heaps have no
     ``malloc_usable_size``: there the requested size.)"""
-    if not (module.triple or "").startswith(("nvptx", "amdgcn", "spir")):
+    if not module.targets_gpu:
         size = usable_size(b, module, s)
     b.memset(s, 0, size)
 

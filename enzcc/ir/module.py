@@ -108,6 +108,11 @@ class Module:
         from .parser import parse_module
         return parse_module(text)
 
+    @property
+    def targets_gpu(self) -> bool:
+        """Whether the module's code runs on a GPU (an ``nvptx``, ``amdgcn`` or ``spir`` triple)."""
+        return (self.triple or "").startswith(("nvptx", "amdgcn", "spir"))
+
     # -- functions ------------------------------------------------------------
     def get_function(self, name: str) -> Function:
         """Function ``@name`` (KeyError if absent). Its body stays lazy until used."""
