@@ -10,6 +10,7 @@ from enzcc.ad.activity import has_float, is_allocation, is_user_call
 from enzcc.ad.api import CONST, DUP, OUT, is_float
 from enzcc.ad.emit import add_values, emit_partial, splat, times, zero
 from enzcc.ad.errors import ad_error, no_rule_error
+from enzcc.ir.errors import IRError
 from enzcc.ad import blas, checkpoint, custom, fixed_point, mirror, openmp, shadow_reuse
 from enzcc.ad.checkpoint import is_checkpoint
 from enzcc.ad.fixed_point import is_fixed_point
@@ -96,18 +97,47 @@ class AdjointGenerator:
     def _slot(self, v: Value, ty: T.Type | None = None) -> Instruction:
         s = self.adjoint_slots.get(id(v))
         if s is None:
+            if id(v) in self.taken_in_ssa:
+                raise IRError(f"the adjoint of {v.ref()} was taken as an SSA value before a contribution to it "
+                              "was made elsewhere")
             ty = ty or v.type
             b = IRBuilder.at_start(self.G.entry_block)
             s = b.alloca(ty, in_entry=True)
             IRBuilder.after(s).store(zero(ty), s)  # zeroed at entry (allocas go first, each with its store)
             self.adjoint_slots[id(v)] = s
             self._keep.append(v)
+            running = self.running_adjoints.pop(id(v), None)
+            if running is not None:  # the sum so far, from where it was made
+                IRBuilder.after(running).store(running, s)
         return s
+
+    def _running(self, b: IRBuilder, v: Value, ty: T.Type | None = None):
+        """Whether ``adjoint(v)`` may be kept as an SSA value at ``b``, and its value so far there (None: zero).
+
+        A value whose every use is in its own block, none of them a phi, gets its contributions only from the
+        reverse of that block, made before its own reverse (the take): its adjoint needs no stack slot while they
+        are all appended to the same block. Anything else (another block, an insertion point inside a block, a
+        slot someone asked for) puts the sum so far into a slot (:meth:`_slot`) and goes on with the slot."""
+        if id(v) not in self.ssa_adjoint_values or b.anchor is not None or (ty is not None and ty != v.type) or \
+                id(v) in self.adjoint_slots:
+            return False, None
+        running = self.running_adjoints.get(id(v))
+        if running is not None and running.parent is not b.block:
+            return False, None
+        return True, running
 
     def _add_adjoint(self, b: IRBuilder, v: Value, contribution: Value) -> None:
         """``adjoint(v) += contribution`` (nothing for constants and inactive values)."""
         if isinstance(v, Constant) or not (self.activity.is_active(v) or
                                            (isinstance(v, Argument) and self._is_out_arg(v))):
+            return
+        if id(v) in self.taken_in_ssa:
+            raise IRError(f"a contribution to the adjoint of {v.ref()} was made after it was taken as an SSA value")
+        ssa, running = self._running(b, v)
+        if ssa and contribution.type == v.type and (running is not None or (
+                isinstance(contribution, Instruction) and contribution.parent is b.block)):
+            # (the sum lives in the block it was made in: the slot it may need later is filled from there)
+            self.running_adjoints[id(v)] = contribution if running is None else add_values(b, running, contribution)
             return
         slot = self._slot(v)
         old = b.load(v.type, slot)
@@ -119,6 +149,11 @@ class AdjointGenerator:
     def _take_adjoint(self, b: IRBuilder, v: Value, ty: T.Type | None = None) -> Value:
         """Load and reset ``adjoint(v)`` (reset matters in loops)."""
         ty = ty or v.type
+        ssa, running = self._running(b, v, ty)
+        if ssa:
+            self.running_adjoints.pop(id(v), None)
+            self.taken_in_ssa.add(id(v))
+            return zero(ty) if running is None else running
         slot = self._slot(v, ty)
         d = b.load(ty, slot)
         b.store(zero(ty), slot)

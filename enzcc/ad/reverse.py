@@ -97,8 +97,16 @@ class ReverseMode(AdjointGenerator, CacheUtility):
         """Per lane: primal argument -> its shadow parameter."""
         self.lane_slots: list[dict[int, Instruction]] = [{} for _ in range(self.width)]
         """Per lane: value -> the stack slot of its adjoint."""
+        self.lane_running: list[dict[int, Instruction]] = [{} for _ in range(self.width)]
+        """Per lane: value -> its adjoint so far, kept as an SSA value (:meth:`AdjointGenerator._running`)."""
+        self.lane_taken: list[set[int]] = [set() for _ in range(self.width)]
+        """Per lane: the values whose adjoint was taken as an SSA value."""
+        self.ssa_adjoint_values: set[int] = set()
+        """Values whose adjoint may be kept as an SSA value: each use of theirs is in their block, none a phi."""
         self.arg_shadows = self.lane_arg_shadows[0]
         self.adjoint_slots: dict[int, Instruction] = self.lane_slots[0]
+        self.running_adjoints = self.lane_running[0]
+        self.taken_in_ssa = self.lane_taken[0]
         self.cached: dict[int, _Cached] = {}
         self.recounted_loops: set[int] = set()
         """Loop headers whose iteration count the reverse sweep computes (none pushed on the tape)."""
@@ -161,6 +169,9 @@ class ReverseMode(AdjointGenerator, CacheUtility):
         self.exit_block = BasicBlock("rev.exit")
         self.exit_block.move_after(G.blocks[-1])
         self.edges: dict[tuple[int, int], BasicBlock] = {}
+        self.ssa_adjoint_values = {id(i) for b in self.blocks for i in self.orig_insts[id(b)]
+                                   if not isinstance(i, Phi) and
+                                   all(u.user.parent is b and not isinstance(u.user, Phi) for u in i.uses)}
         self._seed_and_jump()
         for b in self.blocks:
             self._reverse_block(b)
@@ -257,6 +268,8 @@ class ReverseMode(AdjointGenerator, CacheUtility):
         self.shadows = self.lane_shadows[lane]
         self.arg_shadows = self.lane_arg_shadows[lane]
         self.adjoint_slots = self.lane_slots[lane]
+        self.running_adjoints = self.lane_running[lane]
+        self.taken_in_ssa = self.lane_taken[lane]
 
     # -- structure ------------------------------------------------------------------------------
 
