@@ -30,6 +30,7 @@ SIZES = {
         "fft": {"log2n": 13},
         "mlp": {"batch": 256, "inputs": 64, "hidden": 128, "outputs": 16},
         "mlp_blas": {"batch": 256, "inputs": 64, "hidden": 128, "outputs": 16},
+        "heat": {"n": 128, "steps": 100},
     },
     "quick": {
         "gmm": {"d": 3, "K": 4, "n": 20},
@@ -40,6 +41,7 @@ SIZES = {
         "fft": {"log2n": 5},
         "mlp": {"batch": 4, "inputs": 3, "hidden": 5, "outputs": 2},
         "mlp_blas": {"batch": 4, "inputs": 3, "hidden": 5, "outputs": 2},
+        "heat": {"n": 6, "steps": 4},
     },
 }
 
@@ -324,8 +326,24 @@ def gen_mlp(r: random.Random, batch: int, inputs: int, hidden: int, outputs: int
     return w
 
 
+# ---------------------------------------------------------------------------------------------
+# HEAT: n steps dt / u0[n][n] / D / target[n][n]
+
+
+def gen_heat(r: random.Random, n: int, steps: int) -> Writer:
+    w = Writer(f"heat n={n} steps={steps}")
+    w.comment("n steps dt")
+    w.lines.append(f"{n} {steps} 0.1")
+    w.comment("u0[n][n] (initial field), D (diffusion coefficient)")
+    w.floats(0.8 * math.sin(0.3 * i) * math.cos(0.2 * j) + r.uniform(-0.2, 0.2) for i in range(n) for j in range(n))
+    w.floats([0.2])
+    w.comment("target[n][n]")
+    w.floats(r.uniform(-0.5, 0.5) for _ in range(n * n))
+    return w
+
+
 GENERATORS = {"gmm": gen_gmm, "ba": gen_ba, "lstm": gen_lstm, "hand": gen_hand, "ode": gen_ode, "fft": gen_fft,
-              "mlp": gen_mlp, "mlp_blas": gen_mlp}
+              "mlp": gen_mlp, "mlp_blas": gen_mlp, "heat": gen_heat}
 
 
 def stamp(mode: str) -> dict:

@@ -39,6 +39,7 @@ DESCRIPTIONS = {
     "fft": "radix-2 complex FFT, weighted log power spectrum",
     "mlp": "2-layer perceptron training loss, matrix products as loops",
     "mlp_blas": "the same with cblas_dgemm (derivatives: BLAS calls)",
+    "heat": "2-D reaction-diffusion, explicit 5-point stencil, 100 steps",
 }
 
 #: timing settings: timed repetitions per run, minimum seconds per repetition, FD coordinates timed, coordinates

@@ -12,7 +12,7 @@ from enzcc_testing import ROOT, need
 sys.path.insert(0, str(ROOT))
 from bench import gen, run  # noqa: E402
 
-BENCHMARKS = ("gmm", "ba", "lstm", "hand", "ode", "fft", "mlp", "mlp_blas")
+BENCHMARKS = ("gmm", "ba", "lstm", "hand", "ode", "fft", "mlp", "mlp_blas", "heat")
 MODES = ("after-opt", "before-opt")
 
 
