@@ -1,7 +1,7 @@
 """Analysis helper (not part of ``make bench``): how much each derivative writes to enzcc's tape per call.
 
 Builds every benchmark in both AD modes with enzcc's own pipeline, run in-process with one hook added after
-the AD stage: the tape's reserve helper counts the bytes it hands out and each synthesized ``diffe_*``
+the AD stage: the tape's reserve and bump helpers count the bytes they hand out and each synthesized ``diffe_*``
 function counts its calls (the hooked builds are slower; only the counts are meaningful). Runs each build once
 and prints, per gradient call, the number of tape pushes and the bytes pushed.
 
@@ -33,7 +33,8 @@ __attribute__((destructor)) static void bench_tape_report(void) {
 }
 """
 
-RESERVE = re.compile(r"(define internal ptr @__enzcc_tape_reserve\(ptr %(\S+), i64 %(\S+)\) \{\n(?:\S+:\n)?)")
+#: the helpers that hand out tape bytes: reserve (with a capacity test) and bump (room made ahead of a loop)
+RESERVE = re.compile(r"(define internal ptr @__enzcc_tape_(?:reserve|bump)\(ptr %(\S+), i64 %(\S+)\) \{\n(?:\S+:\n)?)")
 DIFFE = re.compile(r"(define [^\n]*@diffe_[^\n]*\{\n(?:\S+:\n)?)")
 
 

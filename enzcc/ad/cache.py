@@ -481,6 +481,7 @@ class CacheUtility:
                 if j == 0 or any(not chain[j - 1].contains(u) for u in c.use_blocks):
                     push_sets.setdefault(id(L.header), []).append(c)
         # forward edge blocks push; reverse edge blocks pop
+        plans: dict[tuple[int, int], tuple] = {}  # edge -> (pred, block, items, branch index or None)
         for block in self.blocks:
             preds = self.orig_preds[id(block)]
             loop = self.loops.loop_for(block)
@@ -499,23 +500,65 @@ class CacheUtility:
                     if not L.contains(block) and id(L.header) not in self.recounted_loops:
                         # leaving L: its iteration count starts the reverse count
                         items.append(("counter", T.i64, L))
-                if not items and (len(group) == 1 or id(block) in self.recomputed_branches):
-                    continue
-                fwd = pred.split_edge(block, f"{pred.name or ''}.to.{block.name or ''}")
-                fb = IRBuilder.before(fwd.terminator)
-                values = [fb.load(t, where) if kind == "slot" else self.counter[id(where.header)]
-                          for kind, t, where in items]
-                types = [t for _, t, _ in items]
+                index = None
                 if len(group) > 1 and id(block) not in self.recomputed_branches:
-                    values.append(ConstantInt(T.i32, [id(x) for x in group].index(id(pred))))
-                    types.append(T.i32)
-                self.tape.push_values(fb, values, types)
-                if items:
-                    eb = self.edges[(id(pred), id(block))]
-                    rb = IRBuilder.before(eb.terminator)
-                    popped = self.tape.pop_values(rb, types[:len(items)])
-                    for (kind, _, where), v in zip(items, popped):
-                        rb.store(v, where if kind == "slot" else self.rev_counter[id(where.header)])
+                    index = [id(x) for x in group].index(id(pred))
+                if items or index is not None:
+                    plans[(id(pred), id(block))] = (pred, block, items, index)
+        ahead = self._loops_reserved_ahead(plans)
+        for loop, _, _ in ahead.values():
+            for pred in self.orig_preds[id(loop.header)]:
+                if not loop.contains(pred):
+                    plans.setdefault((id(pred), id(loop.header)), (pred, loop.header, [], None))
+        for pred, block, items, index in plans.values():
+            fwd = pred.split_edge(block, f"{pred.name or ''}.to.{block.name or ''}")
+            fb = IRBuilder.before(fwd.terminator)
+            values = [fb.load(t, where) if kind == "slot" else self.counter[id(where.header)]
+                      for kind, t, where in items]
+            types = [t for _, t, _ in items]
+            if index is not None:
+                values.append(ConstantInt(T.i32, index))
+                types.append(T.i32)
+            loop = self.loops.loop_for(pred)
+            if values:
+                self.tape.push_values(fb, values, types, reserved=loop is not None and block is loop.header and
+                                      id(block) in ahead)
+            if id(block) in ahead and not ahead[id(block)][0].contains(pred):
+                self._reserve_ahead(fb, *ahead[id(block)])
+            if items:
+                eb = self.edges[(id(pred), id(block))]
+                rb = IRBuilder.before(eb.terminator)
+                popped = self.tape.pop_values(rb, types[:len(items)])
+                for (kind, _, where), v in zip(items, popped):
+                    rb.store(v, where if kind == "slot" else self.rev_counter[id(where.header)])
+
+    def _loops_reserved_ahead(self, plans: dict) -> dict:
+        """Loops whose tape records are made room for at their entry (header id -> (loop, the record's
+        types, its :meth:`ReverseMode._exit_test`), found before any edge is split): the loop leaves only by its latch's test of an induction variable against a bound known when it
+        is entered (:meth:`ReverseMode._exit_test`), so its iteration count is known there, and the only record
+        pushed inside it is the one its back edge pushes in each iteration (no inner loop or branch pushes)."""
+        if not self.tape.can_reserve_ahead:
+            return {}
+        out = {}
+        for loop in self.loops.loops:
+            latch = loop.latch
+            back = plans.get((id(latch), id(loop.header))) if latch is not None else None
+            test = self._exit_test(loop, latch) if back is not None else None
+            if test is None:
+                continue
+            if any(p is not latch and loop.contains(p) and loop.contains(blk) for p, blk, _, _ in plans.values()):
+                continue
+            types = [t for _, t, _ in back[2]] + ([T.i32] if back[3] is not None else [])
+            out[id(loop.header)] = (loop, types, test)
+        return out
+
+    def _reserve_ahead(self, b: IRBuilder, loop, types: list, test: tuple) -> None:
+        """At an entry edge of ``loop`` (see :meth:`_loops_reserved_ahead`): room for a record of ``types`` per
+        iteration."""
+        init, step, offset, pred, bound = test
+        first = b.add(init, step) if offset else init
+        count = b.add(self._last_iteration(b, first, step, pred, bound), ConstantInt(T.i64, 1))
+        self.tape.reserve_ahead(b, count, types)
 
     def _loops_ended(self, pred: BasicBlock, block: BasicBlock):
         """Loops whose current iteration ends on the edge ``pred -> block``, innermost first."""

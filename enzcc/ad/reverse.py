@@ -345,42 +345,58 @@ class ReverseMode(AdjointGenerator, CacheUtility):
         return self.dt.dominates(s, p) and \
             all(q is d or self.dt.dominates(s, q) for q in self.orig_preds[id(s)])
 
-    def _recount_loop(self, loop, latch: BasicBlock, exit_block: BasicBlock, edge: BasicBlock) -> None:
-        """When ``loop`` leaves only by its latch's test of an induction variable (step 1 or -1) against a
-        bound that the reverse sweep can recompute, the reverse edge block ``edge`` computes the last
-        iteration's number from the bound instead of popping the iteration count the forward sweep would push
-        (Enzyme's loop limits computed at loop entry)."""
+    def _exit_test(self, loop, latch: BasicBlock):
+        """``(init, step, offset, pred, bound)`` when ``loop`` leaves only by ``latch``'s test of an induction
+        variable (step 1 or -1) against a bound defined outside the loop: the loop goes on while
+        ``init + offset * step + k * step`` (in its iteration ``k``) ``pred`` ``bound``; else None."""
         term = latch.terminator
         if len(loop.exit_edges) != 1 or loop.latches != [latch] or not isinstance(term, CondBr) or \
                 not isinstance(term.condition, ICmp):
-            return
+            return None
         cmp = term.condition
         pred, lhs, rhs = cmp.predicate, cmp.lhs, cmp.rhs
         found = self._counted_operand(loop, lhs)
         if found is None:
             found, pred, lhs, rhs = self._counted_operand(loop, rhs), self._SWAPPED[pred], rhs, lhs
         if found is None:
-            return
+            return None
         init, step, offset = found
         if not loop.contains(term.true_dest):  # the test says when to leave: negate it
             pred = self._NEGATED[pred]
         up = step.signed_value == 1
         if not ((pred == "ne" and step.signed_value in (1, -1)) or (pred in ("slt", "ult") and up) or
                 (pred in ("sgt", "ugt") and step.signed_value == -1)):
+            return None
+        if isinstance(rhs, Instruction) and loop.contains(rhs.parent):
+            return None
+        return init, step, offset, pred, rhs
+
+    @staticmethod
+    def _last_iteration(b: IRBuilder, first: Value, step: ConstantInt, pred: str, bound: Value) -> Value:
+        """The number (from 0, as an i64) of the last iteration of a loop whose test (see :meth:`_exit_test`)
+        sees ``first`` in its iteration 0."""
+        last = b.sub(bound, first) if step.signed_value == 1 else b.sub(first, bound)
+        last = last if first.type == T.i64 else b.zext(last, T.i64)
+        if pred != "ne":  # a loop entered past its bound runs once (its test is at the end)
+            last = b.select(b.icmp(pred, first, bound), last, ConstantInt(T.i64, 0))
+        return last
+
+    def _recount_loop(self, loop, latch: BasicBlock, exit_block: BasicBlock, edge: BasicBlock) -> None:
+        """When ``loop`` leaves only by its latch's test of an induction variable (step 1 or -1) against a
+        bound that the reverse sweep can recompute, the reverse edge block ``edge`` computes the last
+        iteration's number from the bound instead of popping the iteration count the forward sweep would push
+        (Enzyme's loop limits computed at loop entry)."""
+        test = self._exit_test(loop, latch)
+        if test is None:
             return
-        if (isinstance(rhs, Instruction) and loop.contains(rhs.parent)) or \
-                not self._invariant(init, exit_block) or not self._invariant(rhs, exit_block):
+        init, step, offset, pred, rhs = test
+        if not self._invariant(init, exit_block) or not self._invariant(rhs, exit_block):
             return
         b = IRBuilder.before(edge.terminator)
-        ty = lhs.type
         first = self._outer(init, exit_block, b, 0)  # the tested value in iteration 0
         if offset:
             first = b.add(first, step)
-        bound = self._outer(rhs, exit_block, b, 0)
-        last = b.sub(bound, first) if up else b.sub(first, bound)
-        last = last if ty == T.i64 else b.zext(last, T.i64)
-        if pred != "ne":  # a loop entered past its bound runs once (its test is at the end)
-            last = b.select(b.icmp(pred, first, bound), last, ConstantInt(T.i64, 0))
+        last = self._last_iteration(b, first, step, pred, self._outer(rhs, exit_block, b, 0))
         b.store(last, self.rev_counter[id(loop.header)])
         self.recounted_loops.add(id(loop.header))
 

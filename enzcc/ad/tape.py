@@ -218,10 +218,42 @@ class Tape:
             total += slot_size(self.module, t)
         return offsets, total
 
-    def push_values(self, b: IRBuilder, values: list[Value], types: list[T.Type]) -> None:
-        """Push ``values`` as one record (the last value ends up on top)."""
+    def record_bytes(self, types: list[T.Type]) -> int:
+        """The bytes of a record of ``types`` on the tape."""
+        return self._layout(types)[1]
+
+    @property
+    def can_reserve_ahead(self) -> bool:
+        """Whether :meth:`reserve_ahead` is possible (not on a tape of chunks)."""
+        return not getattr(self.module, "enzcc_chunked_tape", False)
+
+    def reserve_ahead(self, b: IRBuilder, count: Value, types: list[T.Type]) -> None:
+        """At a loop's entry: room for ``count`` (an i64) more records of ``types``, which the loop then pushes
+        with ``reserved=True``, without a test of the capacity in each iteration. A count of 0 (a loop that
+        runs at least once, so one whose count wrapped around) or one past what memory can hold asks for more
+        than realloc gives, which aborts."""
+        size = self.record_bytes(types)
+        most = ConstantInt(T.i64, (1 << 62) // size)
+        count = b.select(b.icmp("eq", count, ConstantInt(T.i64, 0)), most, count)
+        count = b.select(b.icmp("ugt", count, most), most, count)
+        b.call(ensure_helper(self.module), [self.state, b.mul(count, ConstantInt(T.i64, size))])
+
+    def _bump_fn(self) -> Function:
+        """``bump(state, n) -> ptr``: the next ``n`` bytes, which :meth:`reserve_ahead` made room for."""
+        def body(fn):
+            s, n = fn.args
+            b = IRBuilder.at_end(fn.append_block("entry"))
+            used_p = b.struct_gep(STATE, s, 1)
+            used = _counter(b.load(T.i64, used_p))
+            _counter(b.store(b.add(used, n), used_p))
+            b.ret(b.gep(T.i8, b.load(T.ptr, s), [used]))
+        return self._helper("__enzcc_tape_bump", T.FunctionType(T.ptr, (T.ptr, T.i64)), body)
+
+    def push_values(self, b: IRBuilder, values: list[Value], types: list[T.Type], reserved: bool = False) -> None:
+        """Push ``values`` as one record (the last value ends up on top); ``reserved``: there is room for it
+        (:meth:`reserve_ahead`)."""
         offsets, total = self._layout(types)
-        p = b.call(self.reserve_fn(), [self.state, ConstantInt(T.i64, total)])
+        p = b.call(self._bump_fn() if reserved else self.reserve_fn(), [self.state, ConstantInt(T.i64, total)])
         self.used = True
         for v, off in zip(values, offsets):
             q = b.gep(T.i8, p, [ConstantInt(T.i64, off)]) if off else p
@@ -295,40 +327,57 @@ class Tape:
 
 
 
+def _grow_if_needed(module, fn: Function, b: IRBuilder, s: Value, new: Value, name: str) -> IRBuilder:
+    """At ``b``: when ``new`` bytes exceed the capacity of the state ``s``, reallocate its buffer (doubled, at
+    least 4 KiB, at least ``new``; abort when memory runs out). Returns a builder at a new block ``name``."""
+    def libc(name: str, ftype: T.FunctionType) -> Function:
+        return module.get_or_insert_function(name, ftype)
+
+    grow, ok = fn.append_block("grow"), fn.append_block(name)
+    cap_p = b.struct_gep(STATE, s, 2)
+    cap = _counter(b.load(T.i64, cap_p))
+    b.cond_br(b.icmp("ugt", new, cap), grow, ok)
+    g = IRBuilder.at_end(grow)
+    doubled = g.shl(cap, 1)
+    want = g.select(g.icmp("ugt", new, doubled), new, doubled)
+    want = g.select(g.icmp("ult", want, ConstantInt(T.i64, 4096)), ConstantInt(T.i64, 4096), want)
+    buf = g.load(T.ptr, s)
+    realloc = libc("realloc", T.FunctionType(T.ptr, (T.ptr, T.i64)))
+    nb = g.call(realloc, [buf, want])
+    gs = _abort_if_null(module, fn, g, nb, "stored")
+    gs.store(nb, s)
+    _counter(gs.store(want, cap_p))
+    gs.br(ok)
+    return IRBuilder.at_end(ok)
+
+
 def reserve_helper(module) -> Function:
     """``reserve(state, n) -> ptr``: ``n`` more bytes at the end of the growing buffer of ``state``
     (``{ptr, i64 used, i64 capacity}``), reallocated (doubled, at least 4 KiB) when they do not fit; aborts
     when memory runs out."""
-    def libc(name: str, ftype: T.FunctionType) -> Function:
-        return module.get_or_insert_function(name, ftype)
-
     def body(fn):
         s, n = fn.args
-        entry, grow, ok = fn.append_block("entry"), fn.append_block("grow"), fn.append_block("ok")
-        b = IRBuilder.at_end(entry)
+        b = IRBuilder.at_end(fn.append_block("entry"))
         used_p = b.struct_gep(STATE, s, 1)
-        cap_p = b.struct_gep(STATE, s, 2)
         used = _counter(b.load(T.i64, used_p))
         new = b.add(used, n)
-        cap = _counter(b.load(T.i64, cap_p))
-        b.cond_br(b.icmp("ugt", new, cap), grow, ok)
-        g = IRBuilder.at_end(grow)
-        doubled = g.shl(cap, 1)
-        want = g.select(g.icmp("ugt", new, doubled), new, doubled)
-        want = g.select(g.icmp("ult", want, ConstantInt(T.i64, 4096)), ConstantInt(T.i64, 4096), want)
-        buf = g.load(T.ptr, s)
-        realloc = libc("realloc", T.FunctionType(T.ptr, (T.ptr, T.i64)))
-        nb = g.call(realloc, [buf, want])
-        gs = _abort_if_null(module, fn, g, nb, "stored")
-        gs.store(nb, s)
-        _counter(gs.store(want, cap_p))
-        gs.br(ok)
-        o = IRBuilder.at_end(ok)
+        o = _grow_if_needed(module, fn, b, s, new, "ok")
         cur = o.load(T.ptr, s)
         p = o.gep(T.i8, cur, [used])
         _counter(o.store(new, used_p))
         o.ret(p)
     return round_function(module, "__enzcc_tape_reserve", T.FunctionType(T.ptr, (T.ptr, T.i64)), body)
+
+
+def ensure_helper(module) -> Function:
+    """``ensure(state, n)``: ``n`` more bytes fit in the buffer of ``state`` without growing it again (it grows
+    now if they do not); nothing is pushed."""
+    def body(fn):
+        s, n = fn.args
+        b = IRBuilder.at_end(fn.append_block("entry"))
+        used = _counter(b.load(T.i64, b.struct_gep(STATE, s, 1)))
+        _grow_if_needed(module, fn, b, s, b.add(used, n), "ok").ret_void()
+    return round_function(module, "__enzcc_tape_ensure", T.FunctionType(T.void, (T.ptr, T.i64)), body)
 
 
 def _abort_if_null(module, fn: Function, b: IRBuilder, p: Value, name: str) -> IRBuilder:

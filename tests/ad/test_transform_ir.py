@@ -658,3 +658,51 @@ def test_adjoints_used_in_one_block_are_ssa_values_from_the_start(monkeypatch):
             db_dx = (math.cos(a) * a + math.sin(a)) * y
             p, dp = (b * x, db_dx * x + b) if c else (b, db_dx)
             assert dh(x, y, c) == pytest.approx(2 * p * dp, rel=1e-13)
+
+
+WHILE_LOOP = """
+define double @halve(double %x) {
+entry:
+  br label %loop
+loop:
+  %a = phi double [ %x, %entry ], [ %b, %loop ]
+  %s = call double @llvm.sin.f64(double %a)
+  %b = fmul double %s, %a
+  %more = fcmp ogt double %b, 1.000000e-03
+  br i1 %more, label %loop, label %exit
+exit:
+  ret double %b
+}
+define double @dhalve(double %x) {
+  %r = call double (ptr, ...) @__enzyme_autodiff(ptr @halve, double %x)
+  ret double %r
+}
+"""
+
+
+def test_records_of_a_counted_loop_are_made_room_for_at_its_entry():
+    """A loop whose iteration count is known at its entry (an induction variable tested against a bound
+    defined outside it) makes room for all its records there (``__enzcc_tape_ensure``) and pushes each
+    iteration's record without a capacity test (``__enzcc_tape_bump``); the record of its exit edge, and every
+    record of a loop whose exit depends on the data, keep the test (``__enzcc_tape_reserve``)."""
+    out, _ = differentiate_text(HEADER + LOOP)
+    body = out.split("define internal void @diffe_sumexp(")[1].split("\n}\n")[0]
+    entry = body.split("\nloop:")[0]
+    assert "call void @__enzcc_tape_ensure(" in entry and "mul i64 %" in entry
+    back, leave = body.split("\nloop.to.loop:")[1], body.split("\nloop.to.exit:")[1]
+    assert "@__enzcc_tape_bump(" in back.split("\n\n")[0] and "@__enzcc_tape_reserve(" in leave.split("\n\n")[0]
+    assert body.count("@__enzcc_tape_bump(") == 1 and body.count("@__enzcc_tape_reserve(") == 1
+    out, _ = differentiate_text(HEADER + WHILE_LOOP)
+    body = out.split("define internal double @diffe_halve(")[1].split("\n}\n")[0]
+    assert "@__enzcc_tape_reserve(" in body and "@__enzcc_tape_bump(" not in body and "ensure" not in body
+    engine = jit(out)
+    dh = ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_double)(engine.get_function_address("dhalve"))
+    import math
+
+    def halve(x):
+        a = x
+        while True:
+            a = math.sin(a) * a
+            if not a > 1e-3:
+                return a
+    assert dh(0.9) == pytest.approx((halve(0.9 + 1e-7) - halve(0.9 - 1e-7)) / 2e-7, rel=1e-6)
