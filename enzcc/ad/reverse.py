@@ -350,8 +350,9 @@ class ReverseMode(AdjointGenerator, CacheUtility):
         variable (step 1 or -1) against a bound defined outside the loop: the loop goes on while
         ``init + offset * step + k * step`` (in its iteration ``k``) ``pred`` ``bound``; else None."""
         term = latch.terminator
-        if len(loop.exit_edges) != 1 or loop.latches != [latch] or not isinstance(term, CondBr) or \
-                not isinstance(term.condition, ICmp):
+        exits = loop.exit_edges
+        if len(exits) != 1 or exits[0][0] is not latch or loop.latches != [latch] or \
+                not isinstance(term, CondBr) or not isinstance(term.condition, ICmp):
             return None
         cmp = term.condition
         pred, lhs, rhs = cmp.predicate, cmp.lhs, cmp.rhs
