@@ -168,6 +168,8 @@ def optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, level: int, vectorize:
         # before AD: scalar loops; vectorization comes after AD. Loops of constant trip count are still fully
         # unrolled, but no runtime or partial unrolling (remainder loops would add control flow to reverse).
         no_partial_unrolling()
+    elif _unroll_options_set and tm.triple.startswith(_UNROLLING_BY_DEFAULT):
+        partial_unrolling_again()
     pb = llvm.create_pass_builder(tm, pto)
     pb.getModulePassManager().run(mod, pb)
 
@@ -193,6 +195,23 @@ def no_partial_unrolling() -> None:
         llvm.set_option("enzcc", "-unroll-runtime=false")
         llvm.set_option("enzcc", "-unroll-allow-partial=false")
         _unroll_options_set = True
+
+
+#: targets whose LLVM cost model turns runtime and partial unrolling on for every CPU (x86: each CPU model has
+#: a loop buffer size), so that turning them on again after AD gives what clang does at -O2
+_UNROLLING_BY_DEFAULT = ("x86_64", "i386", "i486", "i586", "i686")
+
+
+def partial_unrolling_again() -> None:
+    """Runtime and partial unrolling as by default again, for the optimization after AD: the primal functions
+    of a program that differentiates are then unrolled as clang unrolls them (``bench/fft``'s primal took 8%
+    longer without), and so are the derivatives. The options cannot be unset, only set, so this is done only
+    for targets where setting them on is the default (:data:`_UNROLLING_BY_DEFAULT`)."""
+    global _unroll_options_set
+    if _unroll_options_set:
+        llvm.set_option("enzcc", "-unroll-runtime=true")
+        llvm.set_option("enzcc", "-unroll-allow-partial=true")
+        _unroll_options_set = False
 
 
 #: the largest scheduling region (instructions of one block) LLVM's SLP vectorizer builds trees in; LLVM's own
