@@ -42,8 +42,9 @@ class BasicBlock(Value):
 
         Each instruction remembers where it was last found (``_index_hint``); an insertion or a
         removal right before it moves it by one place, so the hint and its neighbours are looked at first and
-        only a stale hint costs a search of the block (a builder inserting before an anchor, or an erase, in
-        blocks of tens of thousands of instructions made this search quadratic)."""
+        only a stale hint costs a walk over the block, which renews every instruction's hint (a builder
+        inserting before an anchor, or an erase, in blocks of tens of thousands of instructions made this search
+        quadratic)."""
         if inst.parent is self:
             insts = self.instructions
             hint = inst._index_hint
@@ -51,13 +52,16 @@ class BasicBlock(Value):
                 if 0 <= i < len(insts) and insts[i] is inst:
                     inst._index_hint = i
                     return i
-            try:
-                i = insts.index(inst)  # (instructions compare by identity)
-            except ValueError:
-                pass
-            else:
-                inst._index_hint = i
-                return i
+            # a stale hint: every instruction of the block learns where it is now, so that a walk over the block
+            # that replaces instructions (insert before one, erase it: the others keep their places) finds each
+            # in one look instead of searching the block from its start each time
+            found = None
+            for i, other in enumerate(insts):
+                other._index_hint = i
+                if other is inst:
+                    found = i
+            if found is not None:
+                return found
         raise IRError("instruction not in this block")
 
     def insert(self, index: int, inst: Instruction) -> Instruction:
