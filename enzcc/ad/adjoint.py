@@ -10,7 +10,6 @@ from enzcc.ad.activity import has_float, is_allocation, is_user_call
 from enzcc.ad.api import CONST, DUP, OUT, is_float
 from enzcc.ad.emit import add_values, emit_partial, splat, times, zero
 from enzcc.ad.errors import ad_error, no_rule_error
-from enzcc.ir.errors import IRError
 from enzcc.ad import blas, checkpoint, custom, fixed_point, mirror, openmp, shadow_reuse
 from enzcc.ad.checkpoint import is_checkpoint
 from enzcc.ad.fixed_point import is_fixed_point
@@ -24,6 +23,7 @@ from enzcc.ad.shadow import to_i64, usable_size
 from enzcc.ir import types as T
 from enzcc.ir.block import BasicBlock
 from enzcc.ir.builder import IRBuilder
+from enzcc.ir.errors import IRError
 from enzcc.ir.instructions import (Alloca, BinaryOp, Call, Cast, ExtractElement, ExtractValue, FCmp, Freeze,
                                    GetElementPtr, ICmp, InsertElement, InsertValue, Instruction, Load, Select,
                                    ShuffleVector, Store, UnaryOp)

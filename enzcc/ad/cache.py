@@ -533,10 +533,11 @@ class CacheUtility:
                     rb.store(v, where if kind == "slot" else self.rev_counter[id(where.header)])
 
     def _loops_reserved_ahead(self, plans: dict) -> dict:
-        """Loops whose tape records are made room for at their entry (header id -> (loop, the record's
-        types, its :meth:`ReverseMode._exit_test`), found before any edge is split): the loop leaves only by its latch's test of an induction variable against a bound known when it
-        is entered (:meth:`ReverseMode._exit_test`), so its iteration count is known there, and the only record
-        pushed inside it is the one its back edge pushes in each iteration (no inner loop or branch pushes)."""
+        """Loops whose tape records are made room for at their entry, found before any edge is split (header id
+        -> (loop, the record's types, its exit test)): the loop leaves only by its latch's test of an induction
+        variable against a bound known when it is entered (:meth:`ReverseMode._exit_test`), so its iteration count
+        is known there, and the only record pushed inside it is the one its back edge pushes in each iteration
+        (no inner loop or branch pushes)."""
         if not self.tape.can_reserve_ahead:
             return {}
         out = {}

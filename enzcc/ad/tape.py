@@ -218,10 +218,6 @@ class Tape:
             total += slot_size(self.module, t)
         return offsets, total
 
-    def record_bytes(self, types: list[T.Type]) -> int:
-        """The bytes of a record of ``types`` on the tape."""
-        return self._layout(types)[1]
-
     @property
     def can_reserve_ahead(self) -> bool:
         """Whether :meth:`reserve_ahead` is possible (not on a tape of chunks)."""
@@ -232,7 +228,7 @@ class Tape:
         with ``reserved=True``, without a test of the capacity in each iteration. A count of 0 (a loop that
         runs at least once, so one whose count wrapped around) or one past what memory can hold asks for more
         than realloc gives, which aborts."""
-        size = self.record_bytes(types)
+        size = self._layout(types)[1]
         most = ConstantInt(T.i64, (1 << 62) // size)
         count = b.select(b.icmp("eq", count, ConstantInt(T.i64, 0)), most, count)
         count = b.select(b.icmp("ugt", count, most), most, count)
@@ -330,9 +326,6 @@ class Tape:
 def _grow_if_needed(module, fn: Function, b: IRBuilder, s: Value, new: Value, name: str) -> IRBuilder:
     """At ``b``: when ``new`` bytes exceed the capacity of the state ``s``, reallocate its buffer (doubled, at
     least 4 KiB, at least ``new``; abort when memory runs out). Returns a builder at a new block ``name``."""
-    def libc(name: str, ftype: T.FunctionType) -> Function:
-        return module.get_or_insert_function(name, ftype)
-
     grow, ok = fn.append_block("grow"), fn.append_block(name)
     cap_p = b.struct_gep(STATE, s, 2)
     cap = _counter(b.load(T.i64, cap_p))
@@ -342,7 +335,7 @@ def _grow_if_needed(module, fn: Function, b: IRBuilder, s: Value, new: Value, na
     want = g.select(g.icmp("ugt", new, doubled), new, doubled)
     want = g.select(g.icmp("ult", want, ConstantInt(T.i64, 4096)), ConstantInt(T.i64, 4096), want)
     buf = g.load(T.ptr, s)
-    realloc = libc("realloc", T.FunctionType(T.ptr, (T.ptr, T.i64)))
+    realloc = module.get_or_insert_function("realloc", T.FunctionType(T.ptr, (T.ptr, T.i64)))
     nb = g.call(realloc, [buf, want])
     gs = _abort_if_null(module, fn, g, nb, "stored")
     gs.store(nb, s)
