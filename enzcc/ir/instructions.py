@@ -120,7 +120,7 @@ class Instruction(Value):
     """True for block terminators."""
 
     #: where the instruction was last found in its block (:meth:`BasicBlock.index_of`); an attribute of its own
-    #: only once looked for, so that the many instructions never looked for take no memory for it
+    #: only once its block was searched, so that the instructions of blocks never searched take no memory for it
     _index_hint = 0
 
     def __init__(self, opcode: str, type: T.Type, operands: Iterable[Value] = (),
