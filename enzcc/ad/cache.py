@@ -557,8 +557,7 @@ class CacheUtility:
         """At an entry edge of ``loop`` (see :meth:`_loops_reserved_ahead`): room for a record of ``types`` per
         iteration."""
         init, step, offset, pred, bound = test
-        first = b.add(init, step) if offset else init
-        count = b.add(self._last_iteration(b, first, step, pred, bound), ConstantInt(T.i64, 1))
+        count = b.add(self._last_iteration(b, init, step, offset, pred, bound), ConstantInt(T.i64, 1))
         self.tape.reserve_ahead(b, count, types)
 
     def _loops_ended(self, pred: BasicBlock, block: BasicBlock):

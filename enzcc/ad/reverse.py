@@ -373,9 +373,11 @@ class ReverseMode(AdjointGenerator, CacheUtility):
         return init, step, offset, pred, rhs
 
     @staticmethod
-    def _last_iteration(b: IRBuilder, first: Value, step: ConstantInt, pred: str, bound: Value) -> Value:
-        """The number (from 0, as an i64) of the last iteration of a loop whose test (see :meth:`_exit_test`)
-        sees ``first`` in its iteration 0."""
+    def _last_iteration(b: IRBuilder, init: Value, step: ConstantInt, offset: int, pred: str,
+                        bound: Value) -> Value:
+        """The number (from 0, as an i64) of the last iteration of a loop whose exit test (see :meth:`_exit_test`)
+        is ``init + offset * step`` ``pred`` ``bound`` in its iteration 0."""
+        first = b.add(init, step) if offset else init
         last = b.sub(bound, first) if step.signed_value == 1 else b.sub(first, bound)
         last = last if first.type == T.i64 else b.zext(last, T.i64)
         if pred != "ne":  # a loop entered past its bound runs once (its test is at the end)
@@ -394,10 +396,8 @@ class ReverseMode(AdjointGenerator, CacheUtility):
         if not self._invariant(init, exit_block) or not self._invariant(rhs, exit_block):
             return
         b = IRBuilder.before(edge.terminator)
-        first = self._outer(init, exit_block, b, 0)  # the tested value in iteration 0
-        if offset:
-            first = b.add(first, step)
-        last = self._last_iteration(b, first, step, pred, self._outer(rhs, exit_block, b, 0))
+        last = self._last_iteration(b, self._outer(init, exit_block, b, 0), step, offset, pred,
+                                    self._outer(rhs, exit_block, b, 0))
         b.store(last, self.rev_counter[id(loop.header)])
         self.recounted_loops.add(id(loop.header))
 

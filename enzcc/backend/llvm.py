@@ -168,7 +168,7 @@ def optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, level: int, vectorize:
         # before AD: scalar loops; vectorization comes after AD. Loops of constant trip count are still fully
         # unrolled, but no runtime or partial unrolling (remainder loops would add control flow to reverse).
         no_partial_unrolling()
-    elif _unroll_options_set and tm.triple.startswith(_UNROLLING_BY_DEFAULT):
+    elif tm.triple.startswith(_UNROLLING_BY_DEFAULT):
         partial_unrolling_again()
     pb = llvm.create_pass_builder(tm, pto)
     pb.getModulePassManager().run(mod, pb)
