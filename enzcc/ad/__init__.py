@@ -17,14 +17,9 @@ from enzcc.ad.errors import ADError, ad_error
 from enzcc.ad.globals import used_globals, zero_shadows
 from enzcc.ad.hints import hints_of
 from enzcc.ad.inline import invoke_to_call, is_kept_recursive
-from enzcc.ad.context import MARKER as CONTEXT_MARKER, copy_in, copy_out, is_runtime as is_context_runtime, \
-    lower as lower_contexts, nested_context_call, uses_implicit_contexts, GLOBAL_CONTEXT
-from enzcc.ad.checkpoint import DRIVER_MARK, is_checkpoint, lower as lower_checkpoints, step_name as checkpoint_step
-from enzcc.ad.fixed_point import is_fixed_point, lower as lower_fixed_points, step_name as fixed_point_step
-from enzcc.ad.iters import advance as advance_iterations, is_iter, lower as lower_iterations
-from enzcc.ad.outline import is_set_fixed_point, lower as lower_marks, outline_marked_loops
-from enzcc.ad.typehints import is_hint, is_virtual_reverse, lower as lower_type_hints, lower_virtual_reverse
-from enzcc.ad.openmp import capture_floats_by_reference, forked_function_name, reductions_as_critical
+from enzcc.ad import calls as _families  # noqa: F401  (registers every call family: enzcc.ad.registry)
+from enzcc.ad.registry import (called_function, copy_preparations, global_shadow_sources, lowerings,
+                               module_preparations, prepared_checks)
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.dce import remove_dead_instructions
@@ -96,21 +91,12 @@ def _differentiate_text(text: str, target_machine, inline: str) -> tuple[str, in
         seen.add((fn.name, forward))
         if fn.name not in prep_names:
             prep_names[fn.name] = _make_prepared_copy(module, fn)
+        checks = prepared_checks()
         for inst in module.functions[prep_names[fn.name]].instructions():
-            if isinstance(inst, Call) and inst.callee_name == GLOBAL_CONTEXT:
-                raise ad_error(f"cannot differentiate '{fn.name}': it takes derivatives itself in a program that "
-                               "reads Enzyme's shadows of globals (__enzyme_shadow(address, width, lane)), and "
-                               "derivatives of that (nested AD) are not supported", inst)
-            if isinstance(inst, Call) and is_context_runtime(inst.callee_name) and \
-                    nested_context_call(inst) is None:
-                raise ad_error(f"cannot differentiate '{fn.name}': it calls {inst.callee_name}, and derivatives of "
-                               "code that asks the program's own shadows of globals (nested AD) are not "
-                               "supported", inst)
-            if isinstance(inst, Call) and inst.callee_name == DRIVER_MARK and not forward:
-                raise ad_error(f"cannot differentiate '{fn.name}' in reverse mode: it runs the reverse mode of a "
-                               "checkpointed loop (__enzyme_checkpoint_for/while), and reverse mode over that is not "
-                               "supported (forward mode over it is)", inst)
-            forked = forked_function_name(inst) or fixed_point_step(inst) or checkpoint_step(inst)
+            if isinstance(inst, Call):  # (what the call families refuse to differentiate)
+                for check in checks:
+                    check(fn, inst, forward)
+            forked = called_function(inst)
             if forked in module.functions and not module.functions[forked].is_declaration:
                 todo.append((module.functions[forked], forward))  # an OpenMP region's body, a fixed point's step
             elif isinstance(inst, Call) and is_kept_recursive(inst):
@@ -131,10 +117,9 @@ def _differentiate_text(text: str, target_machine, inline: str) -> tuple[str, in
     # (nested AD follows the tape's memory) or the code runs on a GPU
     module.enzcc_chunked_tape = len(calls) != len(every)  # (a later round differentiates these derivatives)
     module.enzcc_reuse_tape = len(calls) == len(every) and not module.targets_gpu
-    capture_floats_by_reference(module, prep_names)
-    steps = {}  # loops marked by __enzyme_set_fixed_point, outlined into step functions (kept: called)
-    for name in list(prep_names.values()):
-        steps.update((s, s) for s in outline_marked_loops(module, module.functions[name]))
+    steps = {}  # functions the families made to be differentiated as they are (outlined loop steps: kept)
+    for prepare_module in module_preparations():
+        steps.update((s, s) for s in prepare_module(module, prep_names) or ())
     count = differentiate_module(module, {**prep_names, **steps})
     for name in prep_names.values():
         module.remove_function(name)  # (its calls no longer count as uses of their callees)
@@ -143,17 +128,11 @@ def _differentiate_text(text: str, target_machine, inline: str) -> tuple[str, in
     return str(module), count
 
 
-#: ``__enzyme_*`` functions that are not entry points: (is a call to one, replace what is left of them once no
-#: more derivatives are made), in the order they are replaced (markers of fixed-point loops before the loops)
-_LOWERED_API = ((is_iter, lower_iterations), (is_set_fixed_point, lower_marks), (is_fixed_point, lower_fixed_points),
-                (is_checkpoint, lower_checkpoints),
-                (is_context_runtime, lower_contexts), (is_hint, lower_type_hints),
-                (is_virtual_reverse, lower_virtual_reverse))
-
-
 def _lower_api_calls(module) -> int:
-    """Replace the calls of :data:`_LOWERED_API` left in the module; returns how many there were."""
-    return sum(lower(module) for _, lower in _LOWERED_API)
+    """Replace the ``__enzyme_*`` calls that are no entry point (markers, hints, runtime calls: the families
+    register them with :func:`enzcc.ad.registry.register_lowering`) left in the module, in the order the
+    families asked (markers of fixed-point loops before the loops); returns how many there were."""
+    return sum(lower(module) for _, lower in lowerings())
 
 
 def _enzyme_calls(module: Module) -> list[Call]:
@@ -161,7 +140,7 @@ def _enzyme_calls(module: Module) -> list[Call]:
     if not any(n.startswith(ENZYME_PREFIX) for n in module.functions):
         return []
     return [c for c in calls_named(module, ENZYME_PREFIX)
-            if not any(lowered(c.callee_name) for lowered, _ in _LOWERED_API)]
+            if not any(lowered(c.callee_name) for lowered, _ in lowerings())]
 
 
 def ready_calls(module: Module, calls: list[Call]) -> list[Call]:
@@ -217,9 +196,11 @@ def _make_prepared_copy(module: Module, fn) -> str:
         copy._body_text, copy._body_line = fn._body_text, fn._body_line
     else:
         clone_body(fn, copy)
-    reductions_as_critical(copy)
+    for before in copy_preparations(before=True):  # (the families' own preparation: enzcc.ad.registry)
+        before(copy)
     prepare(copy)
-    advance_iterations(copy)
+    for after in copy_preparations(before=False):
+        after(copy)
     return copy.name
 
 
@@ -257,7 +238,10 @@ def differentiate_module(module: Module, prepared: dict[str, str] | None = None)
 
     logic = DerivedFunctions(module, prepared)
     calls = ready_calls(module, _enzyme_calls(module))
-    module.enzcc_active_globals = ActiveGlobals(module, prepared or {}, _context_functions(module, calls))
+    from_sources = set()  # (functions whose globals' shadows come from elsewhere: a context)
+    for source in global_shadow_sources():
+        from_sources |= source.functions(module, calls)
+    module.enzcc_active_globals = ActiveGlobals(module, prepared or {}, from_sources)
     forward_split = _forward_split_keys(module, calls)
     for call in calls:
         if isinstance(call, Invoke):  # C++: the __enzyme_* declaration may throw, as far as clang knows
@@ -275,20 +259,6 @@ def differentiate_module(module: Module, prepared: dict[str, str] | None = None)
             _replace_call(dc, logic.for_call(dc))
     logic.cleanup()
     return len(calls)
-
-
-def _context_functions(module, calls) -> set[str]:
-    """The functions some of ``calls`` differentiate with ``enzyme_context``, or with the program's own context
-    (:func:`enzcc.ad.context.uses_implicit_contexts`)."""
-    implicit = uses_implicit_contexts(module)
-    out = set()
-    for call in calls:
-        if any(marker_symbol(a) == CONTEXT_MARKER for a in call.args) or \
-                (implicit and mode_of(call.callee_name) in ("forward", "reverse")):
-            target = resolve_function(call.args[0]) if call.args else None
-            if isinstance(target, GlobalRef):
-                out.add(target.symbol)
-    return out
 
 
 def _forward_split_keys(module, calls) -> set:
@@ -479,13 +449,17 @@ def _replace_call(dc, G) -> None:
             args.append(_convert(b, spec.primal, spec.param.type))
             if spec.shadow is not None:
                 args += _lane_shadows(b, spec, dc.width)
-    if dc.context is not None:
-        pairs = copy_in(b, G.module, dc.fn.name, dc.context, dc.width)
-    else:
+    entered = None  # the shadows of globals: from a source the families registered (a context), else zeroed
+    for source in global_shadow_sources():
+        token = source.enter(b, G.module, dc)
+        if token is not None:
+            entered = (source, token)
+            break
+    if entered is None:
         zero_shadows(b, G.module, dc.fn.name, dc.width)
     result = b.call(G, args)
-    if dc.context is not None:
-        copy_out(b, pairs)
+    if entered is not None:
+        entered[0].leave(b, entered[1])
     rt = G.return_type
     want = call.type
     if dc.sret is not None:

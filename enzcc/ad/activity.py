@@ -10,55 +10,29 @@
 
 from __future__ import annotations
 
-from enzcc.ad.api import DUP, DUPNONEED, OUT
-from enzcc.ad.blas import routine
-from enzcc.ad.mirror import is_mirrored
+from enzcc.ad.api import DUP, DUPNONEED, OUT, has_float, has_pointer  # noqa: F401  (re-exported)
+from enzcc.ad.memory import ALLOCATORS, is_allocation  # noqa: F401  (re-exported)
+from enzcc.ad.registry import passes_arguments, rule_named
 from enzcc.ir import types as T
 from enzcc.ir.instructions import (Alloca, Call, Cast, ExtractElement, ExtractValue, GetElementPtr, InsertElement,
                                    InsertValue, Instruction, Load, Phi, Select, ShuffleVector, Store)
 from enzcc.ir.values import Argument, ConstantNull, ConstantPoison, ConstantUndef, GlobalRef, Value
 
-#: allocation functions whose result is fresh memory (shadowed when it holds floats)
-ALLOCATORS = {"malloc", "calloc", "realloc", "_Znwm", "_Znam", "aligned_alloc"}
 #: pointer-forwarding instructions
 _PTR_FORWARD = ("getelementptr", "bitcast", "addrspacecast", "phi", "select", "freeze")
 
 
-def has_float(ty: T.Type) -> bool:
-    """Whether a value of this type can carry a derivative."""
-    if isinstance(ty, T.FloatType):
-        return ty.kind in ("half", "bfloat", "float", "double", "fp128", "x86_fp80")
-    if isinstance(ty, T.VectorType):
-        return has_float(ty.element)
-    if isinstance(ty, T.ArrayType):
-        return has_float(ty.element)
-    if isinstance(ty, (T.StructType, T.NamedStructType)):
-        return any(has_float(e) for e in ty.elements)
-    return False
-
-
-def is_allocation(call) -> bool:
-    """A call that allocates memory: malloc & co., or a function registered with ``__enzyme_allocation_like``."""
-    name = call.callee_name
-    if not name:
-        return False
-    if name in ALLOCATORS:
-        return True
-    module = call.module
-    if module is None:
-        return False
-    from enzcc.ad.hints import hints_of
-
-    return name in hints_of(module).allocators
-
-
 def runs_program_code(call) -> bool:
-    """A call through which the program's own code gets the arguments: a call that was not inlined
-    (:func:`is_user_call`), an OpenMP fork (the region's function), ``__enzyme_fixed_point`` or a checkpointed
-    loop (the step)."""
-    name = call.callee_name or ""
-    return is_user_call(call) or name == "__kmpc_fork_call" or \
-        name.startswith(("__enzyme_fixed_point", "__enzyme_checkpoint_for", "__enzyme_checkpoint_while"))
+    """A call through which other code gets the arguments and may store them: a call that was not inlined
+    (:func:`is_user_call`), or one whose rule says so (an OpenMP fork runs the region's function, a
+    checkpointed loop its step, BLAS writes its arrays...: :mod:`enzcc.ad.registry`)."""
+    return is_user_call(call) or passes_arguments(call)
+
+
+def _result_is_shadowed(activity, call) -> bool:
+    """A call whose pointer result has derivatives because its rule says so."""
+    rule = rule_named(call.callee_name, call)
+    return rule is not None and rule.result_is_shadowed is not None and rule.result_is_shadowed(activity, call)
 
 
 def returns_shadow(call) -> bool:
@@ -88,17 +62,6 @@ def is_user_call(call) -> bool:
     hints = hints_of(module)
     return name not in hints.inactive and name not in hints.like and name not in hints.allocators and \
         name not in hints.deallocators  # (those have their own rules)
-
-
-def has_pointer(ty: T.Type) -> bool:
-    """Whether a value of this type is or contains a pointer."""
-    if isinstance(ty, T.PointerType):
-        return True
-    if isinstance(ty, T.ArrayType):
-        return has_pointer(ty.element)
-    if isinstance(ty, (T.StructType, T.NamedStructType)):
-        return any(has_pointer(e) for e in ty.elements)
-    return False
 
 
 class Activity:
@@ -141,11 +104,6 @@ class Activity:
         escaping, candidates = self._float_holding_allocations(insts)
         for a in escaping:
             self._mark(self.active_ptrs, a)
-        from enzcc.ad.context import nested_context_call
-
-        for inst in insts:  # a context made here: the shadows of globals an inner derivative accumulates into
-            if isinstance(inst, Call) and nested_context_call(inst) == "new":
-                self._mark(self.active_ptrs, inst)
         self.active_globals: list[GlobalRef] = []
         """The globals written by differentiated code (:mod:`enzcc.ad.globals`) this function uses."""
         module = getattr(fn, "module", None)
@@ -195,7 +153,7 @@ class Activity:
                 work.append(inst.operands[0])
             elif isinstance(inst, Store) and id(inst.pointer) in self.active_ptrs and has_float(inst.value.type):
                 work.append(inst.value)
-            elif isinstance(inst, Call) and (runs_program_code(inst) or routine(inst.callee_name)) and \
+            elif isinstance(inst, Call) and runs_program_code(inst) and \
                     (any(id(a) in self.active_ptrs for a in inst.args) or self.reaches_active_globals(inst) or
                      id(inst) in self.active_ptrs):
                 # the callee may store them in that memory, or in the memory it returns
@@ -211,8 +169,6 @@ class Activity:
 
     def _propagate_pointers(self, insts: list[Instruction]) -> None:
         """Active pointers forwarded (geps, casts, phis, loads of active memory...) to a fixpoint."""
-        from enzcc.ad.context import nested_context_call
-
         changed = True
         while changed:
             changed = False
@@ -245,12 +201,9 @@ class Activity:
                     changed |= self._mark(self.active_ptrs, inst)
                 elif isinstance(inst, Call) and inst.callee_name == "realloc" and id(inst.args[0]) in self.active_ptrs:
                     changed |= self._mark(self.active_ptrs, inst)  # the memory moves: so do its derivatives
-                elif isinstance(inst, Call) and is_mirrored(inst.callee_name) and \
-                        any(id(a) in self.active_ptrs for a in inst.args):
-                    changed |= self._mark(self.active_ptrs, inst)  # a node of a container with derivatives
-                elif isinstance(inst, Call) and id(inst.args[0] if inst.args else None) in self.active_ptrs and \
-                        nested_context_call(inst) == "shadow":
-                    changed |= self._mark(self.active_ptrs, inst)  # a global's shadow in a context
+                elif isinstance(inst, Call) and _result_is_shadowed(self, inst):
+                    # (a node of a container with derivatives, a global's shadow in a context: its rule says)
+                    changed |= self._mark(self.active_ptrs, inst)
 
     def _propagate_varied(self, insts: list[Instruction], inactive) -> None:
         """Varied floats: forward from active arguments and loads of shadowed memory, to a fixpoint."""
@@ -323,7 +276,7 @@ class Activity:
             root = self._unknown_root(inst.pointer, const_args)
             a = self._escaped_allocation(insts) if root is not None and not isinstance(root, Argument) else None
             if a is not None:
-                from enzcc.ad.shadow import describe_pointer
+                from enzcc.ad.errors import describe_pointer
 
                 raise ad_error(f"a value with derivatives is stored through a pointer taken from "
                                f"{describe_pointer(root)}, which has no shadow and may point to local memory with "
@@ -342,7 +295,7 @@ class Activity:
                         if r is not None:
                             read_back[id(r)] = r
             if root is not None and id(root) in read_back:
-                from enzcc.ad.shadow import describe_pointer
+                from enzcc.ad.errors import describe_pointer
 
                 if isinstance(root, GlobalRef):
                     from enzcc.ad.globals import global_roots
@@ -486,8 +439,7 @@ class Activity:
                         # the pointer itself is stored (into an object's field): its later uses, through a load
                         # of that field, are out of sight here, so it gets a shadow in case they read floats
                         escapes = True
-                elif isinstance(u, Call) and u.callee_name and (runs_program_code(u) or routine(u.callee_name)
-                                                                 or is_mirrored(u.callee_name)
+                elif isinstance(u, Call) and u.callee_name and (runs_program_code(u)
                                                                  or (u.callee_name == "posix_memalign"
                                                                      and use.index == 1)):
                     escapes = True
@@ -572,7 +524,7 @@ class Activity:
         if kind == "capture":  # code out of sight may keep the address and write through it later
             return True
         if kind == "call":
-            from enzcc.ad.adjoint import is_inactive_call
+            from enzcc.ad.prepare import is_inactive_call
 
             name = inst.callee_name or ""
             if name.startswith(_LIBRARY_PREFIXES) or (name and is_inactive_call(name)):
@@ -588,7 +540,7 @@ class Activity:
         later code could write through it: not when the parameter says ``captures(none)`` / ``nocapture``, for
         intrinsics, and for library functions known to keep such pointers only for themselves (C++ strings and
         streams: :data:`_LIBRARY_PREFIXES`) or to carry no derivatives (printf...)."""
-        from enzcc.ad.adjoint import is_inactive_call
+        from enzcc.ad.prepare import is_inactive_call
 
         name = call.callee_name or ""
         if not name:  # through a function pointer: program code only if a function here of that type may be it
@@ -611,7 +563,7 @@ class Activity:
     def _opaque(self, call: Call) -> bool:
         """A call to code enzcc does not see (a declaration it knows nothing about): it may read the
         program's globals."""
-        from enzcc.ad.adjoint import is_inactive_call
+        from enzcc.ad.prepare import is_inactive_call
 
         module = getattr(self.fn, "module", None)
         name = call.callee_name

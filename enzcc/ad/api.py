@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from enzcc.ad.errors import MissingBodyError, ad_error
 from enzcc.ir import types as T
 from enzcc.ad.memory import base_object
+from enzcc.ad.registry import request_completions
 from enzcc.ir.instructions import Alloca, Call, Cast, GetElementPtr, Load, Store
 from enzcc.ir.values import Argument, ConstantExpr, ConstantInt, GlobalRef, Value
 
@@ -67,6 +68,30 @@ def mode_of(callee: str | None) -> str | None:
     if callee.startswith(AUGMENTSIZE):
         return "size"
     return None
+
+
+def has_float(ty: T.Type) -> bool:
+    """Whether a value of this type can carry a derivative."""
+    if isinstance(ty, T.FloatType):
+        return ty.kind in ("half", "bfloat", "float", "double", "fp128", "x86_fp80")
+    if isinstance(ty, T.VectorType):
+        return has_float(ty.element)
+    if isinstance(ty, T.ArrayType):
+        return has_float(ty.element)
+    if isinstance(ty, (T.StructType, T.NamedStructType)):
+        return any(has_float(e) for e in ty.elements)
+    return False
+
+
+def has_pointer(ty: T.Type) -> bool:
+    """Whether a value of this type is or contains a pointer."""
+    if isinstance(ty, T.PointerType):
+        return True
+    if isinstance(ty, T.ArrayType):
+        return has_pointer(ty.element)
+    if isinstance(ty, (T.StructType, T.NamedStructType)):
+        return any(has_pointer(e) for e in ty.elements)
+    return False
 
 
 def is_float(ty: T.Type) -> bool:
@@ -164,7 +189,7 @@ class DiffCall:
     """``const`` / ``active`` from ``enzyme_const_return`` / ``enzyme_active_return``, else None (the
     default: a float result is active)."""
     context: Value | None = None
-    """``enzyme_context, ctx``: the shadows of globals come from this context (:mod:`enzcc.ad.context`)."""
+    """``enzyme_context, ctx``: the shadows of globals come from this context (:mod:`enzcc.ad.calls.context`)."""
 
     @property
     def active_return(self) -> bool:
@@ -225,30 +250,9 @@ def parse_call(call: Call, module) -> DiffCall:
         if unknown:
             raise ad_error(f"{unknown} is not supported by enzcc (known markers: "
                            f"{', '.join(sorted(MARKERS))})", call)
-    if "context" in extra:  # the context's width is the call's, where the code shows it
-        from enzcc.ad.context import context_width
-
-        known = context_width(extra["context"])
-        if known is not None and "width" in extra and known != extra["width"]:
-            raise ad_error(f"enzyme_width {extra['width']} with a context of width {known} in {callee}", call)
-        if known is not None and known < 1:
-            raise ad_error(f"a context of width {known} in {callee}", call)
-        if known is not None and known > 1:
-            if mode not in ("forward", "reverse"):
-                raise ad_error(f"vector mode (a context of width {known}) is supported with __enzyme_fwddiff and "
-                               f"__enzyme_autodiff, not {callee}", call)
-            extra["width"] = known
+    for complete in request_completions():  # (call-level markers of the families: a context's width...)
+        complete(call, module, mode, callee, extra)
     width = extra.get("width", 1)
-    if "context" not in extra and mode != "size":
-        from enzcc.ad.context import implicit_context, query_form
-
-        query = query_form(module)
-        if query is not None:  # Enzyme's own shadows of globals, which the program reads: its context
-            if mode not in ("forward", "reverse"):
-                raise ad_error(f"{callee} in a program that reads the shadows of globals with {query.name}(address, "
-                               "width, lane): split mode does not keep them (supported with __enzyme_autodiff and "
-                               "__enzyme_fwddiff)", call)
-            extra["context"] = implicit_context(call, module, width)
     for param in fn.args:
         value = take("the value", param)
         kind = marker_of(value)

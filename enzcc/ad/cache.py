@@ -12,9 +12,8 @@ from dataclasses import dataclass, field
 
 from enzcc.ad import shadow_reuse
 from enzcc.ad.activity import ALLOCATORS, has_float, is_allocation
-from enzcc.ad.adjoint import _IGNORED_INTRINSICS, TAPE_FREE
-from enzcc.ad.hints import rule_name
-from enzcc.ad.iters import is_iter
+from enzcc.ad.adjoint import TAPE_FREE
+from enzcc.ad.registry import rule_named
 from enzcc.ad.tape import slot_size
 from enzcc.ir import types as T
 from enzcc.ir.block import BasicBlock
@@ -30,6 +29,12 @@ from enzcc.ir.values import GlobalRef as GlobalRefType
 #: calls that write no memory the function reads (besides allocators): releases, and the size query that
 #: zeroes a shadow allocation over its usable size (enzcc.ad.shadow.zero_heap_shadow)
 _NOT_WRITING = ("free", "malloc_usable_size", shadow_reuse.TAKE, shadow_reuse.RELEASE)
+
+
+def _writes_no_memory(call) -> bool:
+    """Its call rule says it writes no memory the function reads (intrinsics without effect, libm, hints)."""
+    rule = rule_named(call.callee_name, call)
+    return rule is not None and rule.writes_no_memory
 
 
 @dataclass
@@ -331,9 +336,7 @@ class CacheUtility:
                 if name.startswith(("llvm.memcpy", "llvm.memmove", "llvm.memset")):
                     if not written(inst.args[0]):
                         return None
-                elif name in ALLOCATORS or name in _NOT_WRITING or \
-                        name.startswith(_IGNORED_INTRINSICS) or is_iter(name) or \
-                        self.rules.for_call(rule_name(self.module, name)) is not None:
+                elif name in ALLOCATORS or name in _NOT_WRITING or _writes_no_memory(inst):
                     continue
                 else:
                     return None

@@ -8,6 +8,26 @@ from enzcc.ir.builder import IRBuilder, const_float, const_zero
 from enzcc.ir.values import ConstantFloat, ConstantSplat, ConstantZero, Value
 
 
+def atomic_add(module, b: IRBuilder, ptr: Value, d: Value, align) -> None:
+    """``*ptr += d`` with atomic adds (each lane of a vector on its own): adjoints that other threads may add to
+    the same memory at the same time."""
+    from enzcc.ad.errors import ad_error
+    from enzcc.ir.values import ConstantInt
+
+    ty = d.type
+    if isinstance(ty, T.FloatType):
+        b.atomic_rmw("fadd", ptr, d, "monotonic", align=align)
+        return
+    if isinstance(ty, T.VectorType) and isinstance(ty.element, T.FloatType):
+        size = module.data_layout.store_size(ty.element)
+        for k in range(ty.count):
+            p = b.gep(ty.element, ptr, [ConstantInt(T.i64, k)]) if k else ptr
+            b.atomic_rmw("fadd", p, b.extract_element(d, ConstantInt(T.i64, k)), "monotonic",
+                         align=min(align or size, size) if k else align)
+        return
+    raise ad_error(f"adding adjoints of {ty} from several threads (an OpenMP parallel region) is not supported")
+
+
 def fail_at_run_time(module, b: IRBuilder, message: str) -> None:
     """At ``b``: write ``enzcc: message`` to standard error and abort (what a derivative cannot do, found
     only when it runs)."""

@@ -38,3 +38,18 @@ def ad_error(message: str, inst=None, fn=None, cls=ADError) -> ADError:
         if f"'{name}'" not in message:
             message = f"in function '{name}': {message}"
     return cls(message, where)
+def describe_pointer(v) -> str:
+    """Names a pointer for a message: its source-level name when it has one, else what produced it (never
+    an unnumbered ``%<badref>``)."""
+    from enzcc.ir.instructions import Call, Instruction
+
+    name = getattr(v, "name", None)
+    if isinstance(v, Instruction):
+        what = (f"call to '{v.callee_name}'" if v.callee_name else "a call through a function pointer") \
+            if isinstance(v, Call) else f"'{v.opcode}'"
+        return f"pointer %{name} (from {what})" if name and not name.isdigit() else f"the pointer from {what}"
+    if name:
+        return f"pointer {'@' if hasattr(v, 'symbol') else '%'}{name}"
+    return f"pointer {v}"
+
+

@@ -6,22 +6,16 @@ scalar for floats, a shadow pointer for memory) and returns the tangent of the r
 
 from __future__ import annotations
 
-from enzcc.ad.activity import Activity, has_float, is_allocation, is_user_call
-from enzcc.ad.logic import call_kinds, check_call_signature
+from enzcc.ad.activity import Activity, has_float, is_user_call
+from enzcc.ad.usercalls import call_kinds, check_call_signature
 from enzcc.ad.api import DUP, DUPNONEED, DiffCall, is_float
-from enzcc.ad.emit import add_values, call_again, emit_partial, times, zero
+from enzcc.ad.emit import add_values, emit_partial, times, zero
 from enzcc.ad.errors import ad_error, no_rule_error
 from enzcc.ad.memory import memory_types_for
-from enzcc.ad import checkpoint, custom, fixed_point
-from enzcc.ad.checkpoint import is_checkpoint
-from enzcc.ad.context import nested_context_call, zero_nested_shadows
-from enzcc.ad.fixed_point import is_fixed_point
-from enzcc.ad.hints import hints_of, rule_name
-from enzcc.ad.prepare import finalize, inactive_functions, new_derivative_function, prepare
-from enzcc.ad.adjoint import _IGNORED_INTRINSICS, is_inactive_call
+from enzcc.ad.hints import hints_of
+from enzcc.ad.prepare import finalize, inactive_functions, is_inactive_call, new_derivative_function, prepare
 from enzcc.ad.rules import load_rules
-from enzcc.ad import blas
-from enzcc.ad import complex as complex_
+from enzcc.ad.registry import rule_for
 from enzcc.ad.shadow import Shadows, describe_pointer
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
@@ -247,14 +241,15 @@ class ForwardMode:
         if total is not None:
             self._set(inst, total)
 
+    def carries_derivatives(self, inst: Call) -> bool:
+        """Whether derivatives flow through ``inst``: it is given a tangent or memory with derivatives, or its
+        pointer result has derivatives (it returns its shadow, whatever its arguments)."""
+        act = self.activity
+        return any(id(a) in self.tangents for a in inst.args) or any(act.is_active_ptr(a) for a in inst.args) or \
+            id(inst) in self.shadows.call_shadows
+
     def _tangent_of_call(self, inst: Call) -> None:
         name = inst.callee_name or ""
-        act = self.activity
-        if name == "__kmpc_fork_call" and len(inst.args) > 2 and isinstance(inst.args[2], GlobalRef) and \
-                any(m in inst.args[2].symbol for m in ("__enzcc_omp_augmented_", "__enzcc_omp_reverse_")):
-            # (its tape slots and adjoints were taken as carrying no tangent: the result was zeros)
-            raise ad_error("forward mode over the reverse mode of an OpenMP parallel region (a Hessian-vector "
-                           "product of a gradient whose function has a parallel region) is not supported", inst)
         dealloc = hints_of(self.module).deallocators.get(name)
         if dealloc is not None:  # a registered deallocation: the shadow goes with the primal (_releases_shadow)
             j = dealloc[1].index(-1)
@@ -264,96 +259,15 @@ class ForwardMode:
                 args[j] = self.shadows.of(p)
                 IRBuilder.after(inst).call(self.module.functions[name], args)
             return
-        if name.startswith(_IGNORED_INTRINSICS) or name in inactive_functions(self.module):
+        if name in inactive_functions(self.module):
             return
-        if name.startswith("llvm.memset"):
-            if act.is_active_ptr(inst.args[0]):
-                b = IRBuilder.after(inst)
-                b.memset(self.shadows.of(inst.args[0], inst), 0, inst.args[2])
+        rule = rule_for(inst)
+        if rule is not None and rule.forward is not None and rule.forward(self, inst):
             return
-        if name.startswith(("llvm.memcpy", "llvm.memmove")):
-            dest, src = inst.args[0], inst.args[1]
-            if act.is_active_ptr(dest):
-                b = IRBuilder.after(inst)
-                if act.is_active_ptr(src):
-                    call_again(inst, [self.shadows.of(dest, inst), self.shadows.of(src, inst), *inst.args[2:]])
-                else:
-                    b.memset(self.shadows.of(dest, inst), 0, inst.args[2])
+        if not self.carries_derivatives(inst):
             return
-        if is_allocation(inst) or name == "posix_memalign":
-            return  # the shadow allocation was made with the shadows
-        if checkpoint.is_snapshot_call(name):
-            checkpoint.forward_snapshot(self, inst)
-            return
-        nested = nested_context_call(inst)
-        if nested is not None:  # (a context's tangent, and shadows in it, were made with the shadows)
-            if nested == "zero" and act.is_active_ptr(inst.args[0]):
-                zero_nested_shadows(self.shadows, inst)
-            return
-        if name in ("free", "_ZdlPv", "_ZdlPvm", "_ZdaPv"):
-            # the primal is released: so is its shadow (shadows made here come from malloc)
-            p = inst.args[0]
-            if self._releases_shadow(p):
-                free = self.module.get_or_insert_function("free", T.FunctionType(T.void, (T.ptr,)))
-                IRBuilder.after(inst).call(free, [self.shadows.of(p)])
-            return
-        if name.startswith("llvm.vector.reduce.fadd"):
-            if any(id(a) in self.tangents for a in inst.args):
-                b = IRBuilder.after(inst)
-                start, vec = inst.args
-                self._set(inst, b.call_intrinsic("llvm.vector.reduce.fadd", [self._t(start), self._t(vec)],
-                                                 overload_types=[vec.type]))
-            return
-        rule = self.rules.for_call(rule_name(self.module, name)) if name else None
-        has_tangent_args = any(id(a) in self.tangents for a in inst.args)
-        if rule is not None:
-            if not has_tangent_args or not has_float(inst.type):
-                return
-            self._rule_tangent(IRBuilder.after(inst), rule, inst.args, inst)
-            return
-        active_ptr_args = [a for a in inst.args if act.is_active_ptr(a)]
-        if not has_tangent_args and not active_ptr_args and id(inst) not in self.shadows.call_shadows:
-            return  # (a call whose pointer result has derivatives returns its shadow, whatever its arguments)
-        if blas.routine(name):
-            blas.forward(self, inst)
-            return
-        if complex_.handles(inst):
-            complex_.forward(self, inst)
-            return
-        if self.width > 1 and name in hints_of(self.module).derivative:
-            raise ad_error(f"vector mode (enzyme_width) with a call to '{name}', which has a registered derivative "
-                           "(it takes one tangent), is not supported", inst)
-        hints = hints_of(self.module)
-        if self.split and name in hints.splitderivative:  # the user's own, for forward split mode
-            made, result = custom.split_forward_call(self, inst)
-            self.primal_returns.update({k: result for k, v in self.primal_returns.items() if v is inst})
-            k = next(j for j, i in enumerate(self.primal_instructions) if i is inst)
-            self.primal_instructions[k:k + 1] = made
-            self.primal_callees.pop(id(inst), None)
-            self.primal_callees[id(made[0])] = made[0].callee_name
-            return
-        if name in hints.derivative:  # the user's own derivative
-            if self.split:
-                raise ad_error(f"forward split mode with a call to '{name}', whose registered forward derivative "
-                               "computes the result and the tangent in one call: register a split derivative "
-                               "(__enzyme_register_splitderivative_*) for it", inst)
-            custom.forward_call(self, inst)
-            return
-        if name in hints.splitderivative:
-            raise ad_error(f"'{name}' has only a forward split mode derivative registered "
-                           "(__enzyme_register_splitderivative_*); register a forward derivative "
-                           "(__enzyme_register_derivative_*) to differentiate this call in forward mode", inst)
         if self.logic is not None and is_user_call(inst):
             self._tangent_of_user_call(inst)
-            return
-        if name == "__kmpc_fork_call" and self.logic is not None:
-            self._tangent_of_fork_call(inst)
-            return
-        if is_fixed_point(name) and self.logic is not None:
-            fixed_point.forward(self, inst)
-            return
-        if is_checkpoint(name) and self.logic is not None:
-            checkpoint.forward(self, inst)
             return
         if is_inactive_call(name):
             return
@@ -369,28 +283,6 @@ class ForwardMode:
             return False
         shadow = self.shadows.of(p)
         return shadow is not p and not isinstance(shadow, (ConstantNull, GlobalRef))
-
-    def _tangent_of_fork_call(self, inst: Call) -> None:
-        """OpenMP's ``__kmpc_fork_call(loc, n, outlined, captured...)`` runs ``outlined(&gtid, &btid,
-        captured...)`` in every thread of a parallel region. It forks the outlined function's forward derivative
-        instead, each captured pointer to memory with derivatives followed by its shadow: the tangent code runs
-        in the same threads and loop chunks as the primal it belongs to."""
-        from enzcc.ad.openmp import check_body, region
-        from enzcc.ir.values import ConstantInt, ConstantNull
-
-        loc, _, _, *captured = inst.args
-        fn, kinds = region(self, inst)
-        check_body(self.module, fn, reverse=False)
-        F = self.logic.forward_of_call(inst, fn, kinds, [ConstantNull(T.ptr), ConstantNull(T.ptr), *captured])
-        args = []
-        for a, k in zip(captured, kinds[2:]):
-            args.append(a)
-            if k == DUP:
-                args.append(self.shadows.of(a, inst))
-        IRBuilder.before(inst).call(self.module.functions[inst.callee_name],
-                                    [loc, ConstantInt(T.i32, len(args)), self.module.global_ref(F.name), *args])
-        inst.erase()
-
 
     def _lane_call(self, inst: Call, emit, lane_data) -> None:
         """Vector mode: ``inst`` becomes one call for all lanes. Each lane gives ``lane_data`` (its shadows and

@@ -20,7 +20,7 @@ the primal computation with tangent code:
   of calls with side effects.
 
 A call to a function with a registered split derivative (``__enzyme_register_splitderivative_*``,
-:func:`enzcc.ad.custom.split_forward_call`) becomes a call to its augmented primal in the first half, whose
+:func:`enzcc.ad.calls.custom.split_forward_call`) becomes a call to its augmented primal in the first half, whose
 result (with its own tape) is kept on the tape like any call's, and a call to its tangent in the second.
 
 The tape is ``{i64 tag, {ptr, i64 used, i64 capacity} growing part, fixed slots...}``. The tag names the

@@ -13,10 +13,7 @@ no derivative. ``__enzyme_reverse`` is the exception: it continues what its ``__
 
 from __future__ import annotations
 
-from enzcc.ad.context import eligible
-from enzcc.ad.checkpoint import step_name as checkpoint_step
-from enzcc.ad.fixed_point import step_name as fixed_point_step
-from enzcc.ad.openmp import forked_function_name
+from enzcc.ad.registry import called_function
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.instructions import Call, Cast, GetElementPtr, Phi, Select, Store
 from enzcc.ir.values import ConstantExpr, GlobalRef, Value
@@ -27,7 +24,7 @@ _WRITES = ("llvm.memcpy", "llvm.memmove", "llvm.memset")
 def writable_global(module, symbol: str):
     """The global variable ``@symbol`` if it is a definition enzcc can shadow (mutable, defined here, holding
     floating-point data), else None."""
-    from enzcc.ad.activity import has_float
+    from enzcc.ad.api import has_float
     from enzcc.ad.hints import hints_of
 
     gv = module.globals.get(symbol)
@@ -96,13 +93,28 @@ def used_globals(fn, skip_callees: bool = False) -> set[str]:
     return out
 
 
+def eligible(module, symbol: str):
+    """The global ``@symbol`` if a context holds a shadow of it: defined here, mutable, holding floats or
+    pointers, not enzcc's or the API's own."""
+    from enzcc.ad.api import has_float, has_pointer
+
+    gv = module.globals.get(symbol)
+    if gv is None or gv.kind != "global" or gv.is_constant or gv.is_declaration or gv.value_type is None:
+        return None
+    if symbol.startswith(("llvm.", "__enzcc", "enzyme_", "__enzyme_")):
+        return None
+    if not (has_float(gv.value_type) or has_pointer(gv.value_type)):
+        return None
+    return gv
+
+
 class ActiveGlobals:
     """Which globals of a module hold derivatives, and which of them each differentiated function reaches."""
 
     def __init__(self, module, prepared: dict[str, str], context_functions: set[str] = frozenset()):
         self.names: set[str] = set()
         """Globals written by some prepared (differentiated) function, and those a function differentiated
-        with ``enzyme_context`` uses (:mod:`enzcc.ad.context`)."""
+        with ``enzyme_context`` uses (:mod:`enzcc.ad.calls.context`)."""
         self._calls: dict[str, set[str]] = {}
         """Prepared function -> the original names of the prepared functions it calls."""
         self._uses: dict[str, set[str]] = {}
@@ -114,8 +126,7 @@ class ActiveGlobals:
             self._uses[orig] = used_globals(fn)
             self._calls[orig] = {i.callee_name for i in fn.instructions()
                                  if isinstance(i, Call) and i.callee_name in prepared}
-            self._calls[orig] |= {forked_function_name(i) or fixed_point_step(i) or checkpoint_step(i)
-                                  for i in fn.instructions()} & prepared.keys()
+            self._calls[orig] |= {called_function(i) for i in fn.instructions()} & prepared.keys()
         self.in_context: set[str] = set()
         """The globals with derivatives only because a context gives them shadows (read-only ones, pointers)."""
         for name in context_functions:
@@ -198,7 +209,7 @@ def declared_shadow(module, symbol: str) -> str | None:
 
 def zero_shadows(b: IRBuilder, module, fn_name: str, width: int = 1) -> None:
     """Before an ``__enzyme_*`` call of ``fn_name``: zero the shadows of the globals it uses."""
-    from enzcc.ad.activity import has_pointer
+    from enzcc.ad.api import has_pointer
     from enzcc.ad.errors import ad_error
 
     info = getattr(module, "enzcc_active_globals", None)

@@ -17,7 +17,7 @@
   releases. Shadows are made and released with the same functions.
 - ``void *__enzyme_register_gradient_f[3] = {(void *)f, (void *)f_aug, (void *)f_rev};`` and
   ``void *__enzyme_register_derivative_f[2] = {(void *)f, (void *)f_fwd};``: derivatives the user wrote, called
-  instead of differentiating ``f`` (:mod:`enzcc.ad.custom` has the calling conventions).
+  instead of differentiating ``f`` (:mod:`enzcc.ad.calls.custom` has the calling conventions).
 - ``void *__enzyme_register_splitderivative_f[3] = {(void *)f, (void *)f_aug, (void *)f_err};``: forward split
   mode's derivative the user wrote (``__enzyme_augmentfwd`` calls ``f_aug``, ``__enzyme_fwdsplit`` calls
   ``f_err`` with its tape). Other modes do not use it: an active call there is a one-line error unless a

@@ -11,7 +11,7 @@ import re
 from enzcc.ir.block import BasicBlock
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.clone import clone_blocks
-from enzcc.ad.activity import ALLOCATORS
+from enzcc.ad.memory import ALLOCATORS
 from enzcc.ad.errors import ad_error
 from enzcc.ad.globals import used_globals
 from enzcc.ad.memory import base_object, byte_offset
@@ -353,7 +353,7 @@ def _global_of(v):
 
 def _is_object(v) -> bool:
     """A local object: a stack slot or fresh heap memory (``malloc``, ``new``...)."""
-    from enzcc.ad.activity import is_allocation
+    from enzcc.ad.memory import is_allocation
 
     return isinstance(v, Alloca) or (isinstance(v, Call) and is_allocation(v))
 

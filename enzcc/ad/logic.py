@@ -106,7 +106,7 @@ class DerivedFunctions:
                       parallel: bool = False, width: int = 1, shadow_return: bool = False):
         """``callee``'s (augmented primal, reverse) pair for a call with argument activity ``kinds``
         (:mod:`enzcc.ad.split`). ``args``: as for :meth:`forward_of_call`. ``parallel``: the reverse runs in
-        several threads at once (an OpenMP parallel region: :mod:`enzcc.ad.openmp`). ``width``: vector mode,
+        several threads at once (an OpenMP parallel region: :mod:`enzcc.ad.calls.openmp`). ``width``: vector mode,
         each shadow (and the result's adjoint) once per lane. ``shadow_return``: the callee returns a pointer
         to memory with derivatives, and the augmented primal returns its shadow after it."""
         from enzcc.ad.split import make_split
@@ -139,48 +139,4 @@ def _call_site(call, callee, kinds, mode: str, args=None, width: int = 1) -> Dif
     return DiffCall(call, mode, callee, specs, width=width)
 
 
-def needs_inlining(ty) -> bool:
-    """A parameter or result type that derived functions do not pass: an aggregate holding pointers or floats
-    (a Rust slice, a struct by value), a pointer returned. Calls with such types are inlined (``auto``) or
-    refused (:func:`check_call_signature`)."""
-    from enzcc.ad.activity import has_float, has_pointer
-
-    scalar = isinstance(ty, (T.FloatType, T.IntType, T.PointerType, T.VoidType)) or \
-        (isinstance(ty, T.VectorType) and isinstance(ty.element, T.FloatType))
-    return not scalar and (has_float(ty) or has_pointer(ty))
-
-
-def check_call_signature(call, activity) -> None:
-    """Refuse a call that is not inlined and whose arguments or result the derived functions cannot pass with
-    their derivatives (see :func:`needs_inlining`). (A pointer returned comes back with its shadow.)"""
-    what = None
-    if needs_inlining(call.type):
-        what = f"returns {call.type}"
-    else:
-        for i, a in enumerate(call.args):
-            if needs_inlining(a.type) and (activity.is_active_ptr(a) or activity.is_active(a)):
-                what = f"takes {a.type} (argument {i + 1}) with derivatives"
-                break
-    if what is not None:
-        raise not_inlined_error(call, what)
-
-
-def call_kinds(call, activity, has_derivative, float_kind: str) -> tuple[str, ...]:
-    """Activity of each argument of a call to a user function: ``dup`` for pointers to memory with
-    derivatives, ``float_kind`` (``dup`` in forward mode, ``out`` in reverse mode) for floats with a
-    derivative (``has_derivative``), ``const`` otherwise."""
-    from enzcc.ad.api import is_float
-
-    return tuple("dup" if isinstance(a.type, T.PointerType) and activity.is_active_ptr(a) else
-                 float_kind if is_float(a.type) and has_derivative(a) else "const" for a in call.args)
-
-
-def not_inlined_error(call, what: str):
-    """The error for a call that is not inlined and passes ``what`` the derived functions cannot carry."""
-    from enzcc.ad.errors import ad_error
-
-    return ad_error(f"'{call.callee_name}' {what} and is not inlined (it is recursive, or --ad-inline says so): "
-                    "such calls are not supported", call)
-
-
-__all__ = ["DerivedFunctions", "call_kinds", "check_call_signature", "needs_inlining", "not_inlined_error"]
+__all__ = ["DerivedFunctions"]

@@ -13,7 +13,7 @@ import re
 
 from enzcc.ir import types as T
 from enzcc.ad.errors import ad_error
-from enzcc.ad.typehints import hinted_type
+from enzcc.ad.registry import rule_named
 from enzcc.ir.instructions import Alloca, Call, Cast, GetElementPtr, Load, Phi, Select, Store
 from enzcc.ir.values import ConstantInt, GlobalRef, Value
 
@@ -22,6 +22,24 @@ _TBAA_FLOATS = {"double": T.FloatType("double"), "float": T.FloatType("float"),
 #: TBAA names of integer types (C and C++; ``omnipotent char`` is any type, so it is not among them)
 _TBAA_INT_BITS = {"bool": 8, "_Bool": 8, "short": 16, "int": 32, "long": 64, "long long": 64, "__int128": 128}
 _TBAA_INTS = tuple(_TBAA_INT_BITS)
+
+
+#: allocation functions whose result is fresh memory (shadowed when it holds floats)
+ALLOCATORS = {"malloc", "calloc", "realloc", "_Znwm", "_Znam", "aligned_alloc"}
+
+def is_allocation(call) -> bool:
+    """A call that allocates memory: malloc & co., or a function registered with ``__enzyme_allocation_like``."""
+    name = call.callee_name
+    if not name:
+        return False
+    if name in ALLOCATORS:
+        return True
+    module = call.module
+    if module is None:
+        return False
+    from enzcc.ad.hints import hints_of
+
+    return name in hints_of(module).allocators
 
 
 def base_object(p: Value) -> Value:
@@ -74,8 +92,8 @@ class MemoryTypes:
                     self._note(inst.pointer, inst.value.type)
             elif isinstance(inst, Alloca):
                 self._types.setdefault(id(inst), set()).update(_declared_kinds(inst.allocated_type))
-            elif isinstance(inst, Call) and inst.args and hinted_type(inst.callee_name) is not None:
-                self._note(inst.args[0], hinted_type(inst.callee_name))  # (__enzyme_double(p) and the like)
+            elif isinstance(inst, Call) and inst.args and _declared_type(inst) is not None:
+                self._note(inst.args[0], _declared_type(inst))  # (__enzyme_double(p) and the like)
 
     def _note(self, p: Value, ty: T.Type) -> None:
         base = base_object(p)
@@ -409,6 +427,17 @@ def _declared_kinds(ty: T.Type) -> set:
     return {ty}
 
 
+def _declared_type(call):
+    """The type a call's rule says the memory its first argument points to holds (a type hint), or None."""
+    rule = rule_named(call.callee_name)
+    return rule.declares_type if rule is not None else None
+
+
+def is_thread_private(p: Value) -> bool:
+    """``p`` points into the function's own stack (memory no other thread touches)."""
+    return isinstance(base_object(p), Alloca)
+
+
 def memory_types_for(dc, fn, params: list[Value]) -> MemoryTypes:
     """:class:`MemoryTypes` of ``fn`` (a copy of ``dc.fn`` whose primal parameters are ``params``), with what
     the caller's memory at the ``__enzyme_*`` call ``dc`` shows about each pointer argument."""
@@ -525,4 +554,4 @@ def _tbaa_type_name(module, tag_text: str | None, depth: int = 0) -> str | None:
     return None
 
 
-__all__ = ["MemoryTypes", "base_object", "byte_offset", "call_site_kinds", "memory_types_for"]
+__all__ = ["ALLOCATORS", "MemoryTypes", "is_allocation", "base_object", "byte_offset", "call_site_kinds", "is_thread_private", "memory_types_for"]

@@ -12,6 +12,7 @@ from enzcc.ir.clone import clone_blocks
 from enzcc.ad.errors import ad_error
 from enzcc.ad.globals import expand_global_addresses
 from enzcc.ad.inline import inline_all
+from enzcc.ad.registry import is_inactive
 from enzcc.ad.rules import load_rules
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
@@ -349,7 +350,7 @@ def should_inline(callee: Function, policy: str) -> bool:
         return True
     if policy == "none":
         return False
-    from enzcc.ad.logic import needs_inlining
+    from enzcc.ad.usercalls import needs_inlining
 
     if isinstance(callee.return_type, T.PointerType) or needs_inlining(callee.return_type) or \
             any(needs_inlining(t) for t in callee.function_type.params):
@@ -542,6 +543,13 @@ def _retype_web(members, ty) -> None:
         m.drop_all_references()
     for m in members:
         m.erase()
+
+def is_inactive_call(name: str) -> bool:
+    """Calls that never carry derivatives: those a call rule says so of (output, time, exit, the OpenMP runtime's
+    bookkeeping, hints...: :mod:`enzcc.ad.registry`), and those whose effect on memory was made an ordinary store
+    when the function was prepared (input: :data:`INPUT_CALLS`)."""
+    return is_inactive(name) or name in INPUT_CALLS
+
 
 def inactive_functions(module) -> frozenset:
     """Functions the user declared to never carry derivatives (``__enzyme_inactivefn``, the ``enzyme_inactive``

@@ -42,8 +42,15 @@ from enzcc.ir.builder import IRBuilder
 from enzcc.ir.cfg import DominatorTree, LoopInfo, reverse_post_order
 from enzcc.ir.instructions import BinaryOp, Call, CondBr, GetElementPtr, ICmp, Instruction, Phi, Store
 from enzcc.ir.values import Constant, ConstantInt, ConstantNull, Value
-from enzcc.ad.adjoint import INACTIVE_CALLS, TAPE_FREE, AdjointGenerator
+from enzcc.ad.adjoint import TAPE_FREE, AdjointGenerator
+from enzcc.ad.registry import rule_for
 from enzcc.ad.cache import CacheUtility, _Cached
+
+
+def _reversed_once(call: Call) -> bool:
+    """Vector mode: the call's reverse is made once for all lanes (its rule says so)."""
+    rule = rule_for(call)
+    return rule is not None and rule.reverse_once_for_lanes
 
 
 class ReverseMode(AdjointGenerator, CacheUtility):
@@ -56,7 +63,7 @@ class ReverseMode(AdjointGenerator, CacheUtility):
         self.logic = logic
         """The cache of derived functions (for calls that were not inlined)."""
         self.parallel = parallel
-        """The reverse code runs in the threads of an OpenMP parallel region (:mod:`enzcc.ad.openmp`): adjoints
+        """The reverse code runs in the threads of an OpenMP parallel region (:mod:`enzcc.ad.calls.openmp`): adjoints
         go to shared memory with atomic adds, barriers and critical sections are mirrored."""
         self.split = split
         self.shadow_return = False
@@ -157,7 +164,6 @@ class ReverseMode(AdjointGenerator, CacheUtility):
         self.written_bases = None if self.split else self._written_bases()
         """Argument and global memory the function writes (:meth:`_written_bases`); None: unknown."""
         self._prepare_user_calls()
-        self._prepare_blas_calls()
         self._add_loop_counters()
         # reverse code
         self.rev = {}
@@ -251,12 +257,9 @@ class ReverseMode(AdjointGenerator, CacheUtility):
         checkpointed loop) gets a block of its own. The reverse code of a block is made lane after lane; alone
         in its block, the call's reverse (made with the last lane) comes after every lane's reverse of what
         follows it and before every lane's reverse of what precedes it."""
-        from enzcc.ad.adjoint import _LOOP_APIS
-
         for block in list(self.G.blocks):
             for inst in list(block.instructions):
-                if isinstance(inst, Call) and (is_user_call(inst) or
-                                               any(is_api(inst.callee_name) for is_api, _ in _LOOP_APIS)):
+                if isinstance(inst, Call) and (is_user_call(inst) or _reversed_once(inst)):
                     if inst is not inst.parent.instructions[0]:
                         inst.parent.split_before(inst)
                     nxt = inst.next
@@ -565,4 +568,4 @@ class ReverseMode(AdjointGenerator, CacheUtility):
             b.ret(agg)
 
 
-__all__ = ["ReverseMode", "INACTIVE_CALLS"]
+__all__ = ["ReverseMode"]

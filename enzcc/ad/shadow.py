@@ -9,16 +9,21 @@ from __future__ import annotations
 
 from enzcc.ad import shadow_reuse
 from enzcc.ad.activity import ALLOCATORS, Activity, has_pointer, is_allocation, returns_shadow
-from enzcc.ad.context import nested_context_call, shadow_of_nested_call
-from enzcc.ad.errors import ad_error
+from enzcc.ad.errors import ad_error, describe_pointer  # noqa: F401  (re-exported)
 from enzcc.ad.memory import base_object
-from enzcc.ad.mirror import is_mirrored, mirror_call
+from enzcc.ad.registry import rule_named
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.cfg import reverse_post_order
 from enzcc.ir.instructions import (Alloca, Call, Cast, ExtractValue, Freeze, GetElementPtr, InsertValue, Instruction,
                                    Load, Phi, Select, Store)
 from enzcc.ir.values import ConstantExpr, ConstantInt, ConstantNull, ConstantPoison, ConstantUndef, Placeholder, Value
+
+
+def _rule_hook(call, hook: str):
+    """The hook ``hook`` of a call's rule (:mod:`enzcc.ad.registry`), or None."""
+    rule = rule_named(call.callee_name, call)
+    return getattr(rule, hook) if rule is not None else None
 
 
 def _null_based(v: Value, seen: set | None = None) -> bool:
@@ -98,9 +103,8 @@ class Shadows:
                     elif isinstance(inst, Call) and inst.callee_name == "posix_memalign" and \
                             self.activity.is_active_ptr(inst.args[0]):
                         self._shadow_posix_memalign(inst)
-                    elif isinstance(inst, Call) and is_mirrored(inst.callee_name) and not self.has(inst) and \
-                            any(self.activity.is_active_ptr(a) for a in inst.args):
-                        mirror_call(self, inst)  # (a container's nodes linked: the shadow nodes too)
+                    elif isinstance(inst, Call) and not self.has(inst) and _rule_hook(inst, "mirror") is not None:
+                        _rule_hook(inst, "mirror")(self, inst)  # (a container's nodes linked: shadow nodes too)
                     continue
                 if isinstance(inst, Phi):
                     sp = Phi(inst.type)
@@ -146,13 +150,8 @@ class Shadows:
                                                                         list(inst.indices)))
                 elif isinstance(inst, Call) and is_allocation(inst):
                     self._set(inst, self._shadow_allocation(inst))
-                elif isinstance(inst, Call) and is_mirrored(inst.callee_name):
-                    self._set(inst, mirror_call(self, inst))
-                elif isinstance(inst, Call) and nested_context_call(inst) is not None:
-                    if self.activity.mode != "forward":
-                        raise ad_error(f"reverse mode over code that calls {inst.callee_name} (an enzyme_context) "
-                                       "is not supported; forward mode over it is", inst, fn=self.fn)
-                    self._set(inst, shadow_of_nested_call(self, inst))
+                elif isinstance(inst, Call) and _rule_hook(inst, "shadow") is not None:
+                    self._set(inst, _rule_hook(inst, "shadow")(self, inst))  # (its rule makes it)
                 elif isinstance(inst, Call) and returns_shadow(inst):
                     # its augmented primal (forward derivative) returns the shadow, one per lane: it takes this
                     # stand-in's place (see AdjointGenerator._prepare_user_calls, ForwardMode._tangent_of_user_call)
@@ -176,7 +175,7 @@ class Shadows:
             return v  # an offset from null (a std::vector's end when it is empty) points to no memory
 
         from enzcc.ad.activity import is_user_call
-        from enzcc.ad.logic import not_inlined_error
+        from enzcc.ad.usercalls import not_inlined_error
 
         if isinstance(v, Call) and is_user_call(v):
             raise not_inlined_error(v, f"returns {v.type}")
@@ -279,19 +278,6 @@ class Shadows:
     def shadow_or_null(self, p: Value) -> Value:
         """The shadow of ``p``, or null for a pointer into memory without derivatives."""
         return self._map.get(id(p)) or ConstantNull(T.ptr)
-
-
-def describe_pointer(v: Value) -> str:
-    """Names a pointer for a message: its source-level name when it has one, else what produced it (never
-    an unnumbered ``%<badref>``)."""
-    name = getattr(v, "name", None)
-    if isinstance(v, Instruction):
-        what = (f"call to '{v.callee_name}'" if v.callee_name else "a call through a function pointer") \
-            if isinstance(v, Call) else f"'{v.opcode}'"
-        return f"pointer %{name} (from {what})" if name and not name.isdigit() else f"the pointer from {what}"
-    if name:
-        return f"pointer {'@' if hasattr(v, 'symbol') else '%'}{name}"
-    return f"pointer {v}"
 
 
 def zero_heap_shadow(b: IRBuilder, module, s: Value, size: Value) -> None:

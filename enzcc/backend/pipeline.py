@@ -241,7 +241,7 @@ def run_pipeline(mod: llvm.ModuleRef, opts: PipelineOptions, tm: llvm.TargetMach
     with TIMES.stage("optimize", f"-O{opts.opt_level}"):
         # before AD, keep loops scalar: vectorization comes in the run after AD; a loop marked by
         # __enzyme_set_fixed_point must stay a loop (none is unrolled in such a module before AD)
-        from enzcc.ad.outline import SET_FIXED_POINT
+        from enzcc.ad.calls.outline import SET_FIXED_POINT
 
         marked = needs_ad and any(L.value_name(f).startswith(SET_FIXED_POINT) for f in mod.functions)
         before = opts.vectorizers()

@@ -1,7 +1,7 @@
 """OpenMP parallel regions at -O0..-O3 (``enzcc -fopenmp``). Forward mode forks each region's outlined function
 again as its forward derivative; reverse mode forks its augmented primal (a tape per thread) and, in the reverse
 sweep, its reverse with atomic adds to shared adjoints and mirrored barriers and critical sections
-(:mod:`enzcc.ad.openmp`); reduction clauses and floats captured by value (``firstprivate``) included. What is
+(:mod:`enzcc.ad.calls.openmp`); reduction clauses and floats captured by value (``firstprivate``) included. What is
 not supported is a one-line error: in reverse mode, a dynamic schedule and critical sections (or reductions)
 that do more than add to a shared value."""
 

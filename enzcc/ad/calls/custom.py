@@ -28,6 +28,8 @@ Signatures are those of the LLVM functions (after the C ABI lowered them); a mis
 
 from __future__ import annotations
 
+from enzcc.ad.registry import CallRule, register
+
 from enzcc.ad.errors import ad_error
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
@@ -254,6 +256,81 @@ def reverse_call(mode, entry, block, b: IRBuilder) -> None:
     for j, a in enumerate(a for a in primal_args if _is_float(a.type)):
         if mode.activity.is_active(a) or mode._is_out(a):
             mode._add_adjoint(b, a, b.extract_value(r, [j]) if isinstance(r.type, T.StructType) else r)
+
+
+
+# -- the call rule ----------------------------------------------------------------------------------------
+
+def _registered(call) -> bool:
+    from enzcc.ad.hints import hints_of
+
+    name, module = call.callee_name, call.module
+    if not name or module is None:
+        return False
+    hints = hints_of(module)
+    return name in hints.gradient or name in hints.derivative or name in hints.splitderivative
+
+
+def _forward(mode, inst) -> bool:
+    """The user's forward derivative (or forward split derivative) of a call."""
+    from enzcc.ad.hints import hints_of
+
+    if not mode.carries_derivatives(inst):
+        return True
+    name = inst.callee_name
+    hints = hints_of(mode.module)
+    if mode.width > 1 and name in hints.derivative:
+        raise ad_error(f"vector mode (enzyme_width) with a call to '{name}', which has a registered derivative "
+                       "(it takes one tangent), is not supported", inst)
+    if mode.split and name in hints.splitderivative:  # the user's own, for forward split mode
+        made, result = split_forward_call(mode, inst)
+        mode.primal_returns.update({k: result for k, v in mode.primal_returns.items() if v is inst})
+        k = next(j for j, i in enumerate(mode.primal_instructions) if i is inst)
+        mode.primal_instructions[k:k + 1] = made
+        mode.primal_callees.pop(id(inst), None)
+        mode.primal_callees[id(made[0])] = made[0].callee_name
+        return True
+    if name in hints.derivative:  # the user's own derivative
+        if mode.split:
+            raise ad_error(f"forward split mode with a call to '{name}', whose registered forward derivative "
+                           "computes the result and the tangent in one call: register a split derivative "
+                           "(__enzyme_register_splitderivative_*) for it", inst)
+        forward_call(mode, inst)
+        return True
+    if name in hints.splitderivative:
+        raise ad_error(f"'{name}' has only a forward split mode derivative registered "
+                       "(__enzyme_register_splitderivative_*); register a forward derivative "
+                       "(__enzyme_register_derivative_*) to differentiate this call in forward mode", inst)
+    return False  # (a gradient only: forward mode differentiates the body)
+
+
+def _augment(mode, inst):
+    """The user's augmented forward function replaces a call through which derivatives flow (reverse mode)."""
+    from enzcc.ad.activity import is_user_call
+    from enzcc.ad.hints import hints_of
+    from enzcc.ad.prepare import inactive_functions
+
+    name = inst.callee_name
+    if mode.logic is None or not is_user_call(inst) or name in inactive_functions(mode.module) or \
+            name not in hints_of(mode.module).gradient:
+        return None
+    act = mode.activity
+    if mode.width > 1 and (any(act.is_active_ptr(a) or act.is_active(a) for a in inst.args) or act.is_active(inst)):
+        raise ad_error(f"vector mode (enzyme_width) with a call to '{name}', which has a registered gradient (it "
+                       "takes one adjoint), is not supported", inst)
+    entry = augment_call(mode, inst)
+    return entry[0], entry, []
+
+
+def _reverse(mode, inst, entry, block, b: IRBuilder) -> bool:
+    if entry is None:
+        return False
+    reverse_call(mode, entry, block, b)
+    return True
+
+
+# (first: the user's derivative of a function wins over any other rule for it)
+register(CallRule("custom", forward=_forward, augment=_augment, reverse=_reverse), match=_registered, first=True)
 
 
 __all__ = ["augment_call", "forward_call", "reverse_call", "split_forward_call"]

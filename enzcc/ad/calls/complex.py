@@ -11,6 +11,8 @@ functions of the two parts.
 
 from __future__ import annotations
 
+from enzcc.ad.registry import CallRule, register
+
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.values import ConstantFloat
@@ -210,6 +212,23 @@ def reverse(mode, call, block, b: IRBuilder) -> None:
             mode._add_adjoint(b, call.args[idx[1]], g[1])
         else:
             mode._add_adjoint(b, call.args[idx[0]], _vector(b, g))
+
+
+
+# -- the call rule ----------------------------------------------------------------------------------------
+
+def _forward(mode, call) -> bool:
+    if mode.carries_derivatives(call):
+        forward(mode, call)
+    return True
+
+
+def _reverse(mode, call, entry, block, b: IRBuilder) -> bool:
+    reverse(mode, call, block, b)
+    return True
+
+
+register(CallRule("complex", forward=_forward, reverse=_reverse), match=handles)
 
 
 __all__ = ["forward", "handles", "reverse", "shape_of"]

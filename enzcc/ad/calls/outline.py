@@ -2,7 +2,7 @@
 
 ``__enzyme_set_fixed_point(reduction, max_iters, control, state, bytes, ...)`` in a loop's body (as a Fortran
 ``!DIR$ ENZYME FIXED_POINT`` directive lowers) marks the loop as a fixed-point iteration: the loop's iteration
-becomes a step function and the loop a call to ``__enzyme_fixed_point`` (:mod:`enzcc.ad.fixed_point`), in the
+becomes a step function and the loop a call to ``__enzyme_fixed_point`` (:mod:`enzcc.ad.calls.fixed_point`), in the
 copy of the function a derivative is made from. A negative ``reduction`` or ``max_iters``, or a null
 ``control``, asks for the default; the arguments after ``control`` are (pointer, bytes) pairs of state, and
 after ``enzyme_checkpoint_region`` (pointer, bytes) pairs of other memory the iterations read.
@@ -17,9 +17,11 @@ the step run the loop's body even where the loop's test would stop it.
 
 from __future__ import annotations
 
+from enzcc.ad.registry import register_lowering, register_module_preparation
+
 from enzcc.ad.emit import internal_function, signed_i64
 from enzcc.ad.errors import ad_error
-from enzcc.ad.fixed_point import FLAG_MARKER
+from enzcc.ad.calls.fixed_point import FLAG_MARKER
 from enzcc.ad.api import calls_named, marker_symbol
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
@@ -268,6 +270,21 @@ def _delete(blocks) -> None:
             inst.erase()
     for b in blocks:
         b.remove_from_parent()
+
+
+
+# -- the call rule ----------------------------------------------------------------------------------------
+
+def _outline_all(module, prepared: dict) -> list[str]:
+    """Loops marked by ``__enzyme_set_fixed_point``, outlined into step functions (kept: they are called)."""
+    steps = []
+    for name in list(prepared.values()):
+        steps += outline_marked_loops(module, module.functions[name])
+    return steps
+
+
+register_lowering(20, is_set_fixed_point, lower)
+register_module_preparation(10, _outline_all)
 
 
 __all__ = ["SET_FIXED_POINT", "is_set_fixed_point", "lower", "outline_marked_loops"]

@@ -34,13 +34,18 @@ that uses the program's own contexts (the query form).
 
 from __future__ import annotations
 
+from enzcc.ad.api import marker_symbol, mode_of, resolve_function
+from enzcc.ad.globals import eligible
+from enzcc.ad.registry import (CallRule, GlobalShadowSource, register, register_global_shadow_source,
+                               register_lowering, register_prepared_check, register_request_completion)
+
 from enzcc.ad.emit import call_again, fail_at_run_time, internal_function, signed_i64
 from enzcc.ad.errors import ad_error
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.function import Function
 from enzcc.ir.instructions import Alloca, Call, Load, Store
-from enzcc.ir.values import ConstantAggregate, ConstantInt, ConstantNull, Value
+from enzcc.ir.values import ConstantAggregate, ConstantInt, ConstantNull, GlobalRef, Value
 
 CONTEXT, SHADOW, ZERO = "__enzyme_context", "__enzyme_shadow", "__enzyme_zero_shadows"
 MARKER = "enzyme_context"
@@ -173,21 +178,6 @@ def context_width(v: Value, depth: int = 0) -> int | None:
         if len(stores) == 1:
             return context_width(stores[0].value, depth + 1)
     return None
-
-
-def eligible(module, symbol: str):
-    """The global ``@symbol`` if a context holds a shadow of it: defined here, mutable, holding floats or
-    pointers, not enzcc's or the API's own."""
-    from enzcc.ad.activity import has_float, has_pointer
-
-    gv = module.globals.get(symbol)
-    if gv is None or gv.kind != "global" or gv.is_constant or gv.is_declaration or gv.value_type is None:
-        return None
-    if symbol.startswith(("llvm.", "__enzcc", "enzyme_", "__enzyme_")):
-        return None
-    if not (has_float(gv.value_type) or has_pointer(gv.value_type)):
-        return None
-    return gv
 
 
 # -- calls that use a context ---------------------------------------------------------------------------
@@ -521,6 +511,88 @@ def _uniform(t) -> bool:
 def _kind(t) -> str:
     return "float" if isinstance(t, T.FloatType) else "ptr" if isinstance(t, T.PointerType) else "int"
 
+
+
+def _complete_request(call, module, mode: str, callee: str, extra: dict) -> None:
+    """An ``__enzyme_*`` call's context (``enzyme_context, ctx``, or the program's own when it reads Enzyme's
+    shadows of globals) and the width it implies (:func:`enzcc.ad.api.parse_call`)."""
+    if "context" in extra:  # the context's width is the call's, where the code shows it
+        known = context_width(extra["context"])
+        if known is not None and "width" in extra and known != extra["width"]:
+            raise ad_error(f"enzyme_width {extra['width']} with a context of width {known} in {callee}", call)
+        if known is not None and known < 1:
+            raise ad_error(f"a context of width {known} in {callee}", call)
+        if known is not None and known > 1:
+            if mode not in ("forward", "reverse"):
+                raise ad_error(f"vector mode (a context of width {known}) is supported with __enzyme_fwddiff and "
+                               f"__enzyme_autodiff, not {callee}", call)
+            extra["width"] = known
+    width = extra.get("width", 1)
+    if "context" not in extra and mode != "size":
+        query = query_form(module)
+        if query is not None:  # Enzyme's own shadows of globals, which the program reads: its context
+            if mode not in ("forward", "reverse"):
+                raise ad_error(f"{callee} in a program that reads the shadows of globals with {query.name}(address, "
+                               "width, lane): split mode does not keep them (supported with __enzyme_autodiff and "
+                               "__enzyme_fwddiff)", call)
+            extra["context"] = implicit_context(call, module, width)
+
+
+def _context_functions(module, calls) -> set[str]:
+    """The functions some of ``calls`` differentiate with ``enzyme_context``, or with the program's own context
+    (:func:`uses_implicit_contexts`)."""
+    implicit = uses_implicit_contexts(module)
+    out = set()
+    for call in calls:
+        if any(marker_symbol(a) == MARKER for a in call.args) or \
+                (implicit and mode_of(call.callee_name) in ("forward", "reverse")):
+            target = resolve_function(call.args[0]) if call.args else None
+            if isinstance(target, GlobalRef):
+                out.add(target.symbol)
+    return out
+
+
+def _enter(b: IRBuilder, module, dc):
+    return None if dc.context is None else copy_in(b, module, dc.fn.name, dc.context, dc.width)
+
+
+# -- the call rule ------------------------------------------------------------------------------------------
+
+def _result_is_shadowed(activity, call) -> bool:
+    kind = nested_context_call(call)  # a context made here: the shadows of globals an inner derivative uses
+    return kind == "new" or (kind == "shadow" and bool(call.args) and activity.is_active_ptr(call.args[0]))
+
+
+def _shadow(shadows, call) -> Value:
+    if shadows.activity.mode != "forward":
+        raise ad_error(f"reverse mode over code that calls {call.callee_name} (an enzyme_context) is not "
+                       "supported; forward mode over it is", call, fn=shadows.fn)
+    return shadow_of_nested_call(shadows, call)
+
+
+def _forward(mode, call) -> bool:
+    # (a context's tangent, and shadows in it, were made with the shadows)
+    if nested_context_call(call) == "zero" and mode.activity.is_active_ptr(call.args[0]):
+        zero_nested_shadows(mode.shadows, call)
+    return True
+
+
+def _refuse_nested(fn, call, forward: bool) -> None:
+    if call.callee_name == GLOBAL_CONTEXT:
+        raise ad_error(f"cannot differentiate '{fn.name}': it takes derivatives itself in a program that reads "
+                       "Enzyme's shadows of globals (__enzyme_shadow(address, width, lane)), and derivatives of "
+                       "that (nested AD) are not supported", call)
+    if is_runtime(call.callee_name) and nested_context_call(call) is None:
+        raise ad_error(f"cannot differentiate '{fn.name}': it calls {call.callee_name}, and derivatives of code "
+                       "that asks the program's own shadows of globals (nested AD) are not supported", call)
+
+
+register(CallRule("contexts", result_is_shadowed=_result_is_shadowed, shadow=_shadow, forward=_forward),
+         match=lambda call: nested_context_call(call) is not None)
+register_lowering(50, is_runtime, lower)
+register_request_completion(_complete_request)
+register_global_shadow_source(GlobalShadowSource(functions=_context_functions, enter=_enter, leave=copy_out))
+register_prepared_check(_refuse_nested)
 
 __all__ = ["CONTEXT", "MARKER", "SHADOW", "ZERO", "context_width", "copy_in", "copy_out", "eligible",
            "is_runtime", "lower", "nested_context_call", "shadow_of_nested_call", "zero_nested_shadows"]

@@ -19,11 +19,13 @@ The convergence test: the squared 2-norm of the state's adjoint (of the change o
 ``enzyme_fp_reduction`` (default 1e-12) times its value after the first iteration, or grows again after five;
 at most ``enzyme_fp_max_iters`` iterations (default 1000, 0 for no limit); or ``enzyme_fp_control``'s
 ``int control(double *cumul, double *reduction)`` decides, called with ``*cumul = -1`` first and then with each
-squared norm. ``__enzyme_set_fixed_point`` marks a loop from inside; :mod:`enzcc.ad.outline` turns it into
+squared norm. ``__enzyme_set_fixed_point`` marks a loop from inside; :mod:`enzcc.ad.calls.outline` turns it into
 this call.
 """
 
 from __future__ import annotations
+
+from enzcc.ad.registry import CallRule, register, register_called_function, register_lowering
 
 from dataclasses import dataclass, field
 
@@ -66,7 +68,7 @@ class FixedPoint:
     args: list[Value] = field(default_factory=list)
     """What the step gets after the iteration index."""
     flag: Value | None = None
-    """A loop outlined from ``__enzyme_set_fixed_point`` (:mod:`enzcc.ad.outline`): an ``i8`` the adjoint and
+    """A loop outlined from ``__enzyme_set_fixed_point`` (:mod:`enzcc.ad.calls.outline`): an ``i8`` the adjoint and
     tangent iterations set to 1, so that its step runs the loop's body even where the loop's test would stop."""
 
 
@@ -504,6 +506,37 @@ def _sumsq_body(fn, ty: T.FloatType) -> None:
     db = IRBuilder.at_end(done)
     r = db.phi(T.f64, [(ConstantFloat(T.f64, 0.0), entry), (nacc, loop)])
     db.ret(r)
+
+
+
+# -- the call rule ----------------------------------------------------------------------------------------
+
+def _forward(mode, inst) -> bool:
+    if not mode.carries_derivatives(inst):
+        return True
+    if mode.logic is None:
+        return False
+    forward(mode, inst)
+    return True
+
+
+def _augment(mode, inst):
+    if mode.logic is None:
+        return None
+    anchor, entry = augment(mode, inst)
+    return anchor, entry, (kept_values(entry) if entry is not None else [])
+
+
+def _reverse(mode, inst, entry, block, b: IRBuilder) -> bool:
+    if entry is not None:
+        reverse(mode, entry, block, b)
+    return True
+
+
+register(CallRule("fixed point", passes_arguments=True, reverse_once_for_lanes=True, forward=_forward,
+                  augment=_augment, reverse=_reverse), prefixes=(FIXED_POINT,))
+register_called_function(step_name)
+register_lowering(30, is_fixed_point, lower)
 
 
 __all__ = ["FIXED_POINT", "augment", "forward", "is_fixed_point", "kept_values", "lower", "parse", "reverse", "step_name"]

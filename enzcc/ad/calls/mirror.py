@@ -6,6 +6,8 @@ result on the shadow nodes); there is nothing to do in the reverse sweep. This i
 
 from __future__ import annotations
 
+from enzcc.ad.registry import CallRule, register
+
 from enzcc.ir import types as T
 from enzcc.ad.emit import call_again
 
@@ -36,6 +38,23 @@ def mirror_call(shadows, call):
     """The same call on the shadows of its pointer arguments, right after ``call`` (``shadows``: the
     :class:`enzcc.ad.shadow.Shadows` of the function); returns it (its result is the shadow of ``call``'s)."""
     return call_again(call, [shadows.of(a, call) if isinstance(a.type, T.PointerType) else a for a in call.args])
+
+
+
+# -- the call rule ----------------------------------------------------------------------------------------
+
+def _result_is_shadowed(activity, call) -> bool:
+    return any(activity.is_active_ptr(a) for a in call.args)  # a node of a container with derivatives
+
+
+def _mirror(shadows, call) -> None:
+    if any(shadows.activity.is_active_ptr(a) for a in call.args):
+        mirror_call(shadows, call)  # (a container's nodes linked: the shadow nodes too)
+
+
+register(CallRule("c++ containers", inactive=True, passes_arguments=True, result_is_shadowed=_result_is_shadowed,
+                  shadow=mirror_call, mirror=_mirror), names=tuple(sorted(MIRRORED)))
+register(CallRule("c++ containers", inactive=True), prefixes=INACTIVE_PREFIXES)
 
 
 __all__ = ["INACTIVE_PREFIXES", "MIRRORED", "is_mirrored", "mirror_call"]

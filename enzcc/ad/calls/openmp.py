@@ -27,6 +27,9 @@ in a way :func:`capture_floats_by_reference` does not recognise; vector mode.
 from __future__ import annotations
 
 from enzcc.ad.api import CONST, DUP
+from enzcc.ad.registry import (CallRule, register, register_called_function, register_copy_preparation,
+                               register_module_preparation)
+from enzcc.ad.memory import is_thread_private
 from enzcc.ad.emit import fail_at_run_time, internal_function, signed_i64
 from enzcc.ad.errors import ad_error
 from enzcc.ir import types as T
@@ -37,6 +40,16 @@ from enzcc.ir.values import ConstantInt, ConstantNull, Value
 #: runtime calls whose order the reverse code mirrors: name -> the call emitted at its place in the reverse sweep
 MIRRORED = {"__kmpc_barrier": "__kmpc_barrier", "__kmpc_critical": "__kmpc_end_critical",
             "__kmpc_end_critical": "__kmpc_critical"}
+
+#: the OpenMP runtime's bookkeeping (thread numbers, loop bounds of a thread, barriers, critical, single and
+#: master sections): it moves integers only; the derivative code of a parallel region runs in the same threads,
+#: inside the same sections (``__kmpc_fork_call`` itself, and the reverse of barriers and critical sections,
+#: below, which also turns reductions into critical sections)
+INACTIVE_PREFIXES = ("__kmpc_for_static_init_", "__kmpc_for_static_fini", "__kmpc_global_thread_num",
+                     "__kmpc_barrier", "__kmpc_critical", "__kmpc_end_critical", "__kmpc_dispatch_init_",
+                     "__kmpc_dispatch_next_", "__kmpc_dispatch_fini_", "__kmpc_push_num_threads",
+                     "__kmpc_single", "__kmpc_end_single", "__kmpc_master", "__kmpc_end_master",
+                     "__kmpc_masked", "__kmpc_end_masked", "omp_get_num_threads", "omp_get_max_threads")
 
 #: runtime calls that hand a thread iterations that may differ between the forward and the reverse fork
 _DYNAMIC = ("__kmpc_dispatch_init_", "__kmpc_dispatch_next_", "__kmpc_dispatch_fini_")
@@ -144,10 +157,10 @@ def _check_critical_section(start: Call) -> None:
                     seen.add(id(succ))
                     work.append((succ, 0))
     shared_stores = [i for i in insts if isinstance(i, Store) and isinstance(i.value.type, T.FloatType) and
-                     not is_private(None, i.pointer)]
+                     not is_thread_private(i.pointer)]
     # (a shared value the region writes anywhere, read in the section, is read at an order-dependent moment)
     written = {id(base_object(i.pointer)) for i in start.function.instructions() if isinstance(i, Store) and
-               isinstance(i.value.type, T.FloatType) and not is_private(None, i.pointer)}
+               isinstance(i.value.type, T.FloatType) and not is_thread_private(i.pointer)}
     accumulations = set()
     for load in insts:
         if not (isinstance(load, Load) and isinstance(load.type, T.FloatType) and
@@ -336,31 +349,6 @@ def mirror(mode, inst: Call, b: IRBuilder) -> None:
         b.call(_decl(module, name, T.void, (T.ptr, T.i32, T.ptr)), [loc, gtid, inst.args[2]])
 
 
-def atomic_add(mode, b: IRBuilder, ptr: Value, d: Value, align) -> None:
-    """``*ptr += d`` with atomic adds (each lane of a vector on its own)."""
-    ty = d.type
-    if isinstance(ty, T.FloatType):
-        b.atomic_rmw("fadd", ptr, d, "monotonic", align=align)
-        return
-    if isinstance(ty, T.VectorType) and isinstance(ty.element, T.FloatType):
-        size = mode.module.data_layout.store_size(ty.element)
-        for k in range(ty.count):
-            p = b.gep(ty.element, ptr, [ConstantInt(T.i64, k)]) if k else ptr
-            b.atomic_rmw("fadd", p, b.extract_element(d, ConstantInt(T.i64, k)), "monotonic",
-                         align=min(align or size, size) if k else align)
-        return
-    raise ad_error(f"adding adjoints of {ty} from several threads (an OpenMP parallel region) is not supported")
-
-
-def is_private(mode, p: Value) -> bool:
-    """``p`` points into the function's own stack (memory no other thread of the team touches)."""
-    from enzcc.ad.memory import base_object
-    from enzcc.ir.instructions import Alloca
-
-    base = base_object(p)
-    return isinstance(base, Alloca)
-
-
 # -- wrappers ---------------------------------------------------------------------------------------------
 
 def _wrappers(module, fn, aug, rev, captured, kinds):
@@ -470,5 +458,72 @@ def carries_float(param: Value) -> bool:
     return False
 
 
-__all__ = ["MIRRORED", "atomic_add", "augment_fork", "check_body", "forked_function_name", "is_private", "mirror",
+# -- forward mode ---------------------------------------------------------------------------------------
+
+def forward_fork(mode, inst: Call) -> None:
+    """OpenMP's ``__kmpc_fork_call(loc, n, outlined, captured...)`` runs ``outlined(&gtid, &btid,
+    captured...)`` in every thread of a parallel region. It forks the outlined function's forward derivative
+    instead, each captured pointer to memory with derivatives followed by its shadow: the tangent code runs
+    in the same threads and loop chunks as the primal it belongs to."""
+    loc, _, _, *captured = inst.args
+    fn, kinds = region(mode, inst)
+    check_body(mode.module, fn, reverse=False)
+    F = mode.logic.forward_of_call(inst, fn, kinds, [ConstantNull(T.ptr), ConstantNull(T.ptr), *captured])
+    args = []
+    for a, k in zip(captured, kinds[2:]):
+        args.append(a)
+        if k == DUP:
+            args.append(mode.shadows.of(a, inst))
+    IRBuilder.before(inst).call(mode.module.functions[inst.callee_name],
+                                [loc, ConstantInt(T.i32, len(args)), mode.module.global_ref(F.name), *args])
+    inst.erase()
+
+
+# -- the call rules -----------------------------------------------------------------------------------------
+
+def _fork_forward(mode, inst: Call) -> bool:
+    from enzcc.ir.values import GlobalRef
+
+    if len(inst.args) > 2 and isinstance(inst.args[2], GlobalRef) and \
+            any(m in inst.args[2].symbol for m in ("__enzcc_omp_augmented_", "__enzcc_omp_reverse_")):
+        # (its tape slots and adjoints were taken as carrying no tangent: the result was zeros)
+        raise ad_error("forward mode over the reverse mode of an OpenMP parallel region (a Hessian-vector "
+                       "product of a gradient whose function has a parallel region) is not supported", inst)
+    if not mode.carries_derivatives(inst):
+        return True
+    if mode.logic is None:
+        return False
+    forward_fork(mode, inst)
+    return True
+
+
+def _fork_augment(mode, inst: Call):
+    if mode.logic is None:
+        return None
+    entry = augment_fork(mode, inst)
+    return None if entry is None else (entry[0], entry, [entry[4]])
+
+
+def _fork_reverse(mode, inst: Call, entry, block, b: IRBuilder) -> bool:
+    if entry is None:
+        return False
+    reverse_fork(mode, entry, block, b)
+    return True
+
+
+def _mirrored_reverse(mode, inst: Call, entry, block, b: IRBuilder) -> bool:
+    if mode.parallel:
+        mirror(mode, inst, b)
+    return True
+
+
+register(CallRule("openmp", passes_arguments=True, forward=_fork_forward, augment=_fork_augment,
+                  reverse=_fork_reverse), names=("__kmpc_fork_call",))
+register(CallRule("openmp", inactive=True, reverse=_mirrored_reverse), names=tuple(MIRRORED))
+register(CallRule("openmp", inactive=True), prefixes=INACTIVE_PREFIXES)
+register_called_function(forked_function_name)
+register_copy_preparation(-10, reductions_as_critical)
+register_module_preparation(0, lambda module, prepared: capture_floats_by_reference(module, prepared))
+
+__all__ = ["INACTIVE_PREFIXES", "MIRRORED", "forward_fork", "augment_fork", "check_body", "forked_function_name", "mirror",
            "outlined_function", "region", "reverse_fork"]

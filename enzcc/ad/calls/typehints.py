@@ -11,6 +11,8 @@ carries no derivative and is removed like the others.
 
 from __future__ import annotations
 
+from enzcc.ad.registry import CallRule, register, register_lowering
+
 from enzcc.ir import types as T
 
 #: hint function -> the type the memory holds
@@ -65,6 +67,16 @@ def lower_virtual_reverse(module) -> int:
         call.replace_all_uses_with(value)
         call.erase()
     return len(calls)
+
+
+
+# -- the call rule ----------------------------------------------------------------------------------------
+
+for _hint, _ty in TYPE_HINTS.items():
+    register(CallRule("type hints", inactive=True, declares_type=_ty), prefixes=(_hint,))
+register(CallRule("type hints", inactive=True), prefixes=(SIZE_HINT,))
+register_lowering(60, is_hint, lower)
+register_lowering(70, is_virtual_reverse, lower_virtual_reverse)
 
 
 __all__ = ["SIZE_HINT", "TYPE_HINTS", "VIRTUAL_REVERSE", "hinted_type", "is_hint", "is_virtual_reverse", "lower",

@@ -25,6 +25,9 @@ pointer it loads) would be recomputed from a wrong state: that is a one-line err
 
 from __future__ import annotations
 
+from enzcc.ad.registry import (CallRule, register, register_called_function, register_lowering,
+                               register_prepared_check)
+
 from dataclasses import dataclass, field
 
 from enzcc.ad.api import DUP, MarkerArgs, calls_named, loop_step, loop_step_kinds, loop_step_name
@@ -665,6 +668,53 @@ def _check_writes(module, ck: Checkpoint, body: Function) -> None:
             where = f"its argument {k + 1}" + (f" ('{base.name}')" if base.name else "")
         raise ad_error(f"{ck.what}: the step '{ck.step.name}' writes through {where}, whose memory no snapshot "
                        "holds; pass it as enzyme_checkpoint_region, pointer, bytes", ck.call)
+
+
+
+# -- the call rule ----------------------------------------------------------------------------------------
+
+def _forward(mode, inst) -> bool:
+    if not mode.carries_derivatives(inst):
+        return True
+    if mode.logic is None:
+        return False
+    forward(mode, inst)
+    return True
+
+
+def _augment(mode, inst):
+    if mode.logic is None:
+        return None
+    anchor, entry = augment(mode, inst)
+    return anchor, entry, (kept_values(entry) if entry is not None else [])
+
+
+def _reverse(mode, inst, entry, block, b: IRBuilder) -> bool:
+    if entry is not None:
+        reverse(mode, entry, block, b)
+    return True
+
+
+register(CallRule("checkpoint", passes_arguments=True, reverse_once_for_lanes=True, forward=_forward,
+                  augment=_augment, reverse=_reverse), prefixes=(CHECKPOINT_FOR, CHECKPOINT_WHILE))
+register_called_function(step_name)
+
+
+def _forward_snapshot(mode, inst) -> bool:
+    forward_snapshot(mode, inst)
+    return True
+
+
+def _refuse_reverse_over_driver(fn, call, forward: bool) -> None:
+    if call.callee_name == DRIVER_MARK and not forward:
+        raise ad_error(f"cannot differentiate '{fn.name}' in reverse mode: it runs the reverse mode of a "
+                       "checkpointed loop (__enzyme_checkpoint_for/while), and reverse mode over that is not "
+                       "supported (forward mode over it is)", call)
+
+
+register(CallRule("checkpoint", forward=_forward_snapshot), names=(_SCHEME_PREFIX + "init", _SCHEME_PREFIX + "slot"))
+register_prepared_check(_refuse_reverse_over_driver)
+register_lowering(40, is_checkpoint, lower)
 
 
 __all__ = ["CHECKPOINT_FOR", "CHECKPOINT_WHILE", "DRIVER_MARK", "augment", "forward", "forward_snapshot",

@@ -10,6 +10,8 @@ operand (:func:`lower`).
 
 from __future__ import annotations
 
+from enzcc.ad.registry import CallRule, register, register_copy_preparation, register_lowering
+
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.instructions import Call
 
@@ -42,6 +44,14 @@ def lower(module) -> int:
         call.replace_all_uses_with(call.args[0])
         call.erase()
     return len(calls)
+
+
+
+# -- the call rule ----------------------------------------------------------------------------------------
+
+register(CallRule("__enzyme_iter", inactive=True, writes_no_memory=True), prefixes=(ITER,))
+register_lowering(10, is_iter, lower)
+register_copy_preparation(10, advance)
 
 
 __all__ = ["ITER", "advance", "is_iter", "lower"]

@@ -11,6 +11,8 @@ CBLAS enums: ``CblasNoTrans`` = 111, ``CblasTrans`` = 112, ``CblasConjTrans`` = 
 
 from __future__ import annotations
 
+from enzcc.ad.registry import CallRule, register
+
 import re
 
 from enzcc.ad.errors import ad_error
@@ -317,6 +319,36 @@ def reverse(mode, inst, copies: dict, block, b: IRBuilder) -> None:
     if mode.lane == mode.width - 1:  # (vector mode: after the last lane)
         for v in copy.values():
             b.call(_free(c), [v])
+
+
+
+# -- the call rule ----------------------------------------------------------------------------------------
+
+def _forward(mode, inst) -> bool:
+    if mode.carries_derivatives(inst):
+        forward(mode, inst)
+    return True
+
+
+def _augment(mode, inst):
+    act = mode.activity
+    if not (any(act.is_active_ptr(a) or act.is_active(a) for a in inst.args) or act.is_active(inst)):
+        return None
+    if mode.parallel:
+        raise ad_error(f"reverse mode through BLAS ('{inst.callee_name}') in an OpenMP parallel region is not "
+                       "supported", inst)
+    return inst, prepare_reverse(mode, inst), []
+
+
+def _reverse(mode, inst, copies, block, b: IRBuilder) -> bool:
+    if copies is None:
+        return False  # (no derivative flows through it)
+    reverse(mode, inst, copies, block, b)
+    return True
+
+
+register(CallRule("blas", passes_arguments=True, forward=_forward, augment=_augment, reverse=_reverse),
+         match=lambda call: routine(call.callee_name) is not None)
 
 
 __all__ = ["forward", "prepare_reverse", "reverse", "routine"]
