@@ -2,7 +2,7 @@
 PYTHON ?= python3
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
-# make fuzz: N programs per -O level, seed SEED, levels O (README "Differential testing")
+# make fuzz: N programs per -O level, seed SEED, levels O (docs/testing.md)
 N ?= 200
 SEED ?= 1
 O ?= 0,1,2,3
@@ -19,15 +19,15 @@ demo: setup
 test: setup
 	$(PYTHON) -m pytest -q $(PYTEST_ARGS)
 
-# the benchmark suite (README "Benchmarks"): results in bench/results/results.json
+# the benchmark suite (docs/benchmarks.md): results in bench/results/results.json
 bench: setup
 	$(PYTHON) -m bench $(BENCH_ARGS)
 
-# compile-time benchmarks against clang-22 (README "Compile time"): results in bench/results/builds.json
+# compile-time benchmarks against clang-22 (docs/benchmarks.md, "Compile time"): results in bench/results/builds.json
 bench-builds: setup
 	$(PYTHON) -m bench.builds $(BENCH_ARGS)
 
-# the framework plugins against Enzyme-JAX and each framework's own ops (README "Python integrations"):
+# the framework plugins against Enzyme-JAX and each framework's own ops (docs/benchmarks.md, "Frameworks"):
 # results in bench/results/frameworks.json
 bench-frameworks: setup
 	$(PYTHON) -m bench.frameworks $(BENCH_ARGS)

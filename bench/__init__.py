@@ -1,1 +1,1 @@
-"""The enzcc benchmark suite (see README.md, "Benchmarks"): ``python3 -m bench``."""
+"""The enzcc benchmark suite (see docs/benchmarks.md): ``python3 -m bench``."""

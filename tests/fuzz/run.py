@@ -19,12 +19,12 @@ from tests.fuzz.gen import Program, render_file
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: outcomes that are enzcc bugs (a refusal of a construct the README lists as unsupported is not)
+#: outcomes that are enzcc bugs (a refusal of a construct docs/limitations.md lists is not)
 BUG_CLASSES = ("wrong-reverse", "wrong-forward", "wrong-both", "ad-mismatch", "wrong-primal", "run-crash",
                "run-timeout", "refused-bug", "crash", "llvm-abort", "timeout", "generator-error")
 OK_CLASSES = ("pass", "inconclusive", "invalid", "refused-unsupported")
 
-#: refusals of what README "What enzcc does not differentiate" lists that generated programs can contain
+#: refusals of what docs/limitations.md lists that generated programs can contain
 #: (every function they call has a body or a rule; function-pointer targets are known), by the message
 UNSUPPORTED = [
     re.compile(r"irreducible control flow cannot be differentiated$"),

@@ -9,7 +9,7 @@
  * state z (doubles or floats, `bytes` long) to a fixed point. Reverse mode keeps
  * only the converged state and iterates the adjoint of one step there until it
  * converges; forward mode iterates the tangent of one step there. See enzcc's
- * README (supported API) for the convergence test and its options; `control` is
+ * docs/api.md for the convergence test and its options; `control` is
  * `int control(double *cumul, double *reduction)`.
  */
 #ifndef ENZCC_ENZYME_FIXED_POINT_H
