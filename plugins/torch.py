@@ -9,7 +9,7 @@
 
     F = enzyme("f.c", "f")            # the seed's void f(const T *in, size_t n, T *out): F.apply(x)
 
-Each kernel becomes four custom ops, ``torch.ops.enzcc.<name>_<key>_{primal,vjp,jvp,vjp_jvp}``, with CPU
+Each kernel becomes five custom ops, ``torch.ops.enzcc.<name>_<key>_{primal,vjp,jvp,vjp_jvp,jvp_jvp}``, with CPU
 kernels calling the library through ctypes and fake kernels computed from the declared shapes, so
 ``torch.compile`` captures them in its graph (``fullgraph=True`` works). Their Autograd kernels are
 ``autograd.Function``s: the primal's backward is the vjp op and its forward-mode rule the jvp op
@@ -698,7 +698,7 @@ class EnzymeFunction:
     """A compiled function as a PyTorch operation: ``F(*args, **kwargs)`` or ``F.apply(*args)``.
 
     Attributes: ``kernel`` (the :class:`enzcc_plugins.CompiledKernel`), ``ops`` (the ``torch.ops.enzcc``
-    overloads: primal, vjp, jvp, vjp_jvp)."""
+    overloads: primal, vjp, jvp, vjp_jvp, jvp_jvp)."""
 
     def __init__(self, runner: _Runner, ops, lib, doc: str):
         self._runner = runner
