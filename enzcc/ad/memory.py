@@ -554,4 +554,5 @@ def _tbaa_type_name(module, tag_text: str | None, depth: int = 0) -> str | None:
     return None
 
 
-__all__ = ["ALLOCATORS", "MemoryTypes", "is_allocation", "base_object", "byte_offset", "call_site_kinds", "is_thread_private", "memory_types_for"]
+__all__ = ["ALLOCATORS", "MemoryTypes", "base_object", "byte_offset", "call_site_kinds", "is_allocation",
+           "is_thread_private", "memory_types_for"]

@@ -72,6 +72,36 @@ class CallRule:
     reverse: Callable | None = None
 
 
+def loop_rule(family: str, forward: Callable, augment: Callable, kept_values: Callable, reverse: Callable) -> CallRule:
+    """The rule of a call that runs a loop of the program through a step function, with a derivative of its own
+    (a checkpointed loop, a fixed point): ``forward(mode, call)`` makes its tangent where derivatives flow;
+    ``augment(mode, call)`` returns ``(anchor, entry)`` (entry None: nothing to reverse), ``kept_values(entry)``
+    what the reverse reads, ``reverse(mode, entry, block, builder)`` its reverse. Both need derived functions of
+    the step (``mode.logic``); without them the call is left to the engine, which refuses it by name."""
+
+    def forward_hook(mode, call) -> bool:
+        if not mode.carries_derivatives(call):
+            return True
+        if mode.logic is None:
+            return False
+        forward(mode, call)
+        return True
+
+    def augment_hook(mode, call):
+        if mode.logic is None:
+            return None
+        anchor, entry = augment(mode, call)
+        return anchor, entry, (kept_values(entry) if entry is not None else [])
+
+    def reverse_hook(mode, call, entry, block, builder) -> bool:
+        if entry is not None:
+            reverse(mode, entry, block, builder)
+        return True
+
+    return CallRule(family, passes_arguments=True, reverse_once_for_lanes=True, forward=forward_hook,
+                    augment=augment_hook, reverse=reverse_hook)
+
+
 @dataclass
 class _Registry:
     names: dict[str, CallRule] = field(default_factory=dict)
@@ -243,7 +273,8 @@ def families() -> list[str]:
     return seen
 
 
-__all__ = ["CallRule", "GlobalShadowSource", "global_shadow_sources", "register_global_shadow_source", "called_function", "copy_preparations", "families", "is_inactive", "lowerings",
-           "module_preparations", "passes_arguments", "prepared_checks", "register", "register_called_function",
-           "register_copy_preparation", "register_lowering", "register_module_preparation",
+__all__ = ["CallRule", "GlobalShadowSource", "called_function", "copy_preparations", "families",
+           "global_shadow_sources", "is_inactive", "loop_rule", "lowerings", "module_preparations", "passes_arguments",
+           "prepared_checks", "register", "register_called_function", "register_copy_preparation",
+           "register_global_shadow_source", "register_lowering", "register_module_preparation",
            "register_prepared_check", "register_request_completion", "request_completions", "rule_for", "rule_named"]

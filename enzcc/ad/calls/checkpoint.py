@@ -25,7 +25,7 @@ pointer it loads) would be recomputed from a wrong state: that is a one-line err
 
 from __future__ import annotations
 
-from enzcc.ad.registry import (CallRule, register, register_called_function, register_lowering,
+from enzcc.ad.registry import (CallRule, loop_rule, register, register_called_function, register_lowering,
                                register_prepared_check)
 
 from dataclasses import dataclass, field
@@ -673,30 +673,9 @@ def _check_writes(module, ck: Checkpoint, body: Function) -> None:
 
 # -- the call rule ----------------------------------------------------------------------------------------
 
-def _forward(mode, inst) -> bool:
-    if not mode.carries_derivatives(inst):
-        return True
-    if mode.logic is None:
-        return False
-    forward(mode, inst)
-    return True
-
-
-def _augment(mode, inst):
-    if mode.logic is None:
-        return None
-    anchor, entry = augment(mode, inst)
-    return anchor, entry, (kept_values(entry) if entry is not None else [])
-
-
-def _reverse(mode, inst, entry, block, b: IRBuilder) -> bool:
-    if entry is not None:
-        reverse(mode, entry, block, b)
-    return True
-
-
-register(CallRule("checkpoint", passes_arguments=True, reverse_once_for_lanes=True, forward=_forward,
-                  augment=_augment, reverse=_reverse), prefixes=(CHECKPOINT_FOR, CHECKPOINT_WHILE))
+# (its step runs the program's code, and its reverse is made once for all lanes of vector mode)
+register(loop_rule("checkpoint", forward, augment, kept_values, reverse),
+         prefixes=(CHECKPOINT_FOR, CHECKPOINT_WHILE))
 register_called_function(step_name)
 
 
@@ -712,7 +691,8 @@ def _refuse_reverse_over_driver(fn, call, forward: bool) -> None:
                        "supported (forward mode over it is)", call)
 
 
-register(CallRule("checkpoint", forward=_forward_snapshot), names=(_SCHEME_PREFIX + "init", _SCHEME_PREFIX + "slot"))
+register(CallRule("checkpoint", forward=_forward_snapshot),
+         names=(_SCHEME_PREFIX + "init", _SCHEME_PREFIX + "slot"))
 register_prepared_check(_refuse_reverse_over_driver)
 register_lowering(40, is_checkpoint, lower)
 

@@ -25,7 +25,7 @@ this call.
 
 from __future__ import annotations
 
-from enzcc.ad.registry import CallRule, register, register_called_function, register_lowering
+from enzcc.ad.registry import loop_rule, register, register_called_function, register_lowering
 
 from dataclasses import dataclass, field
 
@@ -511,32 +511,11 @@ def _sumsq_body(fn, ty: T.FloatType) -> None:
 
 # -- the call rule ----------------------------------------------------------------------------------------
 
-def _forward(mode, inst) -> bool:
-    if not mode.carries_derivatives(inst):
-        return True
-    if mode.logic is None:
-        return False
-    forward(mode, inst)
-    return True
-
-
-def _augment(mode, inst):
-    if mode.logic is None:
-        return None
-    anchor, entry = augment(mode, inst)
-    return anchor, entry, (kept_values(entry) if entry is not None else [])
-
-
-def _reverse(mode, inst, entry, block, b: IRBuilder) -> bool:
-    if entry is not None:
-        reverse(mode, entry, block, b)
-    return True
-
-
-register(CallRule("fixed point", passes_arguments=True, reverse_once_for_lanes=True, forward=_forward,
-                  augment=_augment, reverse=_reverse), prefixes=(FIXED_POINT,))
+# (its step runs the program's code, and its reverse is made once for all lanes of vector mode)
+register(loop_rule("fixed point", forward, augment, kept_values, reverse), prefixes=(FIXED_POINT,))
 register_called_function(step_name)
 register_lowering(30, is_fixed_point, lower)
 
 
-__all__ = ["FIXED_POINT", "augment", "forward", "is_fixed_point", "kept_values", "lower", "parse", "reverse", "step_name"]
+__all__ = ["FIXED_POINT", "augment", "forward", "is_fixed_point", "kept_values", "lower", "parse", "reverse",
+           "step_name"]

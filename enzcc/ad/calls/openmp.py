@@ -525,5 +525,5 @@ register_called_function(forked_function_name)
 register_copy_preparation(-10, reductions_as_critical)
 register_module_preparation(0, lambda module, prepared: capture_floats_by_reference(module, prepared))
 
-__all__ = ["INACTIVE_PREFIXES", "MIRRORED", "forward_fork", "augment_fork", "check_body", "forked_function_name", "mirror",
-           "outlined_function", "region", "reverse_fork"]
+__all__ = ["INACTIVE_PREFIXES", "MIRRORED", "augment_fork", "check_body", "forked_function_name", "forward_fork",
+           "mirror", "outlined_function", "region", "reverse_fork"]
