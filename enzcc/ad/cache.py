@@ -253,10 +253,10 @@ class CacheUtility:
                     frees.append(u)
                 elif isinstance(u, Call) and (u.callee_name or "").startswith(("llvm.memset", "llvm.memcpy",
                                                                                 "llvm.memmove")):
-                    if use.index == 0:
+                    if use.index == 1:  # (operand 0 is the callee: the destination is operand 1)
                         writes.append(u)
-                    elif not (use.index == 1 and not u.callee_name.startswith("llvm.memset")):
-                        return None
+                    elif not (use.index == 2 and not u.callee_name.startswith("llvm.memset")):
+                        return None  # (the size, or a memset's value: it escapes as an integer)
                 elif isinstance(u, Call) and (u.callee_name or "").startswith(("llvm.lifetime.", "llvm.dbg.")):
                     continue
                 else:
