@@ -178,6 +178,6 @@ register(CallRule("memory", forward=_forward_memcpy, reverse=_reverse_copy), pre
 register(CallRule("memory", forward=_forward_allocation, reverse=_reverse_allocation), names=("posix_memalign",),
          match=is_allocation)
 # (the reverse of a release is nothing: a shadow goes at the reverse of its allocation)
-register(CallRule("memory", inactive=True, forward=_forward_free), names=FREE[:1] + FREE[1:])
+register(CallRule("memory", inactive=True, forward=_forward_free), names=FREE)
 
 __all__ = ["FREE"]
