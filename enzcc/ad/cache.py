@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from enzcc.ad import shadow_reuse
+import enzcc.ad.shadow_reuse as shadow_reuse
 from enzcc.ad.activity import ALLOCATORS, has_float, is_allocation
 from enzcc.ad.adjoint import TAPE_FREE
 from enzcc.ad.registry import rule_named

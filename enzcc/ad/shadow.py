@@ -7,7 +7,7 @@ are loaded from the shadow memory, and allocations get zero-filled shadow alloca
 
 from __future__ import annotations
 
-from enzcc.ad import shadow_reuse
+import enzcc.ad.shadow_reuse as shadow_reuse
 from enzcc.ad.activity import ALLOCATORS, Activity, has_pointer, is_allocation, returns_shadow
 from enzcc.ad.errors import ad_error, describe_pointer  # noqa: F401  (re-exported)
 from enzcc.ad.memory import base_object

@@ -14,7 +14,7 @@ A caller keeps the tape like any other value its own reverse sweep needs, so loo
 
 from __future__ import annotations
 
-from enzcc.ad import shadow_reuse
+import enzcc.ad.shadow_reuse as shadow_reuse
 from enzcc.ad.adjoint import NESTED_REVERSE, SHADOW_FREE
 from enzcc.ad.emit import fail_at_run_time
 from enzcc.ad.errors import ad_error

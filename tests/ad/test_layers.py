@@ -2,7 +2,8 @@
 
 - the core (the modules of ``enzcc/ad/`` but the package's own ``__init__``) imports no call family
   (``enzcc/ad/calls/``): families register their rules with ``enzcc.ad.registry``;
-- no modules of ``enzcc.ad`` import each other in a circle;
+- no modules of ``enzcc.ad`` import each other in a circle (``from enzcc.ad import module`` imports the package
+  ``enzcc.ad`` too: its ``__init__`` runs first);
 - ``enzcc.ad.registry`` imports nothing of the engine.
 """
 
@@ -41,6 +42,8 @@ def import_graph(root: Path = AD) -> dict[str, set[str]]:
                 else:
                     src = node.module or ""
                 targets = [f"{src}.{a.name}" if f"{src}.{a.name}" in paths else src for a in node.names]
+                if src in paths and paths[src].name == "__init__.py":
+                    targets.append(src)  # (``from package import module`` runs the package's __init__ too)
             elif isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             graph[mod] |= {t for t in targets if t in paths and t != mod}
@@ -130,7 +133,7 @@ def test_a_cycle_through_a_lazy_import_is_found(tmp_path, monkeypatch):
         "b.py": "def g():\n    from enzcc.ad import a\n    return a\n",
         "c.py": "from . import a\n"})
     graph = import_graph(root)
-    assert graph["enzcc.ad.c"] == {"enzcc.ad.a"}
+    assert graph["enzcc.ad.c"] == {"enzcc.ad", "enzcc.ad.a"}
     assert cycles(graph) == [["enzcc.ad.a", "enzcc.ad.b"]]
 
 

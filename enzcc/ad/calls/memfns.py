@@ -9,7 +9,7 @@ its shadow; ``realloc`` gives the adjoints of the bytes it moved back to the old
 
 from __future__ import annotations
 
-from enzcc.ad import shadow_reuse
+import enzcc.ad.shadow_reuse as shadow_reuse
 from enzcc.ad.activity import is_allocation
 from enzcc.ad.adjoint import SHADOW_FREE
 from enzcc.ad.emit import call_again
