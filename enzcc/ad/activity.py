@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from enzcc.ad.api import DUP, DUPNONEED, OUT, has_float, has_pointer  # noqa: F401  (re-exported)
 from enzcc.ad.memory import ALLOCATORS, is_allocation  # noqa: F401  (re-exported)
-from enzcc.ad.registry import passes_arguments, rule_named
+from enzcc.ad.registry import hook, passes_arguments
 from enzcc.ir import types as T
 from enzcc.ir.instructions import (Alloca, Call, Cast, ExtractElement, ExtractValue, GetElementPtr, InsertElement,
                                    InsertValue, Instruction, Load, Phi, Select, ShuffleVector, Store)
@@ -27,12 +27,6 @@ def runs_program_code(call) -> bool:
     (:func:`is_user_call`), or one whose rule says so (an OpenMP fork runs the region's function, a
     checkpointed loop its step, BLAS writes its arrays...: :mod:`enzcc.ad.registry`)."""
     return is_user_call(call) or passes_arguments(call)
-
-
-def _result_is_shadowed(activity, call) -> bool:
-    """A call whose pointer result has derivatives because its rule says so."""
-    rule = rule_named(call.callee_name, call)
-    return rule is not None and rule.result_is_shadowed is not None and rule.result_is_shadowed(activity, call)
 
 
 def returns_shadow(call) -> bool:
@@ -201,7 +195,8 @@ class Activity:
                     changed |= self._mark(self.active_ptrs, inst)
                 elif isinstance(inst, Call) and inst.callee_name == "realloc" and id(inst.args[0]) in self.active_ptrs:
                     changed |= self._mark(self.active_ptrs, inst)  # the memory moves: so do its derivatives
-                elif isinstance(inst, Call) and _result_is_shadowed(self, inst):
+                elif isinstance(inst, Call) and (shadowed := hook(inst, "result_is_shadowed")) and \
+                        shadowed(self, inst):
                     # (a node of a container with derivatives, a global's shadow in a context: its rule says)
                     changed |= self._mark(self.active_ptrs, inst)
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import enzcc.ad.shadow_reuse as shadow_reuse
 from enzcc.ad.activity import ALLOCATORS, has_float, is_allocation
 from enzcc.ad.adjoint import TAPE_FREE
-from enzcc.ad.registry import rule_named
+from enzcc.ad.registry import hook
 from enzcc.ad.tape import slot_size
 from enzcc.ir import types as T
 from enzcc.ir.block import BasicBlock
@@ -29,12 +29,6 @@ from enzcc.ir.values import GlobalRef as GlobalRefType
 #: calls that write no memory the function reads (besides allocators): releases, and the size query that
 #: zeroes a shadow allocation over its usable size (enzcc.ad.shadow.zero_heap_shadow)
 _NOT_WRITING = ("free", "malloc_usable_size", shadow_reuse.TAKE, shadow_reuse.RELEASE)
-
-
-def _writes_no_memory(call) -> bool:
-    """Its call rule says it writes no memory the function reads (intrinsics without effect, libm, hints)."""
-    rule = rule_named(call.callee_name, call)
-    return rule is not None and rule.writes_no_memory
 
 
 @dataclass
@@ -336,7 +330,7 @@ class CacheUtility:
                 if name.startswith(("llvm.memcpy", "llvm.memmove", "llvm.memset")):
                     if not written(inst.args[0]):
                         return None
-                elif name in ALLOCATORS or name in _NOT_WRITING or _writes_no_memory(inst):
+                elif name in ALLOCATORS or name in _NOT_WRITING or hook(inst, "writes_no_memory"):
                     continue
                 else:
                     return None

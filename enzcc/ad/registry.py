@@ -167,10 +167,16 @@ def is_inactive(name: str | None) -> bool:
     return rule is not None and rule.inactive
 
 
+def hook(call, name: str):
+    """The field ``name`` of a call's rule (its names, prefixes and predicates; not the user's registered
+    derivatives, which say nothing of effects), or None when the call has no rule."""
+    rule = rule_named(call.callee_name, call)
+    return getattr(rule, name) if rule is not None else None
+
+
 def passes_arguments(call) -> bool:
     """Whether the callee may store what it is given into memory its pointer arguments reach (a rule says so)."""
-    rule = rule_named(call.callee_name, call)
-    return rule is not None and rule.passes_arguments
+    return bool(hook(call, "passes_arguments"))
 
 
 # -- module-level hooks -------------------------------------------------------------------------------------
@@ -274,7 +280,7 @@ def families() -> list[str]:
 
 
 __all__ = ["CallRule", "GlobalShadowSource", "called_function", "copy_preparations", "families",
-           "global_shadow_sources", "is_inactive", "loop_rule", "lowerings", "module_preparations", "passes_arguments",
-           "prepared_checks", "register", "register_called_function", "register_copy_preparation",
+           "global_shadow_sources", "hook", "is_inactive", "loop_rule", "lowerings", "module_preparations",
+           "passes_arguments", "prepared_checks", "register", "register_called_function", "register_copy_preparation",
            "register_global_shadow_source", "register_lowering", "register_module_preparation",
            "register_prepared_check", "register_request_completion", "request_completions", "rule_for", "rule_named"]

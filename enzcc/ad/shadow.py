@@ -11,19 +11,13 @@ import enzcc.ad.shadow_reuse as shadow_reuse
 from enzcc.ad.activity import ALLOCATORS, Activity, has_pointer, is_allocation, returns_shadow
 from enzcc.ad.errors import ad_error, describe_pointer  # noqa: F401  (re-exported)
 from enzcc.ad.memory import base_object
-from enzcc.ad.registry import rule_named
+from enzcc.ad.registry import hook
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.cfg import reverse_post_order
 from enzcc.ir.instructions import (Alloca, Call, Cast, ExtractValue, Freeze, GetElementPtr, InsertValue, Instruction,
                                    Load, Phi, Select, Store)
 from enzcc.ir.values import ConstantExpr, ConstantInt, ConstantNull, ConstantPoison, ConstantUndef, Placeholder, Value
-
-
-def _rule_hook(call, hook: str):
-    """The hook ``hook`` of a call's rule (:mod:`enzcc.ad.registry`), or None."""
-    rule = rule_named(call.callee_name, call)
-    return getattr(rule, hook) if rule is not None else None
 
 
 def _null_based(v: Value, seen: set | None = None) -> bool:
@@ -103,8 +97,8 @@ class Shadows:
                     elif isinstance(inst, Call) and inst.callee_name == "posix_memalign" and \
                             self.activity.is_active_ptr(inst.args[0]):
                         self._shadow_posix_memalign(inst)
-                    elif isinstance(inst, Call) and not self.has(inst) and _rule_hook(inst, "mirror") is not None:
-                        _rule_hook(inst, "mirror")(self, inst)  # (a container's nodes linked: shadow nodes too)
+                    elif isinstance(inst, Call) and not self.has(inst) and (mirror := hook(inst, "mirror")):
+                        mirror(self, inst)  # (a container's nodes linked: the shadow nodes too)
                     continue
                 if isinstance(inst, Phi):
                     sp = Phi(inst.type)
@@ -150,8 +144,8 @@ class Shadows:
                                                                         list(inst.indices)))
                 elif isinstance(inst, Call) and is_allocation(inst):
                     self._set(inst, self._shadow_allocation(inst))
-                elif isinstance(inst, Call) and _rule_hook(inst, "shadow") is not None:
-                    self._set(inst, _rule_hook(inst, "shadow")(self, inst))  # (its rule makes it)
+                elif isinstance(inst, Call) and (make_shadow := hook(inst, "shadow")):
+                    self._set(inst, make_shadow(self, inst))  # (its rule makes it)
                 elif isinstance(inst, Call) and returns_shadow(inst):
                     # its augmented primal (forward derivative) returns the shadow, one per lane: it takes this
                     # stand-in's place (see AdjointGenerator._prepare_user_calls, ForwardMode._tangent_of_user_call)
