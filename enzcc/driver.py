@@ -320,25 +320,30 @@ class Driver:
 
     def asm_mode(self) -> int:
         """``-S``: clang's own assembly when enzcc has nothing to add (host C/C++ without ``__enzyme_*`` calls),
-        else assembly (PTX for NVPTX) from enzcc's pipeline, translation unit by translation unit."""
+        else assembly (PTX for NVPTX) from enzcc's pipeline, translation unit by translation unit. With
+        ``-emit-llvm`` the same, as LLVM text (``-S``) or bitcode (``-c``): the module after AD and the second
+        optimization, what the code generator would get."""
         sources = [i for i in self.inv.inputs if i.lang]
         if self.inv.output and len(sources) > 1:
             raise EnzccError("cannot specify -o when generating multiple output files")
         if any(not frontend_for(i.lang).has_bitcode for i in sources):
             return self.passthrough()
-        ext = ".ptx" if self.inv.is_nvptx else ".s"
+        emit_llvm = self.inv.emit_llvm
+        bitcode_out = emit_llvm and "-S" not in self.inv.args
+        ext = (".bc" if bitcode_out else ".ll") if emit_llvm else ".ptx" if self.inv.is_nvptx else ".s"
+        kind = ("bitcode" if bitcode_out else "llvm") if emit_llvm else "asm"
         jobs = []
         for inp in sources:
             out = self.inv.output or os.path.splitext(os.path.basename(inp.path))[0] + ext
             req = self.request(inp, os.path.join(self.workdir, "unused.o"), out)
             with TIMES.stage("frontend", inp.path):
                 jobs.append((inp, out, self.record_for(req, frontend_for(inp.lang).bitcode(req))))
-        if not self.inv.is_nvptx and all(i.lang in ("c", "c++") and b"__enzyme_" not in rec.bitcode
-                                         for i, _, rec in jobs):
+        if (emit_llvm or not self.inv.is_nvptx) and all(i.lang in ("c", "c++") and b"__enzyme_" not in rec.bitcode
+                                                         for i, _, rec in jobs):
             return self.passthrough()  # nothing for enzcc to do: clang's own -S output, exactly
         for inp, out, rec in jobs:
-            text = build([rec], self.pipeline_options([rec]), "asm", inp.path)
-            if self.inv.is_nvptx:
+            text = build([rec], self.pipeline_options([rec]), kind, inp.path)
+            if self.inv.is_nvptx and kind == "asm":
                 self.check_ptx(text, inp.path)
             write_atomically(out, text)
         return 0

@@ -426,6 +426,6 @@ def parse_args(argv: list[str]) -> Invocation:
         inv.mode = "compile"
     else:
         inv.mode = "link"
-    if inv.emit_llvm and inv.mode in ("compile", "asm"):
-        inv.mode = "passthrough"
+    if inv.emit_llvm and inv.mode == "compile":
+        inv.mode = "asm"  # (-c -emit-llvm: bitcode, -S -emit-llvm: text; both from asm_mode)
     return inv

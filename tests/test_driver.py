@@ -432,3 +432,16 @@ int main(void) {
     for flags in (["-O2"], ["-O2", "-fno-slp-vectorize"]):
         enzcc(*flags, "g.c", "main.c", "-o", "g")
         assert enzcc.run("./g").stdout == "30 400 10 200 3 8\n"
+
+
+def test_emit_llvm_shows_the_module_after_ad(enzcc):
+    """``-S -emit-llvm`` / ``-c -emit-llvm`` of a source that differentiates something: the module after AD and
+    the second optimization (an Enzyme user's way to look at the derivative), not clang's module."""
+    enzcc.write("e.c", "double __enzyme_autodiff(void*, double);\n"
+                       "static double sq(double x) { return x * x; }\n"
+                       "double d(double x) { return __enzyme_autodiff((void*)sq, x); }\n")
+    enzcc("-O2", "-S", "-emit-llvm", "e.c", "-o", "e.ll")
+    text = (enzcc.cwd / "e.ll").read_text()
+    assert "__enzyme_autodiff" not in text and "fadd" in text
+    enzcc("-O2", "-c", "-emit-llvm", "e.c", "-o", "e.bc")
+    assert (enzcc.cwd / "e.bc").read_bytes()[:4] == b"BC\xc0\xde"

@@ -17,7 +17,7 @@ def test_modes():
     assert parse_args(["-print-prog-name=ld"]).mode == "query"
     assert parse_args(["-dumpversion"]).mode == "query"
     assert parse_args(["-v"]).mode == "query"
-    assert parse_args(["-c", "-emit-llvm", "a.c"]).mode == "passthrough"
+    assert parse_args(["-c", "-emit-llvm", "a.c"]).mode == "asm"
     assert parse_args(["-fsyntax-only", "a.c"]).mode == "passthrough"
 
 

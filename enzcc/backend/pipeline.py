@@ -280,8 +280,13 @@ def _parse_generated(text: str, problem: str) -> llvm.ModuleRef:
 
 
 def codegen(mod: llvm.ModuleRef, tm: llvm.TargetMachine, kind: str) -> bytes:
-    """``kind``: ``object`` (native object bytes) or ``asm`` (assembly / PTX text)."""
+    """``kind``: ``object`` (native object bytes), ``asm`` (assembly / PTX text), ``llvm`` (the final module as
+    LLVM text: ``-S -emit-llvm``) or ``bitcode`` (``-c -emit-llvm``)."""
     with TIMES.stage("codegen", kind):
+        if kind == "llvm":
+            return str(mod).encode()
+        if kind == "bitcode":
+            return mod.as_bitcode()
         if kind == "asm":
             return L.emit_assembly(mod, tm).encode()
         return L.emit_object(mod, tm)
