@@ -116,12 +116,21 @@ def calls_named(module, prefix: str) -> list[Call]:
 
 def marker_symbol(value: Value) -> str | None:
     """The ``enzyme_*`` global an argument passes: its value (``enzyme_dup``, a load) or, as Enzyme also
-    accepts, its address (``&enzyme_dup``)."""
-    if isinstance(value, Load) and isinstance(value.pointer, GlobalRef):
-        value = value.pointer
-    elif not isinstance(value, GlobalRef):
+    accepts, its address (``&enzyme_dup``). On a GPU the global is a device variable (``__device__ int
+    enzyme_dup;``, in another address space), reached through an ``addrspacecast``."""
+    if isinstance(value, Load):
+        value = _without_addrspacecast(value.pointer)
+    else:
+        value = _without_addrspacecast(value)
+    if not isinstance(value, GlobalRef):
         return None
     return value.symbol if value.symbol.startswith("enzyme_") else None
+
+
+def _without_addrspacecast(value: Value) -> Value:
+    while isinstance(value, (ConstantExpr, Cast)) and value.opcode == "addrspacecast":
+        value = value.operands[0]
+    return value
 
 
 def marker_of(value: Value) -> str | None:
