@@ -18,7 +18,38 @@ TOOLS: dict[str, tuple[tuple[str, ...], str]] = {
     "mlir-translate": (("mlir-translate-22",), "Debian package mlir-22-tools (apt-get install mlir-22-tools)"),
     "rustc": (("rustc",), "rustc with LLVM 22 (https://rustup.rs, rust 1.95)"),
     "ptxas": (("ptxas",), "the CUDA toolkit (ptxas)"),
+    "fatbinary": (("fatbinary",), "the CUDA toolkit (fatbinary)"),
 }
+
+#: where the CUDA toolkit is looked for when neither --cuda-path nor $CUDA_PATH/$CUDA_HOME names it
+CUDA_PLACES = ("/usr/local/cuda", "/usr/local/cuda-13.0", "/opt/cuda")
+
+
+def cuda_path(given: str | None = None, required: bool = True) -> str | None:
+    """The CUDA toolkit's directory (it has ``nvvm/libdevice`` and ``include/cuda_runtime.h``): ``given``
+    (``--cuda-path=``), else ``$CUDA_PATH``, ``$CUDA_HOME``, else the usual places and ``/usr/local/cuda-*``,
+    newest first. None, or a :class:`ToolMissingError` when ``required``, when there is none."""
+    def is_toolkit(d: str | None) -> bool:
+        return bool(d) and os.path.isfile(os.path.join(d, "include", "cuda_runtime.h"))
+
+    if given:
+        if is_toolkit(given):
+            return given
+        raise ToolMissingError(f"--cuda-path={given}: no CUDA toolkit there (include/cuda_runtime.h is missing)")
+    places = [os.environ.get("CUDA_PATH"), os.environ.get("CUDA_HOME"), *CUDA_PLACES]
+    try:
+        versions = sorted((e for e in os.listdir("/usr/local") if e.startswith("cuda-")),
+                          key=lambda e: [int(p) if p.isdigit() else 0 for p in e[5:].split(".")], reverse=True)
+        places += [os.path.join("/usr/local", e) for e in versions]
+    except OSError:
+        pass
+    for d in places:
+        if is_toolkit(d):
+            return d
+    if required:
+        raise ToolMissingError("the CUDA toolkit was not found (set CUDA_PATH or pass --cuda-path=DIR; "
+                               "CUDA 12 or 13, e.g. /usr/local/cuda-13.0)")
+    return None
 
 
 def _env_override(name: str) -> str | None:
