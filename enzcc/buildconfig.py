@@ -18,8 +18,8 @@ from enzcc.errors import EnzccError
 KINDS = ("executable", "shared", "object", "ptx")
 
 #: every key accepted in [build] and in each [[output]] (output-only keys below)
-LIST_KEYS = ("cflags", "cxxflags", "fflags", "rustflags", "ldflags", "include-dirs", "defines", "libs", "lib-dirs")
-SCALAR_KEYS = {"opt-level": int, "ad-mode": str, "target": str, "cpu": str}
+LIST_KEYS = ("cflags", "cxxflags", "cudaflags", "fflags", "rustflags", "ldflags", "include-dirs", "defines", "libs", "lib-dirs")
+SCALAR_KEYS = {"opt-level": int, "ad-mode": str, "target": str, "cpu": str, "gpu-arch": str}
 BUILD_KEYS = set(LIST_KEYS) | set(SCALAR_KEYS) | {"build-dir"}
 OUTPUT_KEYS = set(LIST_KEYS) | set(SCALAR_KEYS) | {"name", "kind", "sources"}
 
@@ -114,6 +114,8 @@ def command_line(cfg: BuildConfig, out: OutputSpec) -> tuple[list[str], dict[str
         args.append(f"--target={target}")
     if s.get("cpu"):
         args.append(f"--cuda-gpu-arch={s['cpu']}" if target.startswith("nvptx") else f"-march={s['cpu']}")
+    if s.get("gpu-arch"):  # the device side of .cu sources in a host build
+        args.append(f"--cuda-gpu-arch={s['gpu-arch']}")
     args += [f"-I{rel(d)}" for d in s.get("include-dirs", [])]
     args += [f"-D{d}" for d in s.get("defines", [])]
     for src in out.sources:
@@ -130,7 +132,8 @@ def command_line(cfg: BuildConfig, out: OutputSpec) -> tuple[list[str], dict[str
     if out.kind != "ptx":  # a GPU module has no native libraries to link
         args += [f"-l{lib}" for lib in s.get("libs", [])]
     args += ["-o", rel(out.name)]
-    lang_args = {"c": s.get("cflags", []), "c++": s.get("cxxflags", []), "fortran": s.get("fflags", []),
+    lang_args = {"c": s.get("cflags", []), "c++": s.get("cxxflags", []), "cuda": s.get("cudaflags", []),
+                 "fortran": s.get("fflags", []),
                  "rust": s.get("rustflags", [])}
     return args, lang_args
 

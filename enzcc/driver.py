@@ -80,6 +80,11 @@ def _private_directory() -> str:
 
 
 def write_atomically(path: str, data: bytes, mode: int | None = None) -> None:
+    if path == "-":  # (-o -: standard output, as clang writes it)
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+        return
     with atomic_output(path) as tmp:
         with open(tmp, "wb") as fh:
             fh.write(data)
@@ -215,7 +220,8 @@ class Driver:
         inv = self.inv
         return CompileRequest(src=inp.path, lang=inp.lang, out_obj=out_obj, final_name=final_name,
                               workdir=self.workdir, compile_args=list(inv.compile_args), dep_args=list(inv.dep_args),
-                              opt_level=inv.opt_level, opt_flag=inv.opt_flag, target=inv.target, cpu=inv.cpu,
+                              opt_level=inv.opt_level, opt_flag=inv.opt_flag, target=inv.target,
+                              cpu=inv.cpu if inp.lang != "cuda" or inv.cuda_arch_given else None,
                               forced_lang=inp.forced or bool(inv.lang_override),
                               lang_args=list(self.extra_lang_args.get(inp.lang, [])))
 
@@ -234,6 +240,8 @@ class Driver:
             raise EnzccError(f"no such file or directory: '{inp.path}'")
         fe = frontend_for(inp.lang)
         req = self.request(inp, out_obj, final_name)
+        if inp.lang == "cuda":
+            return self.compile_cuda_source(req)
         if self.inv.is_nvptx and not fe.has_bitcode:
             raise EnzccError("assembly sources cannot be compiled for NVPTX", inp.path)
         if self.inv.is_nvptx or (fe.has_bitcode and (self.inv.lto or (for_link and not self.inv.dep_args))):
@@ -266,6 +274,40 @@ class Driver:
         if b"__enzyme_" in rec.bitcode:
             self._differentiate_translation_unit(rec, out_obj)
         E.embed(out_obj, [rec], self.workdir)
+        return [rec]
+
+    def cuda_device_code(self, req: CompileRequest, kind: str = "asm", dependencies: bool = False) -> bytes:
+        """A CUDA source's device side through enzcc's pipeline (optimize, AD, optimize, libdevice): PTX
+        (``asm``), or the final module (``llvm``, ``bitcode``)."""
+        from enzcc.frontends.cuda import DEVICE_TRIPLE, arch_of
+
+        if self.inv.target and self.inv.target != DEVICE_TRIPLE and not self.inv.target.startswith("x86_64"):
+            raise EnzccError(f"--target={self.inv.target}: a CUDA source is built for the host and "
+                             f"{DEVICE_TRIPLE}", req.src)
+        fe = frontend_for("cuda")
+        req.show_diagnostics = True
+        with TIMES.stage("frontend", req.src + " (device)"):
+            rec = E.BitcodeRecord(bitcode=fe.device_bitcode(req, dependencies), source=req.src, lang="cuda",
+                                  opt=req.level, target=DEVICE_TRIPLE)
+        opts = self.pipeline_options([rec])
+        opts.triple, opts.cpu = DEVICE_TRIPLE, arch_of(req)
+        return build([rec], opts, kind, req.src)
+
+    def compile_cuda_source(self, req: CompileRequest) -> list[E.BitcodeRecord]:
+        """``-c`` of a CUDA source: the device side through enzcc's pipeline into a fat binary (PTX and
+        machine code for the one GPU architecture), then the host side's native object embedding it, with the
+        host side's bitcode carried in the object as for C++ (AD of host code happens at the link)."""
+        from enzcc.frontends.cuda import arch_of, fat_binary
+
+        fe = frontend_for("cuda")
+        ptx = self.cuda_device_code(req)
+        stem = os.path.splitext(os.path.basename(req.src))[0] or "stdin"
+        fatbin = fat_binary(ptx, arch_of(req), self.workdir, f"{stem}-{os.urandom(4).hex()}", req.src)
+        with TIMES.stage("frontend", req.src + " (host)"):
+            bitcode = fe.compile_host(req, fatbin)
+        rec = E.BitcodeRecord(bitcode=bitcode, source=req.src, lang="cuda", opt=req.level,
+                              target=self.inv.target or "")
+        E.embed(req.out_obj, [rec], self.workdir)
         return [rec]
 
     def _differentiate_translation_unit(self, rec: E.BitcodeRecord, out_obj: str) -> bool:
@@ -332,6 +374,18 @@ class Driver:
         bitcode_out = emit_llvm and "-S" not in self.inv.args
         ext = (".bc" if bitcode_out else ".ll") if emit_llvm else ".ptx" if self.inv.is_nvptx else ".s"
         kind = ("bitcode" if bitcode_out else "llvm") if emit_llvm else "asm"
+        if any(i.lang == "cuda" for i in sources):
+            if not all(i.lang == "cuda" for i in sources):
+                raise EnzccError("-S: CUDA sources and others cannot be mixed in one command")
+            for inp in sources:  # the device side, after AD: PTX (or LLVM with -emit-llvm)
+                ext = (".bc" if bitcode_out else ".ll") if emit_llvm else ".ptx"
+                out = self.inv.output or os.path.splitext(os.path.basename(inp.path))[0] + ext
+                req = self.request(inp, os.path.join(self.workdir, "unused.o"), out)
+                code = self.cuda_device_code(req, kind, dependencies=bool(self.inv.dep_args))
+                if kind == "asm":
+                    self.check_ptx(code, inp.path, req.cpu)
+                write_atomically(out, code)
+            return 0
         jobs = []
         for inp in sources:
             out = self.inv.output or os.path.splitext(os.path.basename(inp.path))[0] + ext
@@ -348,7 +402,7 @@ class Driver:
             write_atomically(out, text)
         return 0
 
-    def check_ptx(self, ptx: bytes, where: str) -> None:
+    def check_ptx(self, ptx: bytes, where: str, arch: str | None = None) -> None:
         """Assemble the PTX with ptxas, when the CUDA toolkit is installed, to prove it is accepted."""
         if os.environ.get("ENZCC_NO_PTXAS"):
             return
@@ -360,7 +414,7 @@ class Driver:
             fh.write(ptx)
         import subprocess
 
-        proc = subprocess.run([ptxas, f"-arch={self.inv.cpu or 'sm_90'}", path, "-o", os.devnull],
+        proc = subprocess.run([ptxas, f"-arch={arch or self.inv.cpu or 'sm_90'}", path, "-o", os.devnull],
                               capture_output=True, text=True)
         if proc.returncode != 0:
             msg = (proc.stderr or proc.stdout).strip().splitlines()
@@ -478,7 +532,7 @@ class Driver:
             line = [it.value for it in items]
             extra = self.runtime_libraries({r.lang for it in items for r in it.records})
         langs = {r.lang for it in items for r in it.records}
-        linker = find_tool("clang++" if (self.cxx or "c++" in langs) else "clang")
+        linker = find_tool("clang++" if (self.cxx or langs & {"c++", "cuda"}) else "clang")
         with TIMES.stage("native-link", output):
             with atomic_output(output) as tmp:
                 run([linker, *line, *extra, "-o", tmp], tool="linker")
@@ -502,6 +556,10 @@ class Driver:
 
             lib, libs = rust_std_archive(self.inv.target)
             out += [lib, *libs]
+        if "cuda" in langs:
+            from enzcc.frontends.cuda import cuda_link_libraries, given_cuda_path
+
+            out += cuda_link_libraries(given_cuda_path(self.inv.compile_args))
         if "fortran" in langs:
             import subprocess
 

@@ -76,6 +76,7 @@ FLAGS: tuple[FlagSpec, ...] = (
     _f("-B", BOTH, 1, True), _f("--gcc-toolchain=", BOTH, 0, True), _f("-pipe", BOTH), _f("-v", BOTH),
     _f("-flto", BOTH, 0, True), _f("-fno-lto", BOTH),
     _f("--target=", TARGET, 0, True), _f("-target", TARGET, 1), _f("--cuda-gpu-arch=", TARGET, 0, True),
+    _f("--offload-arch=", TARGET, 0, True),
     # link only
     _f("-l", LINK, 1, True), _f("-L", LINK, 1, True), _f("-Wl,", LINK, 0, True), _f("-Xlinker", LINK, 1),
     _f("-shared", LINK), _f("-static", LINK), _f("-static-pie", LINK), _f("-rdynamic", LINK), _f("-pie", LINK),
@@ -121,7 +122,7 @@ def lookup(arg: str) -> tuple[FlagSpec | None, str | None]:
 
 #: enzcc language name -> clang ``-x`` spelling (None when clang does not compile it)
 LANGUAGES = {
-    "c": "c", "c++": "c++", "fortran": None, "rust": None, "llvm": "ir", "mlir": None,
+    "c": "c", "c++": "c++", "cuda": "cuda", "fortran": None, "rust": None, "llvm": "ir", "mlir": None,
     "assembler": "assembler", "assembler-with-cpp": "assembler-with-cpp",
 }
 
@@ -131,13 +132,13 @@ EXTENSIONS = {
     ".f": "fortran", ".for": "fortran", ".ftn": "fortran", ".f77": "fortran", ".f90": "fortran",
     ".f95": "fortran", ".f03": "fortran", ".f08": "fortran", ".F": "fortran", ".FOR": "fortran",
     ".F90": "fortran", ".F95": "fortran", ".F03": "fortran", ".F08": "fortran",
-    ".rs": "rust", ".ll": "llvm", ".bc": "llvm", ".mlir": "mlir",
+    ".cu": "cuda", ".rs": "rust", ".ll": "llvm", ".bc": "llvm", ".mlir": "mlir",
     ".s": "assembler", ".S": "assembler-with-cpp", ".sx": "assembler-with-cpp",
 }
 
 #: ``-x``/``--lang`` spellings accepted for each language
 LANG_ALIASES = {
-    "c": "c", "c++": "c++", "cxx": "c++", "cpp": "c++",
+    "c": "c", "c++": "c++", "cxx": "c++", "cpp": "c++", "cuda": "cuda", "cu": "cuda",
     "fortran": "fortran", "f95": "fortran", "f77": "fortran", "f90": "fortran", "f95-cpp-input": "fortran",
     "f77-cpp-input": "fortran", "rust": "rust", "ir": "llvm", "llvm": "llvm", "llvm-ir": "llvm",
     "mlir": "mlir", "assembler": "assembler", "assembler-with-cpp": "assembler-with-cpp",
@@ -231,6 +232,8 @@ class Invocation:
     """``-march``/``--cuda-gpu-arch`` value (used for nvptx)."""
     lang_override: str | None = None
     """``--lang`` value."""
+    cuda_arch_given: bool = False
+    """``--cuda-gpu-arch=``/``--offload-arch=`` was on the command line."""
     ad_mode: str = "after-opt"
     ad_inline: str = "auto"
     """``--ad-inline``: which calls inside differentiated code are inlined (``auto``, ``all``, ``none``)."""
@@ -369,8 +372,12 @@ def parse_args(argv: list[str]) -> Invocation:
                 spelled = [spec.name + value]  # one token, so link-line order is easy to keep
             inv.link_line.extend(spelled)
         elif role == TARGET:
-            if spec.name == "--cuda-gpu-arch=":
+            if spec.name in ("--cuda-gpu-arch=", "--offload-arch="):
+                if inv.cuda_arch_given and value != inv.cpu:
+                    raise EnzccError(f"{arg}: enzcc builds CUDA for one GPU architecture per compile "
+                                     f"(--cuda-gpu-arch={inv.cpu} was given already)")
                 inv.cpu = value
+                inv.cuda_arch_given = True
             else:
                 inv.target = value
                 inv.compile_args.extend(spelled)
@@ -381,7 +388,7 @@ def parse_args(argv: list[str]) -> Invocation:
             if spec.name == "--lang":
                 if value not in LANG_ALIASES:
                     raise EnzccError(f"--lang: unknown language '{value}' "
-                                     "(expected c, c++, fortran, rust, llvm or mlir)")
+                                     "(expected c, c++, cuda, fortran, rust, llvm or mlir)")
                 inv.lang_override = LANG_ALIASES[value]
             elif spec.name == "--ad-mode":
                 if value not in ("after-opt", "before-opt"):

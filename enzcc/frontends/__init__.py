@@ -5,11 +5,12 @@ from __future__ import annotations
 from enzcc.errors import EnzccError
 from enzcc.frontends.base import CompileRequest, Frontend
 from enzcc.frontends.clang import AssemblerFrontend, ClangFrontend
+from enzcc.frontends.cuda import CudaFrontend
 from enzcc.frontends.fortran import FortranFrontend
 from enzcc.frontends.llvmir import LLVMIRFrontend, MLIRFrontend
 from enzcc.frontends.rust import RustFrontend
 
-_FRONTENDS: list[Frontend] = [ClangFrontend(), FortranFrontend(), RustFrontend(), LLVMIRFrontend(),
+_FRONTENDS: list[Frontend] = [ClangFrontend(), CudaFrontend(), FortranFrontend(), RustFrontend(), LLVMIRFrontend(),
                               MLIRFrontend(), AssemblerFrontend()]
 
 

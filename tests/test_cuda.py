@@ -1,0 +1,131 @@
+"""CUDA sources (``.cu``, ``-x cuda``, ``--lang cuda``): the device side through enzcc's pipeline into PTX and a fat
+binary, the host side a native object embedding it, the link with the CUDA runtime. Programs run only where a GPU
+is (the host emulation's tests check gradients without one)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from enzcc_testing import need
+from enzcc.tools import cuda_path
+
+pytestmark = [need("clang-22", "ptxas", "fatbinary"),
+              pytest.mark.skipif(cuda_path(required=False) is None, reason="needs the CUDA toolkit")]
+
+SAXPY = r"""
+#include <cstdio>
+#include "scale.h"
+__global__ void saxpy(int n, float a, const float *x, float *y) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = SCALE * a * x[i] + y[i];
+}
+int main() {
+  const int n = 1000;
+  float h[n], *x, *y;
+  for (int i = 0; i < n; i++) h[i] = i;
+  cudaMalloc(&x, n * sizeof(float));
+  cudaMalloc(&y, n * sizeof(float));
+  cudaMemcpy(x, h, sizeof h, cudaMemcpyHostToDevice);
+  cudaMemcpy(y, h, sizeof h, cudaMemcpyHostToDevice);
+  saxpy<<<(n + 255) / 256, 256>>>(n, 2.0f, x, y);
+  cudaMemcpy(h, y, sizeof h, cudaMemcpyDeviceToHost);
+  printf("%g %g\n", h[1], h[999]);
+  return 0;
+}
+"""
+
+#: Enzyme's CUDA idiom: markers are device variables, a kernel differentiates a __device__ function
+GRADIENT = r"""
+__device__ int enzyme_dup;
+__device__ int enzyme_const;
+template <typename... T> __device__ void __enzyme_autodiff(void *, T...);
+__device__ void sq(const double *x, double *y, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = x[i] * x[i] * 3.0;
+}
+__global__ void dsq(const double *x, double *dx, double *y, double *dy, int n) {
+  __enzyme_autodiff((void *)sq, enzyme_dup, x, dx, enzyme_dup, y, dy, enzyme_const, n);
+}
+"""
+
+
+def have_gpu() -> bool:
+    try:
+        return subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0
+    except OSError:
+        return False
+
+
+def test_cu_source_compiles_links_and_runs_where_a_gpu_is(enzcc):
+    enzcc.write("k.cu", SAXPY)
+    enzcc.write("scale.h", "#define SCALE 1\n")
+    enzcc("-O2", "-c", "k.cu", "-o", "k.o", "-MD", cmd="enzcc++")
+    obj = (enzcc.cwd / "k.o").read_bytes()
+    assert b".nv_fatbin" in obj and b"__cuda_register_globals" in obj  # the device code, registered
+    assert "scale.h" in (enzcc.cwd / "k.d").read_text()  # dependency files as for C++
+    enzcc("-O2", "k.o", "-o", "k", cmd="enzcc++")
+    enzcc("-O2", "k.cu", "-o", "k2")  # one step, and through enzcc (not enzcc++): the link is C++'s
+    if have_gpu():
+        assert enzcc.run("./k").stdout == "3 2997\n"
+        assert enzcc.run("./k2").stdout == "3 2997\n"
+
+
+def test_s_gives_the_device_sides_ptx_and_the_gpu_arch_reaches_the_frontend(enzcc):
+    enzcc.write("a.cu", "__global__ void add(double *y, const double *x) { atomicAdd(y, x[threadIdx.x]); }\n")
+    # double atomicAdd exists from sm_60: the architecture must reach clang's device compile
+    enzcc("-O2", "-S", "--cuda-gpu-arch=sm_80", "a.cu", "-o", "a.ptx")
+    ptx = (enzcc.cwd / "a.ptx").read_text()
+    assert ".target sm_80" in ptx and ".entry _Z3addPdPKd" in ptx and ".add.f64" in ptx
+    enzcc("-O2", "-S", "a.cu")  # default name, default architecture
+    assert ".target sm_90" in (enzcc.cwd / "a.ptx").read_text()
+    enzcc("-O2", "-S", "-emit-llvm", "a.cu", "-o", "a.ll")
+    assert 'target triple = "nvptx64-nvidia-cuda"' in (enzcc.cwd / "a.ll").read_text()
+
+
+def test_x_cuda_and_lang_cuda(enzcc):
+    enzcc.write("k.cc", "__global__ void k(float *y) { y[threadIdx.x] = 1; }\n")
+    enzcc("-x", "cuda", "-S", "k.cc", "-o", "x.ptx")
+    enzcc("--lang", "cuda", "-S", "k.cc", "-o", "l.ptx")
+    for name in ("x.ptx", "l.ptx"):
+        assert ".entry _Z1kPf" in (enzcc.cwd / name).read_text()
+
+
+def test_a_kernel_differentiates_a_device_function_with_device_markers(enzcc):
+    enzcc.write("g.cu", GRADIENT)
+    enzcc("-O2", "-S", "-emit-llvm", "g.cu", "-o", "g.ll")
+    text = (enzcc.cwd / "g.ll").read_text()
+    assert "__enzyme_autodiff" not in text
+    kernel = text[text.index("@_Z3dsqPKdPdS1_S1_i("):]
+    kernel = kernel[:kernel.index("\n}\n")]
+    # d(3x^2)/dx = 6x: dy * 3 * x, doubled, added into dx; dy zeroed
+    assert "3.000000e+00" in kernel and "fadd" in kernel and "store double 0.000000e+00" in kernel
+    enzcc("-O2", "-c", "g.cu", "-o", "g.o")  # and ptxas, fatbinary, the host side
+
+
+def test_errors_are_one_line_with_the_location_and_leave_nothing_behind(enzcc, tmp_path):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {"TMPDIR": str(tmp)}
+    enzcc.write("bad.cu", "__global__ void k(float *y) {\n  y[0] = undeclared;\n}\n")
+    proc = enzcc("-c", "bad.cu", "-o", "bad.o", check=False, env=env)
+    assert proc.returncode != 0 and "bad.cu:2:" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (enzcc.cwd / "bad.o").exists() and not list(tmp.iterdir())
+    enzcc.write("k.cu", "__global__ void k(float *y) { y[0] = 1; }\n")
+    for flags, message in ((["--cuda-host-only"], "builds both sides"),
+                           (["--cuda-gpu-arch=sm_80", "--cuda-gpu-arch=sm_90"], "one GPU architecture"),
+                           (["--cuda-gpu-arch=gfx90a"], "NVIDIA GPUs")):
+        proc = enzcc("-c", *flags, "k.cu", "-o", "k.o", check=False, env=env)
+        assert proc.returncode != 0 and message in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+        assert not (enzcc.cwd / "k.o").exists() and not list(tmp.iterdir())
+
+
+def test_cuda_path_names_the_toolkit(enzcc):
+    enzcc.write("k.cu", "__global__ void k(float *y) { y[0] = 1; }\n")
+    enzcc("-S", f"--cuda-path={cuda_path()}", "k.cu", "-o", "k.ptx")
+    proc = enzcc("-S", "--cuda-path=/nonexistent", "k.cu", "-o", "k2.ptx", check=False)
+    assert proc.returncode != 0 and "/nonexistent" in proc.stderr and "Traceback" not in proc.stderr
+    assert os.path.exists(enzcc.cwd / "k.ptx") and not os.path.exists(enzcc.cwd / "k2.ptx")
