@@ -9,11 +9,11 @@ from __future__ import annotations
 
 # (imported in this order: a name belongs to one family; matchers are asked in the order they registered)
 from enzcc.ad.calls import custom  # noqa: F401  the user's registered derivatives: first
-from enzcc.ad.calls import libc, memfns, libm, complex, blas, mirror  # noqa: F401
+from enzcc.ad.calls import libc, memfns, libm, libdevice, complex, blas, mirror  # noqa: F401
 from enzcc.ad.calls import openmp, checkpoint, fixed_point, outline, iters, typehints, context  # noqa: F401
 
 #: the families, in the order they register
-FAMILIES = ("custom", "libc", "memfns", "libm", "complex", "blas", "mirror", "openmp", "checkpoint",
+FAMILIES = ("custom", "libc", "memfns", "libm", "libdevice", "complex", "blas", "mirror", "openmp", "checkpoint",
             "fixed_point", "outline", "iters", "typehints", "context")
 
 __all__ = ["FAMILIES"]
