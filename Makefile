@@ -8,7 +8,7 @@ SEED ?= 1
 O ?= 0,1,2,3
 FUZZ_ARGS ?=
 
-.PHONY: setup demo test bench bench-builds bench-frameworks fuzz fuzz-bad clean
+.PHONY: setup demo test bench bench-builds bench-frameworks bench-gpu fuzz fuzz-bad clean
 
 setup:
 	@PYTHON=$(PYTHON) ./scripts/setup.sh
@@ -22,6 +22,11 @@ test: setup
 # the benchmark suite (docs/benchmarks.md): results in bench/results/results.json
 bench: setup
 	$(PYTHON) -m bench $(BENCH_ARGS)
+
+# the GPU benchmarks (docs/benchmarks.md, "GPU"): built here, run where an NVIDIA GPU is; results in
+# bench/results/gpu.json
+bench-gpu: setup
+	$(PYTHON) -m bench.gpu $(BENCH_ARGS)
 
 # compile-time benchmarks against clang-22 (docs/benchmarks.md, "Compile time"): results in bench/results/builds.json
 bench-builds: setup
