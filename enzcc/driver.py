@@ -218,8 +218,12 @@ class Driver:
 
     def request(self, inp: Input, out_obj: str, final_name: str) -> CompileRequest:
         inv = self.inv
+        args = list(inv.compile_args)
+        if inv.is_nvptx and inv.cuda_arch_given and inp.lang in ("c", "c++") and \
+                not any(a.startswith("-march=") for a in args):
+            args.append(f"-march={inv.cpu}")  # (C for NVPTX: the SM's builtins, such as sm_60's double atomics)
         return CompileRequest(src=inp.path, lang=inp.lang, out_obj=out_obj, final_name=final_name,
-                              workdir=self.workdir, compile_args=list(inv.compile_args), dep_args=list(inv.dep_args),
+                              workdir=self.workdir, compile_args=args, dep_args=list(inv.dep_args),
                               opt_level=inv.opt_level, opt_flag=inv.opt_flag, target=inv.target,
                               cpu=inv.cpu if inp.lang != "cuda" or inv.cuda_arch_given else None,
                               forced_lang=inp.forced or bool(inv.lang_override),

@@ -129,3 +129,12 @@ def test_cuda_path_names_the_toolkit(enzcc):
     proc = enzcc("-S", "--cuda-path=/nonexistent", "k.cu", "-o", "k2.ptx", check=False)
     assert proc.returncode != 0 and "/nonexistent" in proc.stderr and "Traceback" not in proc.stderr
     assert os.path.exists(enzcc.cwd / "k.ptx") and not os.path.exists(enzcc.cwd / "k2.ptx")
+
+
+def test_cuda_gpu_arch_reaches_a_c_kernels_frontend(enzcc):
+    """C for NVPTX: the SM's builtins (sm_60's double atomic add) need the architecture in clang's compile."""
+    enzcc.write("at.c", "__attribute__((nvptx_kernel)) void add(double *y, const double *x) {\n"
+                        "  __nvvm_atom_add_gen_d(y, x[__nvvm_read_ptx_sreg_tid_x()]);\n}\n")
+    enzcc("--target=nvptx64-nvidia-cuda", "--cuda-gpu-arch=sm_80", "-O2", "-S", "at.c", "-o", "at.ptx")
+    ptx = (enzcc.cwd / "at.ptx").read_text()
+    assert ".target sm_80" in ptx and "atom.global.add.f64" in ptx
