@@ -13,10 +13,10 @@ no derivative. ``__enzyme_reverse`` is the exception: it continues what its ``__
 
 from __future__ import annotations
 
-from enzcc.ad.registry import called_function
+from enzcc.ad.registry import called_function, global_shadow_zeroings
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.instructions import Call, Cast, GetElementPtr, Phi, Select, Store
-from enzcc.ir.values import ConstantExpr, GlobalRef, Value
+from enzcc.ir.values import ConstantExpr, ConstantUndef, GlobalRef, Value
 
 _WRITES = ("llvm.memcpy", "llvm.memmove", "llvm.memset")
 
@@ -180,9 +180,18 @@ def shadow_global(module, symbol: str, lane: int = 0) -> GlobalRef:
     name = names.get((symbol, lane))
     if name is None:
         name = module.unique_function_name(f"__enzcc_shadow.{symbol}" + (f".lane{lane}" if lane else ""))
-        module.add_global(name, module.globals[symbol].value_type, align=16)
+        gv = module.globals[symbol]
+        # in the primal's address space (GPU shared memory: one shadow per thread block, as the array is); left
+        # uninitialized where the primal is (shared memory cannot have an initial value): each call zeroes it
+        init = ConstantUndef(gv.value_type) if _uninitialized(gv) else None
+        module.add_global(name, gv.value_type, initializer=init, align=16, addrspace=gv.addrspace)
         names[(symbol, lane)] = name
     return module.global_ref(name)
+
+
+def _uninitialized(gv) -> bool:
+    """Whether global ``gv``'s initial value is ``undef`` (GPU shared memory, which has none)."""
+    return any(f" {gv.value_type} {x}" in gv.text for x in ("undef", "poison"))
 
 
 def _declared(module, symbol: str, shadow: str, lane: int) -> GlobalRef:
@@ -216,6 +225,7 @@ def zero_shadows(b: IRBuilder, module, fn_name: str, width: int = 1) -> None:
     if info is None:
         return
     dl = module.data_layout
+    todo = []
     for symbol in info.reached_by(fn_name):
         if declared_shadow(module, symbol) is not None:
             continue  # the program's own: it accumulates across calls
@@ -223,8 +233,13 @@ def zero_shadows(b: IRBuilder, module, fn_name: str, width: int = 1) -> None:
             raise ad_error(f"'{fn_name}' reaches global '{symbol}', which holds pointers and has derivatives only "
                            "in an enzyme_context: differentiate it with enzyme_context here too")
         size = dl.alloc_size(module.globals[symbol].value_type)
-        for lane in range(width):
-            b.memset(shadow_global(module, symbol, lane), 0, size)
+        todo += [(symbol, shadow_global(module, symbol, lane), size) for lane in range(width)]
+    done = set()
+    for zero in global_shadow_zeroings():  # (memory that is not one copy for the program: a family zeroes it)
+        done |= zero(b, module, [t for t in todo if t[1].symbol not in done])
+    for _, shadow, size in todo:
+        if shadow.symbol not in done:
+            b.memset(shadow, 0, size)
 
 
 def expand_global_addresses(fn) -> None:

@@ -115,6 +115,7 @@ class _Registry:
     called_functions: list[Callable] = field(default_factory=list)
     request_completions: list[Callable] = field(default_factory=list)
     global_shadow_sources: list = field(default_factory=list)
+    global_shadow_zeroings: list = field(default_factory=list)
 
 
 _REGISTRY = _Registry()
@@ -269,6 +270,18 @@ def global_shadow_sources() -> list[GlobalShadowSource]:
     return list(_REGISTRY.global_shadow_sources)
 
 
+def register_global_shadow_zeroing(zero: Callable) -> None:
+    """``zero(builder, module, shadows)`` before an ``__enzyme_*`` call, ``shadows`` being the (global, its shadow,
+    bytes) to zero: zeroes those whose memory is not one copy for the whole program (GPU shared memory, one per
+    thread block, which the block's threads zero together) and returns the names of the shadows it zeroed; the
+    engine zeroes the others with ``memset``."""
+    _REGISTRY.global_shadow_zeroings.append(zero)
+
+
+def global_shadow_zeroings() -> list[Callable]:
+    return list(_REGISTRY.global_shadow_zeroings)
+
+
 def families() -> list[str]:
     """The families with a rule, in the order they registered (for ``enzcc/ad/README.md`` and tests)."""
     seen: list[str] = []
@@ -280,7 +293,8 @@ def families() -> list[str]:
 
 
 __all__ = ["CallRule", "GlobalShadowSource", "called_function", "copy_preparations", "families",
-           "global_shadow_sources", "hook", "is_inactive", "loop_rule", "lowerings", "module_preparations",
-           "passes_arguments", "prepared_checks", "register", "register_called_function", "register_copy_preparation",
-           "register_global_shadow_source", "register_lowering", "register_module_preparation",
-           "register_prepared_check", "register_request_completion", "request_completions", "rule_for", "rule_named"]
+           "global_shadow_sources", "global_shadow_zeroings", "hook", "is_inactive", "loop_rule", "lowerings",
+           "module_preparations", "passes_arguments", "prepared_checks", "register", "register_called_function",
+           "register_copy_preparation", "register_global_shadow_source", "register_global_shadow_zeroing",
+           "register_lowering", "register_module_preparation", "register_prepared_check",
+           "register_request_completion", "request_completions", "rule_for", "rule_named"]

@@ -176,7 +176,21 @@ def load_rules(path: str = RULES_FILE) -> RuleTable:
     functions = {n: _rule(n, s) for n, s in data.get("functions", {}).items()}
     by_c = {c: r for r in functions.values() for c in r.names}
     by_intr = {r.intrinsic: r for r in functions.values() if r.intrinsic}
+    for name, spellings in (data.get("same_as") or {}).items():  # (NVVM's rounding modes and approximations)
+        rule = functions.get(name) or instructions.get(name)
+        if rule is None:
+            raise EnzccError(f"{RULES_FILE}: same_as: no rule '{name}'")
+        by_c.update((callee, rule) for s in spellings for callee in alternatives(s))
     return RuleTable(instructions, functions, by_c, by_intr)
+
+
+def alternatives(spelling: str) -> list[str]:
+    """The names ``spelling`` stands for: ``"a.{x,y}.{d,f}"`` -> ``a.x.d``, ``a.x.f``, ``a.y.d``, ``a.y.f``."""
+    m = re.search(r"\{([^{}]*)\}", spelling)
+    if m is None:
+        return [spelling]
+    return [n for alt in m.group(1).split(",")
+            for n in alternatives(spelling[:m.start()] + alt + spelling[m.end():])]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -256,7 +270,8 @@ PRIMALS = {
     "nearbyint": round, "roundeven": round, "fmod": _fmod, "remainder": math.remainder,
     "ldexp": lambda x, n: math.ldexp(x, int(n)), "scalbn": lambda x, n: math.ldexp(x, int(n)),
     "frexp": lambda x, e: math.frexp(x)[0], "modf": lambda x, ip: math.modf(x)[0], "lgamma": math.lgamma,
-    "tgamma": math.gamma, "digamma": digamma,
+    "tgamma": math.gamma, "digamma": digamma, "rcp": lambda x: 1.0 / x, "rsqrt": lambda x: x ** -0.5,
+    "saturate": lambda x: min(max(x, 0.0), 1.0),
     # instructions
     "fadd": lambda a, b: a + b, "fsub": lambda a, b: a - b, "fmul": lambda a, b: a * b,
     "fdiv": lambda a, b: a / b, "fneg": lambda a: -a, "frem": _fmod,
