@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
+import sys
 from functools import lru_cache
 
 import llvmlite.binding as llvm
@@ -235,11 +237,71 @@ def bounded_slp_scheduling() -> None:
 
 
 def emit_object(mod: llvm.ModuleRef, tm: llvm.TargetMachine) -> bytes:
+    if _is_gpu(tm.triple):
+        return guarded_codegen(lambda: tm.emit_object(mod), tm.triple)
     return tm.emit_object(mod)
 
 
 def emit_assembly(mod: llvm.ModuleRef, tm: llvm.TargetMachine) -> str:
+    if _is_gpu(tm.triple):
+        return guarded_codegen(lambda: tm.emit_assembly(mod).encode(), tm.triple).decode()
     return tm.emit_assembly(mod)
+
+
+def _is_gpu(triple: str) -> bool:
+    return triple.startswith(("nvptx", "amdgcn"))
+
+
+_LLVM_MESSAGE = re.compile(r"^(?:LLVM ERROR: |error: |.*?: error: )(.*)$", re.M)
+
+
+def guarded_codegen(emit, triple: str) -> bytes:
+    """``emit()`` (code generation, returning bytes) in a child process. LLVM reports what it cannot generate
+    code for (a GPU target: "no libcall available for fexp", "Cannot select: fsin") by printing it and ending
+    the process (``exit(1)``, or an abort with a stack dump), which would leave no chance to report it as enzcc
+    does or to remove the run's temporary files: here it is a one-line :class:`EnzccError` with LLVM's
+    message. The output comes back through a memory file."""
+    if not hasattr(os, "fork") or not hasattr(os, "memfd_create"):
+        return emit()
+    out, err = os.memfd_create("enzcc-codegen"), os.memfd_create("enzcc-codegen-errors")
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns
+            code = 3
+            try:
+                os.dup2(err, 2)
+                data = emit()
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(out, view):]
+                code = 0
+            except BaseException as exc:  # noqa: BLE001  (reported by the parent)
+                os.write(2, f"error: {type(exc).__name__}: {exc}\n".encode(errors="replace"))
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        if status == 0:
+            return _read_all(out)
+        text = _read_all(err).decode(errors="replace")
+        found = _LLVM_MESSAGE.search(text)
+        message = found.group(1).strip() if found else _first_line(text) if text.strip() else \
+            f"the code generator ended with status {status}"
+        raise EnzccError(f"LLVM cannot generate code for {triple}: {message}")
+    finally:
+        os.close(out)
+        os.close(err)
+
+
+def _read_all(fd: int) -> bytes:
+    os.lseek(fd, 0, os.SEEK_SET)
+    chunks = []
+    while True:
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
 
 
 def value_name(value) -> str:

@@ -42,6 +42,9 @@ class PipelineOptions:
     """``-f[no-]slp-vectorize``; None: as clang at ``opt_level`` (from -O2)."""
     unroll_loops: bool | None = None
     """``-f[no-]unroll-loops``; None: as clang at ``opt_level``."""
+    cuda_path: str | None = None
+    """``--cuda-path``: the CUDA toolkit whose libdevice NVPTX modules link (:mod:`enzcc.backend.libdevice`);
+    None: found as :func:`enzcc.tools.cuda_path` finds it."""
 
     def vectorizers(self) -> dict:
         """The keyword arguments of :func:`enzcc.backend.llvm.optimize` these options set."""
@@ -220,7 +223,8 @@ def protect_hinted_functions(mod: llvm.ModuleRef) -> None:
 
 def run_pipeline(mod: llvm.ModuleRef, opts: PipelineOptions, tm: llvm.TargetMachine, where: str) -> llvm.ModuleRef:
     """optimize -> AD -> optimize (or AD -> optimize with ``before-opt``). The run after AD is the same in
-    both modes, so they compare only where AD happens."""
+    both modes, so they compare only where AD happens. NVPTX modules get libdevice before their last
+    optimization (:func:`device_libraries`)."""
     unmangle_api_names(mod)
     needs_ad = has_enzyme_calls(mod)
     if needs_ad:
@@ -235,9 +239,12 @@ def run_pipeline(mod: llvm.ModuleRef, opts: PipelineOptions, tm: llvm.TargetMach
     if opts.ad_mode == "before-opt":
         with TIMES.stage("ad", where):
             mod, changed = ad_stage(mod, opts, where, tm)
+        mod, _ = device_libraries(mod, opts, tm, where)
         with TIMES.stage("optimize", f"-O{opts.opt_level} after AD"):
             L.optimize(mod, tm, opts.opt_level, **opts.vectorizers())
         return split_blocks(mod, where) if changed else mod
+    if not needs_ad:
+        mod, _ = device_libraries(mod, opts, tm, where)
     with TIMES.stage("optimize", f"-O{opts.opt_level}"):
         # before AD, keep loops scalar: vectorization comes in the run after AD; a loop marked by
         # __enzyme_set_fixed_point must stay a loop (none is unrolled in such a module before AD)
@@ -249,11 +256,27 @@ def run_pipeline(mod: llvm.ModuleRef, opts: PipelineOptions, tm: llvm.TargetMach
         L.optimize(mod, tm, opts.opt_level, vectorize=not needs_ad, **before)
     with TIMES.stage("ad", where):
         mod, changed = ad_stage(mod, opts, where, tm)
+    if needs_ad:
+        mod, linked = device_libraries(mod, opts, tm, where)
+        changed = changed or linked
     if changed:
         with TIMES.stage("optimize", f"-O{opts.opt_level} after AD"):
             L.optimize(mod, tm, opts.opt_level, **opts.vectorizers())
         mod = split_blocks(mod, where)
     return mod
+
+
+def device_libraries(mod: llvm.ModuleRef, opts: PipelineOptions, tm: llvm.TargetMachine,
+                     where: str) -> tuple[llvm.ModuleRef, bool]:
+    """An NVPTX module with its math calling libdevice and libdevice linked in, before the last optimization
+    (after AD: the derivatives are made from the ``__nv_*`` calls, not from libdevice's bodies); whether that
+    changed it. Other modules as they are."""
+    if not (mod.triple or "").startswith("nvptx"):
+        return mod, False
+    from enzcc.backend.libdevice import with_libdevice
+
+    with TIMES.stage("link", "libdevice"):
+        return with_libdevice(mod, where, opts.cuda_path, tm)
 
 
 def split_blocks(mod: llvm.ModuleRef, where: str) -> llvm.ModuleRef:
