@@ -11,6 +11,8 @@ When the module's derivatives are not differentiated again and it runs on a CPU
 
 from __future__ import annotations
 
+import zlib
+
 from enzcc.ad.emit import round_function
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
@@ -69,8 +71,8 @@ class Tape:
     def _helper(self, name: str, ftype: T.FunctionType, body) -> Function:
         return round_function(self.module, name, ftype, body)
 
-    def _abort_if_null(self, fn: Function, b: IRBuilder, p: Value, name: str) -> IRBuilder:
-        return _abort_if_null(self.module, fn, b, p, name)
+    def _abort_if_null(self, fn: Function, b: IRBuilder, p: Value, name: str, size: Value | None = None) -> IRBuilder:
+        return _abort_if_null(self.module, fn, b, p, name, size)
 
     def _libc(self, name: str, ftype: T.FunctionType) -> Function:
         return self.module.get_or_insert_function(name, ftype)
@@ -113,7 +115,7 @@ class Tape:
             want = g.call_intrinsic("llvm.umax", [g.add(n, ConstantInt(T.i64, CHUNK_HEADER)),
                                                   ConstantInt(T.i64, CHUNK)], [T.i64])
             nb = g.call(self._libc("malloc", T.FunctionType(T.ptr, (T.i64,))), [want])
-            k = self._abort_if_null(fn, g, nb, "linked")
+            k = self._abort_if_null(fn, g, nb, "linked", want)
             good = k.block
             k.store(buf, nb)
             _counter(k.store(used, k.gep(T.i8, nb, [ConstantInt(T.i64, 8)])))
@@ -323,25 +325,59 @@ class Tape:
 
 
 
-def _grow_if_needed(module, fn: Function, b: IRBuilder, s: Value, new: Value, name: str) -> IRBuilder:
-    """At ``b``: when ``new`` bytes exceed the capacity of the state ``s``, reallocate its buffer (doubled, at
-    least 4 KiB, at least ``new``; abort when memory runs out). Returns a builder at a new block ``name``."""
+def _grow_if_needed(module, fn: Function, b: IRBuilder, s: Value, used: Value, new: Value, name: str,
+                    exact: bool = False) -> IRBuilder:
+    """At ``b``: when ``new`` bytes exceed the capacity of the state ``s`` (``used`` bytes of it in use),
+    reallocate its buffer (doubled, at least 4 KiB, at least ``new``; abort when memory runs out). Returns a
+    builder at a new block ``name``. On a GPU (:func:`_grow_on_device`) ``exact``: to ``new`` bytes."""
     grow, ok = fn.append_block("grow"), fn.append_block(name)
     cap_p = b.struct_gep(STATE, s, 2)
     cap = _counter(b.load(T.i64, cap_p))
     b.cond_br(b.icmp("ugt", new, cap), grow, ok)
     g = IRBuilder.at_end(grow)
-    doubled = g.shl(cap, 1)
-    want = g.select(g.icmp("ugt", new, doubled), new, doubled)
-    want = g.select(g.icmp("ult", want, ConstantInt(T.i64, 4096)), ConstantInt(T.i64, 4096), want)
-    buf = g.load(T.ptr, s)
-    realloc = module.get_or_insert_function("realloc", T.FunctionType(T.ptr, (T.ptr, T.i64)))
-    nb = g.call(realloc, [buf, want])
-    gs = _abort_if_null(module, fn, g, nb, "stored")
-    gs.store(nb, s)
+    if module.targets_gpu:
+        gs, want = _grow_on_device(module, fn, g, s, cap, used, new, exact)
+    else:
+        doubled = g.shl(cap, 1)
+        want = g.select(g.icmp("ugt", new, doubled), new, doubled)
+        want = g.select(g.icmp("ult", want, ConstantInt(T.i64, 4096)), ConstantInt(T.i64, 4096), want)
+        buf = g.load(T.ptr, s)
+        realloc = module.get_or_insert_function("realloc", T.FunctionType(T.ptr, (T.ptr, T.i64)))
+        nb = g.call(realloc, [buf, want])
+        gs = _abort_if_null(module, fn, g, nb, "stored")
+        gs.store(nb, s)
     _counter(gs.store(want, cap_p))
     gs.br(ok)
     return IRBuilder.at_end(ok)
+
+
+DEVICE_FIRST = 256
+"""Bytes of the first buffer of a device tape that grows (one per thread, from the device heap: 8 MiB by
+default for the whole GPU)."""
+
+
+def _grow_on_device(module, fn: Function, g: IRBuilder, s: Value, cap: Value, used: Value, new: Value,
+                    exact: bool) -> tuple[IRBuilder, Value]:
+    """The growth of a tape in GPU code, which has ``malloc`` and ``free`` but no ``realloc``: a new buffer,
+    the ``used`` bytes copied into it, the old one freed. ``exact``: of ``new`` bytes (a loop's records, counted
+    at its entry: each thread's tape holds just what it needs, the device heap being small), else doubled, at
+    least :data:`DEVICE_FIRST` and ``new``. A failed ``malloc`` stops the kernel saying how to raise the
+    device heap's size. Returns a builder in the block where the buffer is in place, and its size."""
+    if exact:
+        want = new
+    else:
+        doubled = g.shl(cap, 1)
+        want = g.select(g.icmp("ugt", new, doubled), new, doubled)
+        want = g.select(g.icmp("ult", want, ConstantInt(T.i64, DEVICE_FIRST)), ConstantInt(T.i64, DEVICE_FIRST),
+                        want)
+    malloc = module.get_or_insert_function("malloc", T.FunctionType(T.ptr, (T.i64,)))
+    nb = g.call(malloc, [want])
+    gs = _abort_if_null(module, fn, g, nb, "stored", size=want)
+    buf = gs.load(T.ptr, s)
+    gs.memcpy(nb, buf, used)
+    gs.call(module.get_or_insert_function("free", T.FunctionType(T.void, (T.ptr,))), [buf])
+    gs.store(nb, s)
+    return gs, want
 
 
 def reserve_helper(module) -> Function:
@@ -354,7 +390,7 @@ def reserve_helper(module) -> Function:
         used_p = b.struct_gep(STATE, s, 1)
         used = _counter(b.load(T.i64, used_p))
         new = b.add(used, n)
-        o = _grow_if_needed(module, fn, b, s, new, "ok")
+        o = _grow_if_needed(module, fn, b, s, used, new, "ok")
         cur = o.load(T.ptr, s)
         p = o.gep(T.i8, cur, [used])
         _counter(o.store(new, used_p))
@@ -364,24 +400,53 @@ def reserve_helper(module) -> Function:
 
 def ensure_helper(module) -> Function:
     """``ensure(state, n)``: ``n`` more bytes fit in the buffer of ``state`` without growing it again (it grows
-    now if they do not); nothing is pushed."""
+    now if they do not; on a GPU to exactly that size: the records of a loop whose count is known at its
+    entry); nothing is pushed."""
     def body(fn):
         s, n = fn.args
         b = IRBuilder.at_end(fn.append_block("entry"))
         used = _counter(b.load(T.i64, b.struct_gep(STATE, s, 1)))
-        _grow_if_needed(module, fn, b, s, b.add(used, n), "ok").ret_void()
+        _grow_if_needed(module, fn, b, s, used, b.add(used, n), "ok", exact=True).ret_void()
     return round_function(module, "__enzcc_tape_ensure", T.FunctionType(T.void, (T.ptr, T.i64)), body)
 
 
-def _abort_if_null(module, fn: Function, b: IRBuilder, p: Value, name: str) -> IRBuilder:
-    """At ``b``: abort when the allocation ``p`` failed; returns a builder at the end of the block where it did
-    not (named ``name``)."""
+HEAP_MESSAGE = ("enzcc: a derivative's tape needs %llu bytes more of the device heap in a thread, and the heap is "
+                "full: raise its size with cudaDeviceSetLimit(cudaLimitMallocHeapSize, bytes) before the kernel "
+                "runs (8 MiB by default)\n")
+"""What a kernel prints (``vprintf``) before it stops when its tape finds the device heap full."""
+
+
+def _abort_if_null(module, fn: Function, b: IRBuilder, p: Value, name: str, size: Value | None = None) -> IRBuilder:
+    """At ``b``: abort when the allocation ``p`` (of ``size`` bytes) failed; returns a builder at the end of the
+    block where it did not (named ``name``). GPU code has no ``abort``: it stops with ``llvm.trap``, after
+    printing :data:`HEAP_MESSAGE` (NVPTX)."""
     fail, good = fn.append_block("fail"), fn.append_block(name)
     b.cond_br(b.icmp("eq", p, ConstantNull(T.ptr)), fail, good)
     f = IRBuilder.at_end(fail)
-    f.call(module.get_or_insert_function("abort", T.FunctionType(T.void, ())), [])
+    if module.targets_gpu:
+        if (module.triple or "").startswith("nvptx"):
+            _device_print(module, f, HEAP_MESSAGE, size if size is not None else ConstantInt(T.i64, 0))
+        f.call_intrinsic("llvm.trap", [], overload_types=[], function_type=T.FunctionType(T.void, ()))
+    else:
+        f.call(module.get_or_insert_function("abort", T.FunctionType(T.void, ())), [])
     f.unreachable()
     return IRBuilder.at_end(good)
+
+
+def _device_print(module, b: IRBuilder, text: str, value: Value) -> None:
+    """``printf(text, value)`` in NVPTX code: ``vprintf`` with the format and a buffer holding the i64 ``value``."""
+    from enzcc.ir.values import ConstantString
+
+    data = text.encode() + b"\0"
+    name = f"__enzcc_message_{zlib.crc32(data):08x}"  # (one per module and text)
+    ty = T.ArrayType(len(data), T.i8)
+    if name not in module.globals:
+        module.add_global(name, ty, ConstantString(ty, data), constant=True, linkage="private")
+    args = b.alloca(T.i64, in_entry=True)
+    b.store(value, args, align=8)
+    vprintf = module.get_or_insert_function("vprintf", T.FunctionType(T.i32, (T.ptr, T.ptr)))
+    b.call(vprintf, [module.global_ref(name), args])
+
 
 def keep_or_free(fn: Function, b: IRBuilder, spare: Value, buf: Value, size: Value, free: Function,
                  before_keeping=None) -> None:
