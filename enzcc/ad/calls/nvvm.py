@@ -30,10 +30,10 @@ from __future__ import annotations
 from enzcc.ad.api import has_float
 from enzcc.ad.emit import round_function, times
 from enzcc.ad.errors import ad_error
-from enzcc.ad.registry import CallRule, register, register_global_shadow_zeroing
+from enzcc.ad.registry import CallRule, register, register_global_shadow_zeroing, register_module_preparation
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
-from enzcc.ir.instructions import BinaryOp, Call, Cast, ExtractValue, Phi, Select
+from enzcc.ir.instructions import BinaryOp, Call, Cast, ExtractValue, Phi, Select, Store
 from enzcc.ir.values import ConstantInt, Value
 
 #: the address space of CUDA's shared memory
@@ -86,6 +86,28 @@ def zero_shared_shadows(b: IRBuilder, module, shadows) -> set[str]:
         b.call(_zero_function(module, word), [shadow, ConstantInt(T.i64, size // (word.bits // 8))])
     barrier(b)
     return {shadow.symbol for shadow, _ in mine}
+
+
+def refuse_dynamic_shared_memory(module, prepared: dict) -> None:
+    """Differentiated code that writes floats into dynamic shared memory (``extern __shared__ double s[]``: an
+    ``addrspace(3)`` declaration, sized at launch) is refused: enzcc cannot size its shadow, and without one
+    the derivative through it would be lost."""
+    from enzcc.ad.globals import global_roots
+
+    for orig, name in prepared.items():
+        for inst in module.functions[name].instructions():
+            if isinstance(inst, Store) and has_float(inst.value.type):
+                dest = inst.pointer
+            elif isinstance(inst, Call) and (inst.callee_name or "").startswith(("llvm.memcpy", "llvm.memmove")):
+                dest = inst.args[0]
+            else:
+                continue
+            for g in global_roots(dest):
+                gv = module.globals.get(g.symbol)
+                if gv is not None and gv.addrspace == SHARED and gv.is_declaration:
+                    raise ad_error(f"'{g.symbol}' is dynamic shared memory (extern __shared__), whose size is "
+                                   "known only at launch: enzcc cannot size the shadow of the floats written into "
+                                   "it (use a __shared__ array of a fixed size)", inst, fn=module.functions[orig])
 
 
 def barrier(b: IRBuilder) -> Call:
@@ -243,6 +265,7 @@ register(CallRule("nvvm", writes_no_memory=True, forward=_fwd, reverse=_rev),
 _fwd, _rev = _unary(convert=_fp_cast)
 register(CallRule("nvvm", writes_no_memory=True, forward=_fwd, reverse=_rev), prefixes=(_NVVM + "d2f.",))
 register_global_shadow_zeroing(zero_shared_shadows)
+register_module_preparation(-10, refuse_dynamic_shared_memory)
 
 __all__ = ["CTA_BARRIERS", "FENCES", "INACTIVE", "SHARED", "SYNCTHREADS", "barrier", "carries_float_bits",
-           "targets_nvptx", "zero_shared_shadows"]
+           "refuse_dynamic_shared_memory", "targets_nvptx", "zero_shared_shadows"]
