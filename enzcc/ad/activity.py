@@ -14,7 +14,7 @@ from enzcc.ad.api import DUP, DUPNONEED, OUT, has_float, has_pointer  # noqa: F4
 from enzcc.ad.memory import ALLOCATORS, is_allocation  # noqa: F401  (re-exported)
 from enzcc.ad.registry import hook, passes_arguments
 from enzcc.ir import types as T
-from enzcc.ir.instructions import (Alloca, Call, Cast, ExtractElement, ExtractValue, GetElementPtr, InsertElement,
+from enzcc.ir.instructions import (Alloca, AtomicRMW, Call, Cast, ExtractElement, ExtractValue, GetElementPtr, InsertElement,
                                    InsertValue, Instruction, Load, Phi, Select, ShuffleVector, Store)
 from enzcc.ir.values import Argument, ConstantNull, ConstantPoison, ConstantUndef, GlobalRef, Value
 
@@ -147,6 +147,8 @@ class Activity:
                 work.append(inst.operands[0])
             elif isinstance(inst, Store) and id(inst.pointer) in self.active_ptrs and has_float(inst.value.type):
                 work.append(inst.value)
+            elif isinstance(inst, AtomicRMW) and id(inst.operands[0]) in self.active_ptrs and has_float(inst.type):
+                work.append(inst.operands[1])  # (an atomic add into memory with derivatives: :mod:`enzcc.ad.atomics`)
             elif isinstance(inst, Call) and runs_program_code(inst) and \
                     (any(id(a) in self.active_ptrs for a in inst.args) or self.reaches_active_globals(inst) or
                      id(inst) in self.active_ptrs):
@@ -211,6 +213,9 @@ class Activity:
                 if isinstance(inst, Load):
                     if id(inst.pointer) in self.active_ptrs:
                         changed |= self._mark(self.varied, inst)
+                elif isinstance(inst, AtomicRMW):  # (it returns what memory with derivatives held)
+                    if id(inst.operands[0]) in self.active_ptrs or id(inst.operands[1]) in self.varied:
+                        changed |= self._mark(self.varied, inst)
                 elif isinstance(inst, Call):
                     if inst.callee_name in inactive:
                         continue
@@ -265,10 +270,15 @@ class Activity:
         const_args = {id(a) for a, k in zip(self.fn.args, arg_kinds) if k not in (DUP, DUPNONEED)}
         read_back: dict[int, object] | None = None
         for inst in insts:
-            if not (isinstance(inst, Store) and id(inst.value) in self.varied and has_float(inst.value.type)
-                    and id(inst.pointer) not in self.active_ptrs):
+            if isinstance(inst, AtomicRMW):  # (an atomic add writes like a store)
+                value, pointer = inst.operands[1], inst.operands[0]
+            elif isinstance(inst, Store):
+                value, pointer = inst.value, inst.pointer
+            else:
                 continue
-            root = self._unknown_root(inst.pointer, const_args)
+            if not (id(value) in self.varied and has_float(value.type) and id(pointer) not in self.active_ptrs):
+                continue
+            root = self._unknown_root(pointer, const_args)
             a = self._escaped_allocation(insts) if root is not None and not isinstance(root, Argument) else None
             if a is not None:
                 from enzcc.ad.errors import describe_pointer
@@ -296,7 +306,7 @@ class Activity:
                     from enzcc.ad.globals import global_roots
 
                     gv = root.resolve()
-                    if not any(g is root for g in global_roots(inst.pointer)):
+                    if not any(g is root for g in global_roots(pointer)):
                         what = f"memory that global @{root.symbol} points to, which has no shadow in enzcc"
                     elif gv is not None and getattr(gv, "is_declaration", False):
                         what = (f"global @{root.symbol}, which is defined in another file (enzcc gives shadows "

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from enzcc.ad.activity import has_float, is_user_call
 from enzcc.ad.api import CONST, DUP, OUT, is_float
+from enzcc.ad.atomics import read_shadow, reverse_atomic_add
 from enzcc.ad.emit import add_values, atomic_add, emit_partial, splat, times, zero
 from enzcc.ad.memory import is_thread_private
+from enzcc.ad.threads import ThreadOwnership
 from enzcc.ad.errors import ad_error, no_rule_error
 from enzcc.ad.hints import hints_of
 from enzcc.ad.registry import rule_for
@@ -19,7 +21,7 @@ from enzcc.ir import types as T
 from enzcc.ir.block import BasicBlock
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.errors import IRError
-from enzcc.ir.instructions import (Alloca, BinaryOp, Call, Cast, ExtractElement, ExtractValue, FCmp, Freeze,
+from enzcc.ir.instructions import (Alloca, AtomicRMW, BinaryOp, Call, Cast, ExtractElement, ExtractValue, FCmp, Freeze,
                                    GetElementPtr, ICmp, InsertElement, InsertValue, Instruction, Load, Select,
                                    ShuffleVector, Store, UnaryOp)
 from enzcc.ir.values import (Argument, Constant, ConstantInt, ConstantPoison, ConstantUndef, ConstantZero,
@@ -116,6 +118,9 @@ class AdjointGenerator:
         if isinstance(inst, Call):
             self._reverse_call(inst, block, b)
             return
+        if isinstance(inst, AtomicRMW):  # (the refused ones were refused before: :func:`check_atomics`)
+            reverse_atomic_add(self, inst, block, b, self.concurrent)
+            return
         bits = self._bits_type(inst)
         if bits is not None:  # the reverse of copying a float as an integer: its adjoint goes back to memory
             d = self._take_adjoint(b, inst, bits)
@@ -183,10 +188,30 @@ class AdjointGenerator:
     def _is_out(self, v: Value) -> bool:
         return isinstance(v, Argument) and self._is_out_arg(v)
 
+    @property
+    def concurrent(self) -> bool:
+        """The reverse code runs in several threads at once, which may add to the same adjoints in memory: in an
+        OpenMP parallel region (:attr:`parallel`) or on a GPU, where every thread of a kernel runs it."""
+        return self.parallel or self.module.targets_gpu
+
+    def owns(self, p: Value) -> bool:
+        """Whether no other thread adds to the shadow of the memory at primal pointer ``p`` while this one does:
+        the thread's own stack, or, on a GPU, an element only this thread accesses
+        (:class:`enzcc.ad.threads.ThreadOwnership`, worked out from the primal instructions once)."""
+        if is_thread_private(p):
+            return True
+        if not self.module.targets_gpu:
+            return False
+        if getattr(self, "_ownership", None) is None:
+            primal = [i for insts in self.orig_insts.values() for i in insts]
+            self._ownership = ThreadOwnership(self.module, self.activity, primal,
+                                              lambda v: self.lane_shadows[0].of(v))
+        return self._ownership.owns(p)
+
     def _add_to_memory(self, b: IRBuilder, p: Value, sp: Value, d: Value, align) -> None:
         """``*sp += d``, ``sp`` the shadow of primal pointer ``p``: atomically when other threads may add to
-        the same memory (an OpenMP parallel region, unless ``p`` is on the thread's own stack)."""
-        if self.parallel and not is_thread_private(p):
+        the same memory (:attr:`concurrent`, unless the thread :meth:`owns` it)."""
+        if self.concurrent and not self.owns(p):
             atomic_add(self.module, b, sp, d, align)
             return
         b.store(add_values(b, b.load(d.type, sp, align=align), d), sp, align=align)
@@ -235,8 +260,14 @@ class AdjointGenerator:
         if not has_float(ty):
             return  # integers and pointers carry no adjoint (pointer shadows were stored going forward)
         sp = self._shadow(inst.pointer, block, b, inst)
-        d = b.load(ty, sp, align=inst.align)
-        b.store(zero(ty), sp, align=inst.align)
+        if inst.ordering is not None and isinstance(ty, T.FloatType) and self.concurrent and \
+                not self.owns(inst.pointer):
+            # (an atomic store in threads: other threads' reverse code may add to this shadow meanwhile)
+            d = read_shadow(b, ty, sp, inst.align, True)
+            b.insert(Store(zero(ty), sp, inst.align, ordering="monotonic"))
+        else:
+            d = b.load(ty, sp, align=inst.align)
+            b.store(zero(ty), sp, align=inst.align)
         self._add_adjoint(b, inst.value, d)
 
     def _prepare_user_calls(self) -> None:

@@ -334,7 +334,10 @@ class CacheUtility:
                     continue
                 else:
                     return None
-            elif inst.opcode in ("atomicrmw", "cmpxchg", "va_arg"):
+            elif inst.opcode in ("atomicrmw", "cmpxchg"):  # (they write what their first operand points to)
+                if not written(inst.operands[0]):
+                    return None
+            elif inst.opcode == "va_arg":
                 return None
         return out
 

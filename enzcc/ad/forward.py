@@ -7,6 +7,7 @@ scalar for floats, a shadow pointer for memory) and returns the tangent of the r
 from __future__ import annotations
 
 from enzcc.ad.activity import Activity, has_float, is_user_call
+from enzcc.ad.atomics import check_atomics, forward_atomic_add
 from enzcc.ad.usercalls import call_kinds, check_call_signature
 from enzcc.ad.api import DUP, DUPNONEED, DiffCall, is_float
 from enzcc.ad.emit import add_values, emit_partial, times, zero
@@ -20,8 +21,9 @@ from enzcc.ad.shadow import Shadows, describe_pointer
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.cfg import reverse_post_order
-from enzcc.ir.instructions import (BinaryOp, Call, Cast, ExtractElement, ExtractValue, Freeze, InsertElement,
-                                   InsertValue, Instruction, Load, Phi, Ret, Select, ShuffleVector, Store, UnaryOp)
+from enzcc.ir.instructions import (AtomicRMW, BinaryOp, Call, Cast, ExtractElement, ExtractValue, Freeze,
+                                   InsertElement, InsertValue, Instruction, Load, Phi, Ret, Select, ShuffleVector, Store,
+                                   UnaryOp)
 from enzcc.ir.values import Constant, ConstantNull, GlobalRef, Value
 
 
@@ -96,6 +98,7 @@ class ForwardMode:
         self.primal_instructions = [i for _, insts in primal for i in insts]
         """The instructions of the primal computation (everything else in G is tangent code): forward split mode
         (:mod:`enzcc.ad.fwdsplit`) cuts G along them."""
+        check_atomics(self, self.primal_instructions)
         self.primal_callees = {id(i): i.callee_name for i in self.primal_instructions if isinstance(i, Call)}
         """Each call's callee (a call to a function that is not inlined is replaced by its derivative's)."""
         self.primal_returns = {id(i): (i.operands[0] if i.operands else None)
@@ -191,7 +194,15 @@ class ForwardMode:
         if isinstance(inst, Store):
             if act.is_active_ptr(inst.pointer) and (has_float(inst.value.type) or id(inst.value) in self.tangents
                                                     or self.memtypes.overwrites_float(inst)):
-                IRBuilder.after(inst).store(self._t(inst.value), self.shadows.of(inst.pointer, inst), align=inst.align)
+                t, sp = self._t(inst.value), self.shadows.of(inst.pointer, inst)
+                if inst.ordering is None:
+                    IRBuilder.after(inst).store(t, sp, align=inst.align)
+                else:  # (an atomic store: the tangent goes first, so that what a release publishes holds it too)
+                    IRBuilder.before(inst).insert(Store(t, sp, inst.align, inst.volatile, inst.ordering,
+                                                        inst.syncscope))
+            return
+        if isinstance(inst, AtomicRMW):
+            forward_atomic_add(self, inst)
             return
         if isinstance(inst, Call):
             self._tangent_of_call(inst)
@@ -207,8 +218,9 @@ class ForwardMode:
         b = IRBuilder.after(inst)
         if isinstance(inst, (BinaryOp, UnaryOp)) and inst.opcode in self.rules.instructions:
             self._rule_tangent(b, self.rules.instructions[inst.opcode], inst.operands, inst)
-        elif isinstance(inst, Load):
-            self._set(inst, b.load(inst.type, self.shadows.of(inst.pointer, inst), align=inst.align))
+        elif isinstance(inst, Load):  # (an atomic load's tangent is read after it, as it is ordered)
+            self._set(inst, b.insert(Load(inst.type, self.shadows.of(inst.pointer, inst), inst.align,
+                                          ordering=inst.ordering, syncscope=inst.syncscope)))
         elif isinstance(inst, Cast):
             if inst.opcode in ("fpext", "fptrunc", "bitcast") and has_float(inst.value.type):
                 self._set(inst, b.cast(inst.opcode, self._t(inst.value), inst.type))

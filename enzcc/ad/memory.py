@@ -14,7 +14,7 @@ import re
 from enzcc.ir import types as T
 from enzcc.ad.errors import ad_error
 from enzcc.ad.registry import rule_named
-from enzcc.ir.instructions import Alloca, Call, Cast, GetElementPtr, Load, Phi, Select, Store
+from enzcc.ir.instructions import Alloca, AtomicRMW, Call, Cast, GetElementPtr, Load, Phi, Select, Store
 from enzcc.ir.values import ConstantInt, GlobalRef, Value
 
 _TBAA_FLOATS = {"double": T.FloatType("double"), "float": T.FloatType("float"),
@@ -90,6 +90,8 @@ class MemoryTypes:
                     self._note(inst.pointer, _tbaa_float(inst))
                 elif not (isinstance(inst.value, Load) and _is_bit_copy(inst.value)):
                     self._note(inst.pointer, inst.value.type)
+            elif isinstance(inst, AtomicRMW) and inst.operation != "xchg":  # (an exchange may move a float's bits)
+                self._note(inst.operands[0], inst.type)
             elif isinstance(inst, Alloca):
                 self._types.setdefault(id(inst), set()).update(_declared_kinds(inst.allocated_type))
             elif isinstance(inst, Call) and inst.args and _declared_type(inst) is not None:

@@ -471,14 +471,14 @@ def _float_bits_web(start, memtypes):
                     visit(x)
                 elif not isinstance(x, (ConstantInt, ConstantUndef, ConstantPoison)):
                     return None
-        elif isinstance(v, Load) and not v.volatile and v.ordering is None:
+        elif isinstance(v, Load) and not v.volatile:  # (an atomic load of a double's bits too: it stays atomic)
             note(v.pointer, v.type)
         else:
             return None
         members.append(v)
         for u in v.uses:
             user = u.user
-            if isinstance(user, Store) and u.index == 0 and not user.volatile and user.ordering is None:
+            if isinstance(user, Store) and u.index == 0 and not user.volatile:
                 note(user.pointer, v.type)
                 continue
             if isinstance(user, Cast) and user.opcode == "bitcast" and isinstance(user.type, T.FloatType):
@@ -513,7 +513,7 @@ def _retype_web(members, ty) -> None:
         if isinstance(m, Cast):
             new[id(m)] = m.value
         elif isinstance(m, Load):
-            f = Load(ty, m.pointer, align=m.align)
+            f = Load(ty, m.pointer, align=m.align, ordering=m.ordering, syncscope=m.syncscope)
             f.insert_before(m)
             new[id(m)] = f
         elif isinstance(m, Phi):

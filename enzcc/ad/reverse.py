@@ -43,6 +43,7 @@ from enzcc.ir.cfg import DominatorTree, LoopInfo, reverse_post_order
 from enzcc.ir.instructions import BinaryOp, Call, CondBr, GetElementPtr, ICmp, Instruction, Phi, Store
 from enzcc.ir.values import Constant, ConstantInt, ConstantNull, Value
 from enzcc.ad.adjoint import TAPE_FREE, AdjointGenerator
+from enzcc.ad.atomics import check_atomics
 from enzcc.ad.registry import rule_for
 from enzcc.ad.cache import CacheUtility, _Cached
 
@@ -145,6 +146,7 @@ class ReverseMode(AdjointGenerator, CacheUtility):
         self.ret_block = return_block(G)
         self.activity = Activity(G, self.kinds, self.active_return, "reverse")
         self.memtypes = memory_types_for(self.dc, G, G.args)
+        check_atomics(self, list(G.instructions()), self.concurrent)
         self.dt = DominatorTree(G)
         self.loops = LoopInfo(G, self.dt)
         self.blocks = reverse_post_order(G)

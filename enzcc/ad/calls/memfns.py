@@ -157,7 +157,7 @@ def _reverse_memcpy(self, inst: Call, block, b: IRBuilder) -> None:
                     pd, ps = b.gep(T.i8, ddest, [ConstantInt(T.i64, at)]), b.gep(T.i8, dsrc, [ConstantInt(T.i64, at)])
                     d = b.load(k, pd)
                     b.store(IRBuilder.const_zero(k), pd)
-                    b.store(b.fadd(b.load(k, ps), d, flags=("nsz",)), ps)
+                    self._add_to_memory(b, src, ps, d, None)  # (atomically where other threads may add too)
         return
     if isinstance(kind, T.PointerType) or isinstance(kind, T.IntType):
         return  # pointers were copied into the shadow in the forward sweep; integers carry nothing
@@ -166,9 +166,10 @@ def _reverse_memcpy(self, inst: Call, block, b: IRBuilder) -> None:
     dsrc = self._shadow(src, block, b, inst) if act.is_active_ptr(src) else None
     if ddest is None:
         return
-    if not isinstance(kind, T.FloatType) and self.parallel:
-        raise ad_error(f"the reverse of a memcpy of {kind} in an OpenMP parallel region is not supported", inst)
-    helper = self.tape.memcpy_adjoint_helper(kind, atomic=self.parallel and not is_thread_private(src))
+    if not isinstance(kind, T.FloatType) and self.concurrent:
+        raise ad_error(f"the reverse of a memcpy of {kind} in code that runs in several threads at once (an OpenMP "
+                       "parallel region, a GPU kernel) is not supported", inst)
+    helper = self.tape.memcpy_adjoint_helper(kind, atomic=self.concurrent and not is_thread_private(src))
     b.call(helper, [ddest, dsrc if dsrc is not None else ddest, n,
                     ConstantInt(T.i1, int(dsrc is not None))])
 
