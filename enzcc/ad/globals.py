@@ -9,6 +9,10 @@ derivative: its value does not depend on the active inputs.
 The shadow's contents at entry to an ``__enzyme_*`` call would be left over from an earlier call, so the call
 zero-fills the shadows of the globals its function (and what it calls) uses: the incoming value of a global has
 no derivative. ``__enzyme_reverse`` is the exception: it continues what its ``__enzyme_augmentfwd`` started.
+
+A shadow lives in its global's address space: the shadow of a GPU ``__shared__`` array is in shared memory, one
+per thread block; a family zeroes such shadows (:func:`enzcc.ad.registry.register_global_shadow_zeroing`: the
+nvvm family's block of threads, between barriers), ``memset`` the others.
 """
 
 from __future__ import annotations
