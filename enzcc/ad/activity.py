@@ -137,6 +137,9 @@ class Activity:
                 break
             for a in woken:
                 self._mark(self.active_ptrs, a)
+        from enzcc.ad.atomics import refuse_float_compare_exchange
+
+        refuse_float_compare_exchange(self, insts)  # (before the float rebuilt from its bits is refused)
         self._check_float_bits(insts)
         self._check_integer_pointers(insts)
         self._check_lost_stores(insts, arg_kinds)

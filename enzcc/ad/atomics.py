@@ -63,9 +63,7 @@ def check_atomics(mode, insts, concurrent: bool = False) -> None:
             values = [inst.operands[1], inst.operands[2]]
             if (act.is_active_ptr(target(inst)) and _float_bits(mode, inst, values)) or \
                     any(_from_float(v, act.varied) for v in values):
-                raise ad_error("an atomic compare-and-exchange of a floating-point value (the loop that "
-                               "std::atomic<double>::fetch_add, _Atomic double += or atomicCAS compile to) has no "
-                               "derivative in enzcc; use an atomic add (__atomic_fetch_add, atomicAdd)", inst)
+                raise _compare_exchange_error(inst)
         elif concurrent and isinstance(inst, (Load, Store)) and inst.ordering not in _WEAK_ORDERINGS:
             value = inst if isinstance(inst, Load) else inst.value
             if has_float(value.type) and act.is_active_ptr(inst.pointer):
@@ -73,6 +71,22 @@ def check_atomics(mode, insts, concurrent: bool = False) -> None:
                                "derivatives in code that runs in several threads at once: it synchronizes "
                                "threads, which the reverse sweep would have to do the other way round; enzcc "
                                "supports only monotonic (relaxed) atomic loads and stores there", inst)
+
+
+def refuse_float_compare_exchange(activity, insts) -> None:
+    """Refuse a compare-and-exchange of a float's bits (as its bitcasts show) in memory with derivatives: the
+    activity analysis asks first, since such a loop's float rebuilt from the bits it loaded would otherwise be
+    refused with a message that names no atomic."""
+    for inst in insts:
+        if isinstance(inst, CmpXchg) and activity.is_active_ptr(target(inst)) and \
+                (any(_from_float(v) for v in inst.operands[1:]) or _becomes_float(inst)):
+            raise _compare_exchange_error(inst)
+
+
+def _compare_exchange_error(inst: Instruction):
+    return ad_error("an atomic compare-and-exchange of a floating-point value (the loop that "
+                    "std::atomic<double>::fetch_add, _Atomic double += or atomicCAS compile to) has no derivative "
+                    "in enzcc; use an atomic add (__atomic_fetch_add, atomicAdd)", inst)
 
 
 def _check_rmw(mode, inst: AtomicRMW) -> None:
@@ -181,4 +195,5 @@ def read_shadow(b: IRBuilder, ty: T.Type, sp: Value, align, atomic: bool) -> Val
     return out
 
 
-__all__ = ["ADDS", "check_atomics", "forward_atomic_add", "read_shadow", "reverse_atomic_add", "target"]
+__all__ = ["ADDS", "check_atomics", "forward_atomic_add", "read_shadow", "refuse_float_compare_exchange",
+           "reverse_atomic_add", "target"]
