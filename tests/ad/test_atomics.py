@@ -219,6 +219,26 @@ def test_openmp_atomic_updates(enzcc):
         assert_close(w, "ad.", "an.", rel=1e-12, abs_=1e-12)
 
 
+FORWARD_SPLIT = r"""
+void *__enzyme_augmentfwd(void *, ...);
+double __enzyme_fwdsplit(void *, ...);
+void f(double *x, double *y) { for (int i = 0; i < 3; i++) __atomic_fetch_sub(y, x[i] * x[i], __ATOMIC_RELAXED); }
+int main(void) {
+  double x[3] = {1, 2, 3}, y = 0.5, tx[3] = {1, 0.5, 0.25}, ty = 0.1;
+  void *t = __enzyme_augmentfwd((void *)f, x, (double *)0, &y, (double *)0);
+  report("y", y);
+  __enzyme_fwdsplit((void *)f, x, tx, &y, &ty, t);
+  report("ty", ty);
+  return 0;
+}
+"""
+
+
+def test_forward_split_mode(enzcc):
+    v = build_and_run(enzcc, FORWARD_SPLIT, "-O2", extra=("-w",))
+    assert v == pytest.approx({"y": 0.5 - 14, "ty": 0.1 - (2 * 1 * 1 + 2 * 2 * 0.5 + 2 * 3 * 0.25)}, rel=1e-14)
+
+
 # a record with an integer counter and a double: an atomic increment of the counter, in memory with derivatives,
 # is no float's bits (not refused); the double's atomic add has its derivative
 RECORD = r"""
@@ -399,3 +419,43 @@ def test_gpu_atomic_add_in_the_primal(device):
 def test_ptxas_accepts_the_kernels(device):
     r = subprocess.run(["ptxas", "-arch=sm_90", str(device[2]), "-o", "/dev/null"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def _cuda_to_ptx(d: Path, enzcc_bin: Path, source: str):
+    """``source`` (CUDA) through clang and enzcc to PTX: the CompletedProcess of enzcc (text output)."""
+    if not shutil.which("clang++-22") or not (CUDA_PATH / "include").is_dir():
+        pytest.skip("needs clang++-22 and the CUDA toolkit")
+    (d / "k.cu").write_text(source)
+    subprocess.run(["clang++-22", "-x", "cuda", f"--cuda-path={CUDA_PATH}", "--cuda-gpu-arch=sm_90",
+                    "-Wno-unknown-cuda-version", "-idirafter", str(ROOT / "enzcc" / "include" / "cuda"),
+                    "--cuda-device-only", "-nocudalib", "-emit-llvm", "-c", "-O2", "-Xclang", "-disable-llvm-passes",
+                    "k.cu", "-o", "k.bc"], cwd=d, check=True, capture_output=True)
+    env = {**os.environ, "PATH": f"{enzcc_bin}{os.pathsep}{os.environ.get('PATH', '')}",
+           "ENZCC_CACHE_DIR": str(d / "cache")}
+    return subprocess.run(["enzcc", "--target=nvptx64-nvidia-cuda", "-march=sm_90", "-O2", "-S", "k.bc", "-o",
+                           "k.ptx"], cwd=d, env=env, capture_output=True, text=True)
+
+
+HEAD = CUDA.split("#define I", 1)[0] + "#define I (blockIdx.x * blockDim.x + threadIdx.x)\n"
+
+
+def test_gpu_two_dimensional_launch_adds_atomically(tmp_path, enzcc_bin):
+    """In a 2-D launch the rows share their x index: x[col], read by every row, needs atomic adds (the module
+    reads blockIdx.y, so no element is taken as a thread's own)."""
+    r = _cuda_to_ptx(tmp_path, enzcc_bin, HEAD + r"""
+__device__ void rows(double *x, double *y, int n) { int col = I, row = blockIdx.y; if (col < n) y[row * n + col] = x[col] * x[col]; }
+__global__ void k_rows(double *x, double *dx, double *y, double *dy, int n) {
+  __enzyme_autodiff((void *)rows, enzyme_dup, x, dx, enzyme_dup, y, dy, n); }
+""")
+    assert r.returncode == 0, r.stderr
+    assert _atomic_adds((tmp_path / "k.ptx").read_text()) == 1
+
+
+def test_gpu_synchronizing_atomic_load_is_refused_in_reverse_mode(tmp_path, enzcc_bin):
+    r = _cuda_to_ptx(tmp_path, enzcc_bin, HEAD + r"""
+__device__ void get(double *x, double *y) { double v; __atomic_load(&x[0], &v, __ATOMIC_ACQUIRE); y[I] = v * v; }
+__global__ void k_get(double *x, double *dx, double *y, double *dy) {
+  __enzyme_autodiff((void *)get, enzyme_dup, x, dx, enzyme_dup, y, dy); }
+""")
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip().count("\n") == 0 and "an atomic load (acquire)" in r.stderr, r.stderr
