@@ -329,7 +329,7 @@ def _grow_if_needed(module, fn: Function, b: IRBuilder, s: Value, used: Value, n
                     exact: bool = False) -> IRBuilder:
     """At ``b``: when ``new`` bytes exceed the capacity of the state ``s`` (``used`` bytes of it in use),
     reallocate its buffer (doubled, at least 4 KiB, at least ``new``; abort when memory runs out). Returns a
-    builder at a new block ``name``. On a GPU (:func:`_grow_on_device`) ``exact``: to ``new`` bytes."""
+    builder at a new block ``name``. On a GPU: :func:`_grow_on_device`."""
     grow, ok = fn.append_block("grow"), fn.append_block(name)
     cap_p = b.struct_gep(STATE, s, 2)
     cap = _counter(b.load(T.i64, cap_p))
@@ -359,15 +359,14 @@ default for the whole GPU)."""
 def _grow_on_device(module, fn: Function, g: IRBuilder, s: Value, cap: Value, used: Value, new: Value,
                     exact: bool) -> tuple[IRBuilder, Value]:
     """The growth of a tape in GPU code, which has ``malloc`` and ``free`` but no ``realloc``: a new buffer,
-    the ``used`` bytes copied into it, the old one freed. ``exact``: of ``new`` bytes (a loop's records, counted
-    at its entry: each thread's tape holds just what it needs, the device heap being small), else doubled, at
-    least :data:`DEVICE_FIRST` and ``new``. A failed ``malloc`` stops the kernel saying how to raise the
+    the ``used`` bytes copied into it, the old one freed. Its size: ``new`` bytes, at least double the old one
+    (amortized copies) and, unless ``exact``, at least :data:`DEVICE_FIRST`: a tape's first buffer made at the
+    entry of a loop whose records are counted there (``exact``) holds just those, each thread's tape taking no
+    more of the small device heap than it needs. A failed ``malloc`` stops the kernel saying how to raise the
     device heap's size. Returns a builder in the block where the buffer is in place, and its size."""
-    if exact:
-        want = new
-    else:
-        doubled = g.shl(cap, 1)
-        want = g.select(g.icmp("ugt", new, doubled), new, doubled)
+    doubled = g.shl(cap, 1)
+    want = g.select(g.icmp("ugt", new, doubled), new, doubled)
+    if not exact:
         want = g.select(g.icmp("ult", want, ConstantInt(T.i64, DEVICE_FIRST)), ConstantInt(T.i64, DEVICE_FIRST),
                         want)
     malloc = module.get_or_insert_function("malloc", T.FunctionType(T.ptr, (T.i64,)))
@@ -400,8 +399,8 @@ def reserve_helper(module) -> Function:
 
 def ensure_helper(module) -> Function:
     """``ensure(state, n)``: ``n`` more bytes fit in the buffer of ``state`` without growing it again (it grows
-    now if they do not; on a GPU to exactly that size: the records of a loop whose count is known at its
-    entry); nothing is pushed."""
+    now if they do not; on a GPU, a first buffer of exactly that size: the records of a loop whose count is
+    known at its entry); nothing is pushed."""
     def body(fn):
         s, n = fn.args
         b = IRBuilder.at_end(fn.append_block("entry"))
