@@ -91,6 +91,7 @@ float __nv_fast_fdividef(float a, float b) { return a / b; }
 float __nv_powif(float x, int n) { return powf(x, n); }
 float __nv_fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
 float __nv_frcp_rn(float a) { return 1 / a; }
+float __nv_saturatef(float a) { return fminf(fmaxf(a, 0), 1); }
 """
 
 #: name -> (expression of a, b, c, the point): double
@@ -135,7 +136,7 @@ FLOAT = {
     "fast_sinf": ("__nv_fast_sinf(af)", (0.7,)), "fast_expf": ("__nv_fast_expf(af)", (0.3,)),
     "fast_powf": ("__nv_fast_powf(af, bf)", (1.3, 0.7)), "fast_fdividef": ("__nv_fast_fdividef(af, bf)", (0.4, 1.1)),
     "powif": ("__nv_powif(af, 3)", (1.3,)), "fmaf_rn": ("__nv_fmaf_rn(af, bf, cf)", (0.4, 1.1, 0.3)),
-    "frcp_rn": ("__nv_frcp_rn(af)", (0.4,)), "double2float": ("(double)__nv_double2float_rn(a) * a", (0.4,)),
+    "frcp_rn": ("__nv_frcp_rn(af)", (0.4,)), "saturatef": ("__nv_saturatef(af) * bf", (0.4, 1.1)), "double2float": ("(double)__nv_double2float_rn(a) * a", (0.4,)),
 }
 
 
@@ -212,6 +213,52 @@ def test_libdevice_rules_in_double_match_central_differences_in_both_modes(enzcc
 def test_libdevice_rules_in_float_match_central_differences_in_both_modes(enzcc):
     _check(_results(enzcc, FLOAT, 1e-2), FLOAT, 2e-3, 2e-3)
 
+
+
+VECTOR = r"""
+#include <stdio.h>
+extern int enzyme_width;
+void __enzyme_fwddiff_v(void *, ...);
+void __enzyme_autodiff_v(void *, ...);
+double __nv_sin(double), __nv_exp(double), __nv_pow(double, double), __nv_atan2(double, double);
+double __nv_tanh(double);
+/* y_0 = sin(x_0) exp(x_1), y_1 = pow(x_0, x_1) + atan2(x_1, x_0) + tanh(x_0) */
+void f(const double *x, double *y) {
+  y[0] = __nv_sin(x[0]) * __nv_exp(x[1]);
+  y[1] = __nv_pow(x[0], x[1]) + __nv_atan2(x[1], x[0]) + __nv_tanh(x[0]);
+}
+int main(void) {
+  double x[2] = {0.7, 1.3}, y[2], h = 1e-6;
+  for (int j = 0; j < 2; j++) {  /* central differences: column j */
+    double xp[2] = {x[0], x[1]}, xm[2] = {x[0], x[1]}, yp[2], ym[2];
+    xp[j] += h; xm[j] -= h; f(xp, yp); f(xm, ym);
+    for (int i = 0; i < 2; i++) printf("fd %d %d %.17g\n", i, j, (yp[i] - ym[i]) / (2 * h));
+  }
+  double e0[2] = {1, 0}, e1[2] = {0, 1}, t0[2], t1[2];  /* forward, width 2: the columns */
+  __enzyme_fwddiff_v((void *)f, enzyme_width, 2, x, e0, e1, y, t0, t1);
+  for (int i = 0; i < 2; i++) printf("fwd %d 0 %.17g\nfwd %d 1 %.17g\n", i, t0[i], i, t1[i]);
+  double r0[2] = {0}, r1[2] = {0}, s0[2] = {1, 0}, s1[2] = {0, 1};  /* reverse, width 2: the rows */
+  __enzyme_autodiff_v((void *)f, enzyme_width, 2, x, r0, r1, y, s0, s1);
+  for (int j = 0; j < 2; j++) printf("rev 0 %d %.17g\nrev 1 %d %.17g\n", j, r0[j], j, r1[j]);
+  return 0;
+}
+"""
+
+
+def test_libdevice_rules_in_vector_mode(enzcc):
+    enzcc.write("nv.c", NV_HEAD + NV + NV_TAIL)
+    subprocess.run(["clang-22", "-O1", "-c", "nv.c", "-o", "nv.o"], cwd=enzcc.cwd, check=True)
+    enzcc.write("v.c", VECTOR)
+    enzcc("-O2", "v.c", "nv.o", "-lm", "-o", "v")
+    values = {}
+    for line in enzcc.run("./v").stdout.splitlines():
+        kind, i, j, v = line.split()
+        values[kind, int(i), int(j)] = float(v)
+    for kind in ("fwd", "rev"):
+        for i in range(2):
+            for j in range(2):
+                fd = values["fd", i, j]
+                assert abs(values[kind, i, j] - fd) <= 1e-5 * abs(fd) + 1e-6, (kind, i, j, values[kind, i, j], fd)
 
 # -- device code: PTX ------------------------------------------------------------------------------------------
 

@@ -2,8 +2,9 @@
 ``expf``, ``pow`` in device code; the pipeline links libdevice in after AD, :mod:`enzcc.backend.libdevice`).
 
 Each math function gets the derivative of its libm counterpart (``derivatives.yaml``: ``__nv_sinf`` has the rule
-of ``sinf``), and a few that libm has not (``rsqrt``, ``sinpi``, ``normcdf``, the rounding-mode arithmetic
-``__nv_dadd_rn``...) rules of this module, written in the same expression language. Every function the
+of ``sinf``; the rounding-mode arithmetic ``__nv_dadd_rn`` that of ``fadd``, ``__nv_drcp_rn`` NVVM's ``rcp``),
+and a few that libm has not (``rcbrt``, ``sinpi``, ``normcdf``, ``erfinv``, Bessel functions...) rules of this
+module, written in the same expression language. Every function the
 derivative code calls is a libdevice function too (the derivative of ``__nv_sin`` calls ``__nv_cos``, not
 ``cos`` or ``llvm.cos.f64``, which NVPTX cannot lower).
 
@@ -29,11 +30,13 @@ from enzcc.ir.instructions import Call
 
 PREFIX = "__nv_"
 
-#: libm's rules (by their double spelling) that libdevice has under the same name, ``f`` for float
+#: ``derivatives.yaml``'s rules (libm's, by their double spelling, and NVVM's rsqrt and saturate) that libdevice
+#: has under the same name, ``f`` for float
 _LIBM = ("sin", "cos", "tan", "exp", "exp2", "exp10", "expm1", "log", "log2", "log10", "log1p", "sqrt", "cbrt",
          "pow", "fabs", "copysign", "fmax", "fmin", "fma", "tanh", "sinh", "cosh", "asin", "acos", "atan",
          "atan2", "asinh", "acosh", "atanh", "erf", "erfc", "hypot", "floor", "ceil", "trunc", "round", "rint",
-         "nearbyint", "fmod", "remainder", "ldexp", "scalbn", "frexp", "modf", "lgamma", "tgamma")
+         "nearbyint", "fmod", "remainder", "ldexp", "scalbn", "frexp", "modf", "lgamma", "tgamma", "rsqrt",
+         "saturate")
 
 _PI = 3.141592653589793
 _SQRT_PI_2 = 0.886226925452758  # sqrt(pi) / 2
@@ -41,9 +44,7 @@ _SQRT_2PI = 2.5066282746310002
 
 #: rules of libdevice functions libm has not: name (the double spelling, without ``__nv_``) -> (args, partials)
 _OWN = {
-    "rsqrt": (("x",), {"x": "(fmul -0.5 (fdiv ret x))"}),
     "rcbrt": (("x",), {"x": "(fdiv ret (fmul -3.0 x))"}),
-    "rcp": (("x",), {"x": "(fneg (fmul ret ret))"}),
     "sinpi": (("x",), {"x": f"(fmul {_PI} (f cospi x))"}),
     "cospi": (("x",), {"x": f"(fmul {-_PI} (f sinpi x))"}),
     "rhypot": (("x", "y"), {"x": "(fneg (fmul x (fmul ret (fmul ret ret))))",
@@ -53,7 +54,6 @@ _OWN = {
     "rnorm3d": (("a", "b", "c"), {n: f"(fneg (fmul {n} (fmul ret (fmul ret ret))))" for n in "abc"}),
     "rnorm4d": (("a", "b", "c", "d"), {n: f"(fneg (fmul {n} (fmul ret (fmul ret ret))))" for n in "abcd"}),
     "fdim": (("x", "y"), {"x": "(select (fcmp ogt x y) 1.0 0.0)", "y": "(select (fcmp ogt x y) -1.0 0.0)"}),
-    "saturate": (("x",), {"x": "(select (fcmp ogt x 0.0) (select (fcmp olt x 1.0) 1.0 0.0) 0.0)"}),
     "erfinv": (("x",), {"x": f"(fmul {_SQRT_PI_2} (f exp (fmul ret ret)))"}),
     "erfcinv": (("x",), {"x": f"(fmul {-_SQRT_PI_2} (f exp (fmul ret ret)))"}),
     "erfcx": (("x",), {"x": "(fsub (fmul 2.0 (fmul x ret)) 1.1283791670955126)"}),
@@ -112,8 +112,7 @@ def device_rule(callee: str | None) -> tuple[Rule, bool] | None:
     if rounded:
         stem = _ROUNDED_RULE[next(g for g in rounded.groups() if g)]
         rules = load_rules()
-        rule = rules.instructions.get(stem) or rules.functions.get(stem)
-        return (rule, False) if rule is not None else (_own_rule(stem), False)
+        return rules.instructions.get(stem) or rules.functions[stem], False
     if name in ("powi", "powif"):
         return load_rules().functions["powi"], fast
     if name in ("remquo", "remquof"):
@@ -269,8 +268,7 @@ def _names() -> list[str]:
     """Every libdevice function with a derivative rule here."""
     out = []
     for base in (*_LIBM, *_OWN, "remquo"):
-        if base != "rcp":  # (only in rounding-mode spellings: __nv_drcp_rn)
-            out += [PREFIX + base, PREFIX + base + "f"]
+        out += [PREFIX + base, PREFIX + base + "f"]
     out += [f"{PREFIX}fast_{n}" for n in _FAST] + [f"{PREFIX}fast_fdividef", f"{PREFIX}powi", f"{PREFIX}powif"]
     for mode in ("rn", "rz", "ru", "rd"):
         out += [f"{PREFIX}{p}{op}_{mode}" for p in "df" for op in ("add", "sub", "mul", "div", "rcp", "sqrt")]
