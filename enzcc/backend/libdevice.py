@@ -42,10 +42,6 @@ REFLECT_FTZ = '!llvm.module.flags = !{!0}\n!0 = !{i32 4, !"nvvm-reflect-ftz", i3
 """The module flag clang sets for CUDA without ``-fcuda-flush-denormals-to-zero``."""
 
 
-def is_nvptx(triple: str | None) -> bool:
-    return (triple or "").startswith("nvptx")
-
-
 def find_libdevice(cuda_path: str | None = None) -> str:
     """The path of ``libdevice.10.bc`` (see the module docstring); an :class:`EnzccError` saying why when there
     is none."""
@@ -66,6 +62,16 @@ def find_libdevice(cuda_path: str | None = None) -> str:
     where = f"the CUDA toolkit at {root} has no {LIBDEVICE}" if root else "no CUDA toolkit was found"
     raise EnzccError(f"CUDA's libdevice is needed, but {where} (set CUDA_PATH, pass --cuda-path=DIR or set "
                      f"{ENV} to libdevice.10.bc)")
+
+
+def libdevice_identity(cuda_path: str | None = None) -> str:
+    """Which libdevice NVPTX modules would link (path, size, time), or why none: part of the build cache's key."""
+    try:
+        path = find_libdevice(cuda_path)
+        st = os.stat(path)
+    except (EnzccError, OSError) as exc:
+        return f"no libdevice: {exc}"
+    return f"{path}:{st.st_size}:{st.st_mtime_ns}"
 
 
 @lru_cache(maxsize=4)
@@ -209,5 +215,5 @@ def _some(names: list[str]) -> str:
     return ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
 
 
-__all__ = ["UNLOWERED_INTRINSICS", "calls_libdevice", "device_math_calls", "find_libdevice", "is_nvptx",
-           "libdevice_functions", "link_libdevice", "math_mapping", "with_libdevice"]
+__all__ = ["UNLOWERED_INTRINSICS", "calls_libdevice", "device_math_calls", "find_libdevice",
+           "libdevice_functions", "libdevice_identity", "link_libdevice", "math_mapping", "with_libdevice"]

@@ -353,6 +353,10 @@ def _cache_parts(records, opts: PipelineOptions, kind: str, archives) -> list:
              os.environ.get("ENZCC_SPILL_THRESHOLD", "")]
     for rec in [*records, *(r for _, recs in archives for r in recs)]:
         parts += [f"{rec.lang}:{rec.opt}:{rec.target}", rec.bitcode]
+    if any((t or "").startswith("nvptx") for t in [opts.triple, *(r.target for r in records)]):
+        from enzcc.backend.libdevice import libdevice_identity
+
+        parts.append(libdevice_identity(opts.cuda_path))  # (linked into NVPTX modules)
     return parts
 
 
