@@ -220,21 +220,134 @@ __device__ void f(const double *x, double *out) {
     assert "dynamic shared memory" in err and "'s'" in err
 
 
-@pytest.mark.parametrize("ty", ["float", "double"])
-def test_warp_shuffle_of_a_value_with_derivatives_refused(enzcc, ty):
-    """A float is shuffled as it is, a double as two 32-bit halves of its bits: both refused (the halves lost
-    the derivative silently before)."""
-    err = refused(enzcc, f"""
+# -- warp shuffles ---------------------------------------------------------------------------------------------
+
+def simulate_reverse(mode: str, b: int, c: int, d: list[float], members: int = 0xFFFFFFFF) -> list[float]:
+    """What the reverse of ``shfl.sync.MODE(b, c)`` that the nvvm family emits adds to each lane's adjoint, on
+    Python numbers: its plan's masks, one shuffle from the inverse lane or a butterfly sum per segment."""
+    from enzcc.ad.calls.nvvm import _shuffle_plan
+
+    plan = _shuffle_plan(mode, b, c)
+    assert plan is not None, (mode, b, c)
+    out = [d[j] if plan[1] >> j & 1 else 0.0 for j in range(32)]
+    if plan[0] == "one":
+        _, _, other, inverse = plan
+        for j in range(32):
+            src = inverse(j) & 31
+            if other >> j & 1 and members >> src & 1:
+                out[j] += d[src]
+        return out
+    _, _, movers, sources, width = plan
+    total = [d[j] if movers >> j & 1 else 0.0 for j in range(32)]
+    off = width // 2
+    while off:
+        total = [total[j] + total[j ^ off] for j in range(32)]
+        off //= 2
+    return [out[j] + (total[j] if sources >> j & 1 else 0.0) for j in range(32)]
+
+
+CLAMPS = {"up": [0, 16 << 8, 24 << 8, 30 << 8], "down": [31, (16 << 8) | 31, (24 << 8) | 31, (28 << 8) | 31, 7],
+          "bfly": [31, (16 << 8) | 31, (24 << 8) | 31, 15], "idx": [31, (16 << 8) | 31, (24 << 8) | 31, (30 << 8) | 31]}
+
+
+@pytest.mark.parametrize("mode", ["up", "down", "bfly", "idx"])
+def test_shuffle_adjoint_is_the_transpose_of_the_shuffle(mode):
+    """For lane offsets 0..31 and the clamps CUDA's __shfl_*_sync passes (widths 32, 16, 8...) and a few others:
+    the adjoint the reverse adds is the transpose of the data movement that PTX's rules give (every lane's
+    adjoint goes back to the lane it read)."""
+    from enzcc.ad.calls.nvvm import shuffle_sources
+
+    d = [float(1 << j % 20) + j / 64 for j in range(32)]
+    for c in CLAMPS[mode]:
+        for b in range(32):
+            src = shuffle_sources(mode, b, c)
+            want = [0.0] * 32
+            for lane in range(32):
+                want[src[lane]] += d[lane]
+            assert simulate_reverse(mode, b, c, d) == pytest.approx(want), (mode, b, c)
+
+
+def test_shuffle_sources_follow_ptx():
+    from enzcc.ad.calls.nvvm import shuffle_sources
+
+    assert shuffle_sources("down", 1, 31)[:3] == [1, 2, 3] and shuffle_sources("down", 1, 31)[31] == 31
+    assert shuffle_sources("up", 2, 0)[:3] == [0, 1, 0] and shuffle_sources("up", 2, 24 << 8)[8:11] == [8, 9, 8]
+    assert shuffle_sources("bfly", 16, 31)[3] == 19 and shuffle_sources("bfly", 16, (16 << 8) | 31)[3] == 3
+    assert shuffle_sources("idx", 3, (24 << 8) | 31)[8:16] == [11] * 8
+
+
+def shuffle_kernel(ty: str, body: str) -> str:
+    return f"""
 __device__ void f(const {ty} *x, {ty} *out) {{
   {ty} v = x[threadIdx.x] * x[threadIdx.x];
-  for (int k = 16; k > 0; k >>= 1) v += __shfl_down_sync(0xffffffffu, v, k);
-  if (threadIdx.x == 0) out[0] = v;
+  {body}
+  out[threadIdx.x] = v;
 }}
 __global__ void grad(const {ty} *x, {ty} *dx, {ty} *out, {ty} *dout) {{
   __enzyme_autodiff((void *)f, x, dx, out, dout);
 }}
-""")
-    assert "llvm.nvvm.shfl.sync.down" in err and "warp shuffle" in err
+__global__ void tang(const {ty} *x, {ty} *dx, {ty} *out, {ty} *dout) {{
+  __enzyme_fwddiff((void *)f, x, dx, out, dout);
+}}
+"""
+
+
+@pytest.mark.parametrize("ty", ["float", "double"])
+def test_warp_reduction_differentiates_with_shuffles_outside_branches(enzcc, ty):
+    """A warp's sum by __shfl_down_sync (a double: two 32-bit shuffles of its halves) then a broadcast: the
+    gradient's adjoints come back by shuffles (idx: from the lane that read; a butterfly for the broadcast),
+    every one executed by the whole warp (none moved into a branch); the tangent is the shuffles of tangents."""
+    ptx = ptx_of(enzcc, shuffle_kernel(ty, """
+  for (int k = 16; k > 0; k >>= 1) v += __shfl_down_sync(0xffffffffu, v, k);
+  v = __shfl_sync(0xffffffffu, v, 0);"""))
+    halves = 2 if ty == "double" else 1
+    grad, tang = kernel(ptx, "grad"), kernel(ptx, "tang")
+    shuffles = [x for x in grad if "shfl.sync" in x]
+    assert sum("shfl.sync.idx" in x for x in shuffles) >= 5 * halves  # the five levels' adjoints back
+    assert sum("shfl.sync.bfly" in x for x in shuffles) == 5 * halves  # the broadcast's sum over the warp
+    assert not any(re.match(r"\s*@%p\d+ bra", x) for x in grad), "a branch in the gradient: shuffles may diverge"
+    assert sum("shfl.sync.down" in x for x in tang) == 2 * 5 * halves  # the values' and the tangents'
+
+
+@pytest.mark.parametrize("ty", ["float", "double"])
+def test_warp_shuffle_with_a_lane_known_only_at_run_time(enzcc, ty):
+    """A lane offset computed at run time: each lane gathers the adjoints of the lanes that read it (a loop over the
+    warp's lanes, shuffling each one's adjoint and source lane), made once per type."""
+    ptx = ptx_of(enzcc, shuffle_kernel(ty, "v += __shfl_down_sync(0xffffffffu, v, (int)(x[0] > 0.0) + 1);"))
+    gather = [x for x in ptx.splitlines() if re.match(r"\.func .*__enzcc_shfl_gather", x)] or \
+        [x for x in kernel(ptx, "grad") if "shfl.sync.idx" in x]
+    assert gather
+
+
+def source_lane_function(kind: str):
+    """:func:`enzcc.ad.calls.nvvm._source_lane` as a host function ``src(lane, b, c)`` (the lane id an argument)."""
+    from enzcc.ad.calls.nvvm import _source_lane
+    from enzcc.ir import IRBuilder, parse_module
+    from enzcc.ir import types as T
+    from enzcc.ir.function import Function
+
+    module = parse_module("")
+    fn = Function("src", T.FunctionType(T.i32, (T.i32, T.i32, T.i32)), ["lane", "b", "c"])
+    module.add_function(fn)
+    b = IRBuilder.at_end(fn.append_block("entry"))
+    b.ret(_source_lane(b, kind, fn.args[1], fn.args[2]))
+    text = re.sub(r"call i32 @llvm\.nvvm\.read\.ptx\.sreg\.laneid\(\)", "add i32 %lane, 0", str(module))
+    return re.sub(r"declare i32 @llvm\.nvvm\.read\.ptx\.sreg\.laneid\(\)\n", "", text)
+
+
+@pytest.mark.parametrize("kind", ["up", "down", "bfly", "idx"])
+def test_source_lane_at_run_time_follows_ptx(kind):
+    import ctypes
+
+    from enzcc.ad.calls.nvvm import shuffle_sources
+    from enzcc_testing import jit
+
+    engine = jit(source_lane_function(kind))
+    src = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int32, ctypes.c_int32, ctypes.c_int32)(
+        engine.get_function_address("src"))
+    for c in CLAMPS[kind] + [0x1f1f, (8 << 8) | 5]:
+        for b in (0, 1, 2, 5, 16, 31, 37):
+            assert [src(lane, b, c) for lane in range(32)] == shuffle_sources(kind, b, c), (kind, b, c)
 
 
 def test_warp_shuffle_and_vote_of_integers_are_inactive(enzcc):
