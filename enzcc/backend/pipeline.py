@@ -317,8 +317,9 @@ def codegen(mod: llvm.ModuleRef, tm: llvm.TargetMachine, kind: str) -> bytes:
 
 def compile_module_to_object(mod: llvm.ModuleRef, level: int, cpu: str | None, where: str) -> bytes:
     """Optimize and codegen one module (used for IR inputs compiled with ``-c``; no AD here, AD waits for
-    the link or runs in :func:`build`)."""
+    the link or runs in :func:`build`; an NVPTX module's object gets libdevice, the bitcode for AD does not)."""
     tm = L.target_machine(mod.triple or L.host_triple(), level, cpu)
+    mod, _ = device_libraries(mod, PipelineOptions(opt_level=level, cpu=cpu), tm, where)
     with TIMES.stage("optimize", f"-O{level}"):
         L.optimize(mod, tm, level)
     return codegen(mod, tm, "object")

@@ -593,3 +593,11 @@ define double @f(double %x, float %y, i32 %n) {
     assert text.count("declare double @__nv_cos(double)") == 1 and text.count("call double @__nv_cos(") == 2
     assert "call fast float @__nv_powf(" in text and "@__nv_powi(double %" in text and "@__nv_erff(" in text
     assert "@llvm.sqrt.f64(" in text and "call i32 @sin(i32" in text  # (NVPTX has sqrt; sin(int) is not libm's)
+
+
+@needs_cuda
+def test_an_ir_input_for_nvptx_compiled_alone_gets_libdevice(enzcc):
+    enzcc.write("m.ll", 'target triple = "nvptx64-nvidia-cuda"\ndeclare double @llvm.sin.f64(double)\n'
+                "define double @f(double %x) {\n  %r = call double @llvm.sin.f64(double %x)\n  ret double %r\n}\n")
+    enzcc("--target=nvptx64-nvidia-cuda", "-O2", "-c", "m.ll", "-o", "m.o")
+    assert (enzcc.cwd / "m.o").stat().st_size > 0
