@@ -517,6 +517,98 @@ def test_a_full_device_heap_stops_the_kernel_saying_how_to_raise_it(enzcc):
         "cudaDeviceSetLimit(cudaLimitMallocHeapSize" in message, message
 
 
+
+# -- kernels run on the CPU (host emulation: enzcc/backend/cuda_host.py) -----------------------------------------
+
+EMULATED = r"""#include <cmath>
+#include <cstdio>
+__device__ int enzyme_dup;
+__device__ int enzyme_const;
+template <typename... T> __device__ void __enzyme_autodiff(void *, T...);
+template <typename... T> __device__ double __enzyme_fwddiff(void *, T...);
+
+#define N 6
+#define THREADS 8
+/* a counted loop and one of unknown count, both needing a tape; libdevice's math in double */
+__host__ __device__ double f(const double *x, int n) {
+  double t = 0.5;
+  for (int i = 0; i < n; i++)
+    t = sin(t) * exp(x[i] * 0.3) + pow(fabs(x[i]) + 1.0, 1.5) * 0.1 + tanh(t * x[i]);
+  double s = t;
+  for (int k = 0; s < 30.0 && k < 500; k++)
+    s = s + 0.5 + 0.2 * atan2(x[k % n], 1.5) * s + erf(s * 0.01) + log1p(cbrt(s * s));
+  return s;
+}
+/* float: sinf(u) expf(u) + powf(u, 1.5) for u = x0 x1, derivative known */
+__host__ __device__ double g(const double *x, int n) {
+  float u = (float)x[0] * (float)x[1];
+  return (double)(sinf(u) * expf(u) + powf(u, 1.5f) + tanhf(u));
+}
+__global__ void grad(const double *x, double *dx, double *dg, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  __enzyme_autodiff((void *)f, enzyme_dup, x + i * n, dx + i * n, enzyme_const, n);
+  __enzyme_autodiff((void *)g, enzyme_dup, x + i * n, dg + i * n, enzyme_const, n);
+}
+__global__ void tangent(const double *x, const double *v, double *out, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  out[i] = __enzyme_fwddiff((void *)f, enzyme_dup, x + i * n, v + i * n, enzyme_const, n);
+}
+int main() {
+  double hx[THREADS * N], hdx[THREADS * N], hdg[THREADS * N], hv[THREADS * N] = {0}, ht[THREADS];
+  for (int i = 0; i < THREADS * N; i++) hx[i] = 0.2 + 0.07 * (i % 11) - 0.03 * (i / N);
+  for (int t = 0; t < THREADS; t++) hv[t * N + t % N] = 1;
+  double *x, *dx, *dg, *v, *out;
+  cudaMalloc(&x, sizeof hx); cudaMalloc(&dx, sizeof hx); cudaMalloc(&dg, sizeof hx);
+  cudaMalloc(&v, sizeof hx); cudaMalloc(&out, sizeof ht);
+  cudaMemcpy(x, hx, sizeof hx, cudaMemcpyHostToDevice);
+  cudaMemcpy(v, hv, sizeof hv, cudaMemcpyHostToDevice);
+  cudaMemset(dx, 0, sizeof hx); cudaMemset(dg, 0, sizeof hx);
+  grad<<<2, THREADS / 2>>>(x, dx, dg, N);
+  tangent<<<2, THREADS / 2>>>(x, v, out, N);
+  cudaMemcpy(hdx, dx, sizeof hx, cudaMemcpyDeviceToHost);
+  cudaMemcpy(hdg, dg, sizeof hx, cudaMemcpyDeviceToHost);
+  cudaMemcpy(ht, out, sizeof ht, cudaMemcpyDeviceToHost);
+  const double h = 1e-6;
+  for (int t = 0; t < THREADS; t++) {
+    for (int j = 0; j < N; j++) {
+      double xp[N], xm[N];
+      for (int k = 0; k < N; k++) xp[k] = xm[k] = hx[t * N + k];
+      xp[j] += h, xm[j] -= h;
+      double fd = (f(xp, N) - f(xm, N)) / (2 * h);
+      printf("rev %d %d %.17g %.17g\n", t, j, hdx[t * N + j], fd);
+      if (j == t % N) printf("fwd %d %d %.17g %.17g\n", t, j, ht[t], fd);
+    }
+    double a = hx[t * N], b = hx[t * N + 1], u = a * b;
+    double du = cos(u) * exp(u) + sin(u) * exp(u) + 1.5 * sqrt(u) + 1 - tanh(u) * tanh(u);
+    printf("float %d 0 %.17g %.17g\nfloat %d 1 %.17g %.17g\n", t, hdg[t * N], du * b, t, hdg[t * N + 1], du * a);
+  }
+  return 0;
+}
+"""
+
+
+@needs_cuda
+def test_kernel_gradients_with_libdevice_and_device_tapes_in_host_emulation(enzcc):
+    """Each thread differentiates a function with a counted loop and one of unknown count (a tape in the device
+    heap) and libdevice's math, in both modes; the host side's finite differences of the same function (host
+    libm) and, for float math, the analytic derivative."""
+    from enzcc.backend.cuda_host import build_host_emulation
+
+    enzcc.write("p.cu", EMULATED)
+    enzcc("-O2", "-S", "-emit-llvm", "p.cu", "-o", "p.ll")
+    device = (enzcc.cwd / "p.ll").read_text()
+    assert "@malloc(" in device and "@realloc(" not in device and not re.search(r"declare[^@]*@__nv_", device)
+    build_host_emulation(device, [str(enzcc.cwd / "p.cu")], str(enzcc.cwd / "p"),
+                         workdir=str(enzcc.cwd / "emulation"), cuda_path=cuda_path())
+    seen = set()
+    for line in enzcc.run("./p").stdout.splitlines():
+        kind, t, j, value, want = line.split()
+        value, want = float(value), float(want)
+        rel = 1e-5 if kind == "float" else 1e-6
+        assert abs(value - want) <= rel * abs(want) + 1e-6, line
+        seen.add(kind)
+    assert seen == {"rev", "fwd", "float"}
+
 # -- errors ----------------------------------------------------------------------------------------------------
 
 def _one_line_error(enzcc, tmp_path, args, env=None) -> str:
