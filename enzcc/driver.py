@@ -10,6 +10,7 @@ from enzcc.backend import embed as E
 from enzcc.errors import EnzccError
 from enzcc.flags import Input, Invocation
 from enzcc.frontends import CompileRequest, frontend_for
+from enzcc.frontends.clang import dependency_args
 from enzcc.records import factory, record
 from enzcc.timing import TIMES
 from enzcc.tools import find_tool, run
@@ -27,6 +28,9 @@ ENZCC OPTIONS (besides clang's, above; Fortran, Rust, LLVM IR and MLIR inputs ar
                                         ~/.cache/enzcc; ENZCC_CACHE_MAX_SIZE bytes, default 2 GiB)
   --cache-stats                         Print the build cache's hits, misses and size
   --keep-temps                          Keep intermediate files (their directory is printed)
+  --cuda-host-emulation                 Run CUDA kernels on the CPU: each GPU thread a coroutine, blocks with
+                                        their own shared memory and real barriers (tests without a GPU;
+                                        ENZCC_CUDA_HOST_ORDER=forward|reverse|shuffle[:seed] at run time)
   --enzcc-version                       Print enzcc's version alone
   build [-f enzcc.toml] [outputs...]    Multi-language builds described by enzcc.toml (enzcc build --help)
 Environment: ENZCC_VERBOSE=1 prints each command run; ENZCC_CLANG, ENZCC_FLANG, ENZCC_RUSTC... choose the
@@ -304,6 +308,9 @@ class Driver:
         from enzcc.frontends.cuda import arch_of, fat_binary
 
         fe = frontend_for("cuda")
+        if self.inv.cuda_host_emulation:
+            self.compile_cuda_for_host_emulation(req)
+            return []
         ptx = self.cuda_device_code(req)
         stem = os.path.splitext(os.path.basename(req.src))[0] or "stdin"
         fatbin = fat_binary(ptx, arch_of(req), self.workdir, f"{stem}-{os.urandom(4).hex()}", req.src)
@@ -313,6 +320,36 @@ class Driver:
                               target=self.inv.target or "")
         E.embed(req.out_obj, [rec], self.workdir)
         return [rec]
+
+    def compile_cuda_for_host_emulation(self, req: CompileRequest) -> None:
+        """``--cuda-host-emulation``: the object of a CUDA source whose kernels run on the CPU: the device module
+        as enzcc's pipeline made it (after AD), converted to a host module (:mod:`enzcc.backend.cuda_host`), and
+        the host side compiled against the emulation's runtime, in one relocatable object. The link adds the
+        runtime instead of CUDA's. (Tests check GPU gradients this way where there is no GPU.)"""
+        from enzcc.backend import cuda_host
+        from enzcc.frontends.cuda import given_cuda_path, sdk_version
+        from enzcc.tools import cuda_path
+
+        device = self.cuda_device_code(req, "llvm").decode()
+        with TIMES.stage("codegen", req.src + " (device code for the host)"):
+            host_text = cuda_host.device_to_host(device)
+            stem = os.path.join(self.workdir, f"{os.path.splitext(os.path.basename(req.src))[0] or 'stdin'}-"
+                                              f"{os.urandom(4).hex()}")
+            with open(stem + ".device.ll", "w") as fh:
+                fh.write(host_text)
+            # (-O0: the host compiler keeps the device code as enzcc made it, each access where it was)
+            run([find_tool("clang"), "-O0", "-fPIC", "-Wno-override-module", "-c", stem + ".device.ll", "-o",
+                 stem + ".device.o"], capture=True, tool="clang")
+        with open(stem + ".gpubin", "w") as fh:
+            fh.write("enzcc host emulation: the kernels are in the converted device module\n")
+        toolkit = cuda_path(given_cuda_path(req.compile_args))
+        user = [a for a in req.compile_args if not a.startswith("--cuda-path=")]
+        with TIMES.stage("frontend", req.src + " (host)"):
+            run([find_tool("clang++"), *cuda_host.host_side_args(toolkit, stem + ".gpubin", sdk_version(toolkit)),
+                 *user, *req.lang_args, *dependency_args(req), *([req.opt_flag] if req.opt_flag else []),
+                 "-c", req.src, "-o", stem + ".host.o"], tool="clang")
+        run([find_tool("clang++"), "-r", "-nostdlib", stem + ".host.o", stem + ".device.o", "-o", req.out_obj],
+            capture=True, tool="linker")
 
     def _differentiate_translation_unit(self, rec: E.BitcodeRecord, out_obj: str) -> bool:
         """When everything a translation unit differentiates is defined in it, its native object gets the
@@ -535,7 +572,7 @@ class Driver:
                 raise EnzccError("--whole-program-object: no input carries bitcode")
             line = [it.value for it in items]
             extra = self.runtime_libraries({r.lang for it in items for r in it.records})
-        langs = {r.lang for it in items for r in it.records}
+        langs = {r.lang for it in items for r in it.records} | {i.lang for i in self.inv.inputs if i.lang}
         linker = find_tool("clang++" if (self.cxx or langs & {"c++", "cuda"}) else "clang")
         with TIMES.stage("native-link", output):
             with atomic_output(output) as tmp:
@@ -560,7 +597,13 @@ class Driver:
 
             lib, libs = rust_std_archive(self.inv.target)
             out += [lib, *libs]
-        if "cuda" in langs:
+        if self.inv.cuda_host_emulation:
+            from enzcc.backend.cache import cache_dir
+            from enzcc.backend.cuda_host import compile_runtime
+
+            where = os.path.join(self.workdir, "runtime") if self.inv.no_cache else str(cache_dir() / "runtime")
+            out += [compile_runtime(where), "-lm"]
+        elif "cuda" in langs:
             from enzcc.frontends.cuda import cuda_link_libraries, given_cuda_path
 
             out += cuda_link_libraries(given_cuda_path(self.inv.compile_args))

@@ -91,7 +91,7 @@ FLAGS: tuple[FlagSpec, ...] = (
     # enzcc's own options
     _f("--lang", ENZCC, 1, True), _f("--ad-mode", ENZCC, 1, True), _f("--ad-inline", ENZCC, 1, True), _f("--time-report", ENZCC),
     _f("--keep-temps", ENZCC), _f("--enzcc-version", ENZCC), _f("--whole-program-object", ENZCC),
-    _f("--no-cache", ENZCC), _f("--cache-stats", ENZCC),
+    _f("--no-cache", ENZCC), _f("--cache-stats", ENZCC), _f("--cuda-host-emulation", ENZCC),
 )
 
 _BY_NAME: dict[str, list[FlagSpec]] = {}
@@ -232,6 +232,8 @@ class Invocation:
     """``-march``/``--cuda-gpu-arch`` value (used for nvptx)."""
     lang_override: str | None = None
     """``--lang`` value."""
+    cuda_host_emulation: bool = False
+    """``--cuda-host-emulation``: CUDA device code runs on the CPU (:mod:`enzcc.backend.cuda_host`)."""
     cuda_arch_given: bool = False
     """``--cuda-gpu-arch=``/``--offload-arch=`` was on the command line."""
     ad_mode: str = "after-opt"
@@ -408,6 +410,8 @@ def parse_args(argv: list[str]) -> Invocation:
                 modes.append("enzcc-version")
             elif spec.name == "--no-cache":
                 inv.no_cache = True
+            elif spec.name == "--cuda-host-emulation":
+                inv.cuda_host_emulation = True
             elif spec.name == "--cache-stats":
                 modes.append("cache-stats")
         i += 1
