@@ -148,6 +148,26 @@ def test_warp_operation_that_lanes_never_reach_is_an_error(races):
     assert re.search(r"waits at __shfl_sync \(mask 0xffffffff\) for lanes that never reach it", proc.stderr)
 
 
+@pytest.mark.parametrize("scenario, message", [
+    ("shared_overflow", r"an access past the end of the block's shared memory at address 0x[0-9a-f]+ in kernel "
+                        r"_Z15shared_overflowPKdPd, block \(0,0,0\), thread \(63,0,0\)"),
+    ("stack_overflow", r"a stack overflow \(raise ENZCC_CUDA_HOST_STACK\) at address 0x[0-9a-f]+ in kernel "
+                       r"_Z14stack_overflowPKdPdi, block \(0,0,0\), thread \(0,0,0\)"),
+    ("bad_pointer", r"an invalid memory access at address 0x10 in kernel _Z11bad_pointerPd, block \(0,0,0\), "
+                    r"thread \(0,0,0\)"),
+])
+def test_faults_name_the_kernel_block_and_thread(races, scenario, message):
+    proc = run(races, "forward", scenario)
+    assert proc.returncode == 1
+    assert re.fullmatch("enzcc-cuda-host: error: " + message + "\n", proc.stderr), proc.stderr
+
+
+def test_device_malloc_has_cudas_heap_limit(races):
+    proc = run(races, "forward", "heap_limit")
+    assert proc.returncode == 0
+    assert proc.stdout == "small 1 big 0\nlimit 33554432: small 1 big 1\n"
+
+
 def test_device_printf_and_assert(races):
     proc = run(races, "reverse", "printf")
     assert proc.returncode == 0
@@ -262,7 +282,7 @@ y:
     assert "%__enzcc.shared.b = getelementptr inbounds i8, ptr %__enzcc.shared, i64 24" in text
     # dynamic shared memory after the static variables (28 bytes), 16-byte aligned
     assert "%__enzcc.shared.dyn = getelementptr inbounds i8, ptr %__enzcc.shared, i64 32" in text
-    assert "i64 32)" in text  # the kernel's static area, registered with the runtime
+    assert "i64 32, i64 16)" in text  # the kernel's area (up to its dynamic memory) and alignment, registered
     assert '[1 x ptr] [ptr @__enzcc_dev.k]' in text  # llvm.used forgets the shared variable
     # the phi's constant expression became an instruction in its predecessor
     x_block = text[text.index("\nx:"):text.index("\ny:")]
@@ -337,7 +357,8 @@ def test_only_nvptx_modules():
 def test_callee_mapping():
     assert host_callee("__nv_sinf") == "sinf" and host_callee("__nv_fast_expf") == "expf"
     assert host_callee("__nv_dadd_rz") == "__enzcc_nv_dadd_rz" and host_callee("__nv_popcll") == "__enzcc_nv_popcll"
-    assert host_callee("malloc") == "malloc" and host_callee("llvm.fma.f64") == "llvm.fma.f64"
+    assert host_callee("malloc") == "__enzcc_host_malloc" and host_callee("llvm.fma.f64") == "llvm.fma.f64"
+    assert host_callee("realloc") is None  # (NVPTX has none)
     assert host_callee("vprintf") == "__enzcc_host_vprintf" and host_callee("puts") is None
     assert nvvm_runtime_name("llvm.nvvm.atomic.add.gen.f.cta.f64.p3") == "__enzcc_nvvm_atomic_add_gen_f_cta_f64_p"
     assert nvvm_runtime_name("llvm.nvvm.ld.gen.i") is None

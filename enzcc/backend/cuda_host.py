@@ -28,7 +28,7 @@ What the conversion does (the runtime's side is described in ``cuda_host.c``):
 - NVVM intrinsics (special registers, barriers, warp operations, scoped atomics, libdevice's math) become calls
   of the runtime's ``__enzcc_nvvm_*`` functions; ``__nv_*`` libdevice functions left declared become host libm
   (``__nv_sin`` -> ``sin``) or the runtime's ``__enzcc_nv_*``; ``vprintf``, ``__assertfail`` and
-  ``__nvvm_reflect`` the runtime's; ``malloc``/``free`` stay the host's;
+  ``__nvvm_reflect`` the runtime's, and so do ``malloc``/``free`` (CUDA's heap limit, NaN bytes);
 - a trampoline per kernel takes CUDA's ``void **args`` and calls the kernel; a constructor registers each kernel
   by its device name (the host side registers its stub under the same name) and each ``__device__`` /
   ``__constant__`` variable by name (for ``cudaMemcpyToSymbol``).
@@ -149,10 +149,11 @@ def _nv_runtime() -> frozenset[str]:
 NV_RUNTIME = _nv_runtime()
 
 #: functions device code may call that the host's C library provides as they are
-HOST_KEPT = frozenset(["malloc", "free", "realloc", "calloc", "memcpy", "memmove", "memset"])
-#: the runtime's stand-ins for functions of CUDA's device runtime
+HOST_KEPT = frozenset(["memcpy", "memmove", "memset"])
+#: the runtime's stand-ins for functions of CUDA's device runtime (malloc: within CUDA's heap limit)
 RUNTIME_CALLS = {"vprintf": "__enzcc_host_vprintf", "__assertfail": "__enzcc_host_assertfail",
-                 "__nvvm_reflect": "__enzcc_host_nvvm_reflect"}
+                 "__nvvm_reflect": "__enzcc_host_nvvm_reflect", "malloc": "__enzcc_host_malloc",
+                 "free": "__enzcc_host_free"}
 
 _POINTER_MANGLING = re.compile(r"\.(v\d+)?p\d+(?=\.|$)")
 
@@ -345,7 +346,12 @@ class _Converter:
             raise EnzccError(f"host emulation converts NVPTX device modules, not '{triple or 'no triple'}'")
         self.kernels: list[_Kernel] = []
         self.shared: dict[str, int] = {}  # __shared__ variable -> offset in the block's area
-        self.shared_static = 0
+        self.shared_end: dict[str, int] = {}  # static __shared__ variable -> the offset after it
+        self.shared_static = 0  # where dynamic shared memory starts
+        self.shared_align = DYNAMIC_SHARED_ALIGN  # the block area's alignment
+        self.fn_shared: dict[str, set[str]] = {}  # function -> the __shared__ variables it names
+        self.fn_callees: dict[str, set[str]] = {}  # function -> the functions it calls directly
+        self.address_taken = False  # a function called indirectly, or whose address is taken
         self.renamed: set[str] = set()  # device symbols that get DEVICE_PREFIX
         self.variables: list[tuple[str, int, bool]] = []  # registered: name, size, constant
         self.created: set[str] = set()  # declarations of host functions made here
@@ -403,6 +409,8 @@ class _Converter:
             offset = (offset + align - 1) // align * align
             self.shared[gv.name] = offset
             offset += layout.alloc_size(gv.value_type)
+            self.shared_end[gv.name] = offset
+            self.shared_align = max(self.shared_align, align)
         self.shared_static = (offset + DYNAMIC_SHARED_ALIGN - 1) // DYNAMIC_SHARED_ALIGN * DYNAMIC_SHARED_ALIGN
         for name in dynamic:
             self.shared[name] = self.shared_static
@@ -495,8 +503,10 @@ class _Converter:
     def _convert_body(self, fn) -> None:
         """Shared memory uses become addresses in the block's area; calls become host calls."""
         cache: dict = {}
+        self.fn_callees[fn.name] = callees = set()
         for block in list(fn.blocks):
             for inst in list(block.instructions):
+                self._note_references(inst, callees)
                 if self.shared:
                     for i, op in enumerate(inst.operands):
                         if not self._mentions_shared(op):
@@ -510,6 +520,41 @@ class _Converter:
                     self._convert_call(fn, inst)
         if self.shared:
             _dedupe_phi_entries(fn)
+        self.fn_shared[fn.name] = {name for name in cache if name}
+
+    def _note_references(self, inst: Instruction, callees: set[str]) -> None:
+        """The functions ``inst`` calls, and whether it calls indirectly or takes a function's address (then
+        every kernel may reach every function)."""
+        first = 0
+        if isinstance(inst, Call):
+            first = 1
+            if isinstance(inst.callee, GlobalRef):
+                callees.add(inst.callee.symbol)
+            elif not isinstance(inst.callee, InlineAsm):
+                self.address_taken = True
+        for op in inst.operands[first:]:
+            if any(s in self.mod.functions for s in _symbols(op)):
+                self.address_taken = True
+
+    def _kernel_shared_bytes(self, kernel: str) -> int:
+        """The bytes of the block's area that ``kernel`` uses before dynamic shared memory: up to the end of the
+        last __shared__ variable it reaches (all of the static ones when functions are called indirectly), or up
+        to the dynamic memory when it reaches an ``extern __shared__`` array. The area ends at a guard page, so
+        an access past its variables faults."""
+        if self.address_taken or any(s in self.mod.functions for gv in self.mod.globals.values()
+                                      if gv.name not in ("llvm.used", "llvm.compiler.used")
+                                      for s in gv.initializer_symbols()):
+            return self.shared_static
+        seen, todo, end = set(), [kernel], 0
+        while todo:
+            fn = todo.pop()
+            if fn in seen:
+                continue
+            seen.add(fn)
+            todo.extend(self.fn_callees.get(fn, ()))
+            for name in self.fn_shared.get(fn, ()):
+                end = max(end, self.shared_end.get(name, self.shared_static))
+        return (end + self.shared_align - 1) // self.shared_align * self.shared_align
 
     def _convert_call(self, fn, call: Call) -> None:
         callee = call.callee
@@ -628,7 +673,8 @@ class _Converter:
             lines.append(_c_string(f"__enzcc_host_kname.{i}", k.name))
             lines.append(_trampoline_text(f"__enzcc_host_tramp.{i}", k))
             calls.append(f"  call void @__enzcc_host_register_kernel(ptr @__enzcc_host_kname.{i}, "
-                         f"ptr @__enzcc_host_tramp.{i}, i64 {self.shared_static})")
+                         f"ptr @__enzcc_host_tramp.{i}, i64 {self._kernel_shared_bytes(k.name)}, "
+                         f"i64 {self.shared_align})")
         for i, (name, size, constant) in enumerate(self.variables):
             lines.append(_c_string(f"__enzcc_host_vname.{i}", name))
             calls.append(f"  call void @__enzcc_host_register_var(ptr @__enzcc_host_vname.{i}, "
@@ -638,7 +684,7 @@ class _Converter:
         lines.append("@llvm.global_ctors = appending global [1 x { i32, ptr, ptr }] "
                      f"[{{ i32, ptr, ptr }} {{ i32 65535, ptr @{ctor}, ptr null }}]")
         lines += [_wide_ir(name[len("__enzcc_ptx."):]) for name in sorted(self.ir_helpers)]
-        lines.append("declare void @__enzcc_host_register_kernel(ptr, ptr, i64) nounwind")
+        lines.append("declare void @__enzcc_host_register_kernel(ptr, ptr, i64, i64) nounwind")
         lines.append("declare void @__enzcc_host_register_var(ptr, ptr, i64, i32) nounwind")
         return "\n".join(lines) + "\n"
 
@@ -756,6 +802,19 @@ def _strip_nvptx_attributes(text: str) -> list[str]:
         if not _nvptx_attribute(m.group(0)):
             out.append(m.group(0))
     return out
+
+
+def _symbols(value) -> set[str]:
+    """The global symbols named in an operand (constant expressions and aggregates included)."""
+    if isinstance(value, GlobalRef):
+        return {value.symbol}
+    if isinstance(value, ConstantExpr):
+        return set().union(*(_symbols(op) for op in value.operands))
+    if isinstance(value, ConstantAggregate):
+        return set().union(*(_symbols(op) for op in value.elements))
+    if isinstance(value, ConstantSplat):
+        return _symbols(value.element)
+    return set()
 
 
 def _matching_bracket(text: str, start: int) -> int:

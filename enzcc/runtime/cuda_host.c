@@ -18,6 +18,11 @@
  *    different barriers), or a warp-synchronous operation that lanes of its mask never reach, is an error
  *    (a message and exit status 1), not a hang.
  *  - One OS thread runs everything, so atomics are plain read-modify-writes.
+ *  - Each block's shared memory ends at a guard page, each thread's stack starts at one: an access past the end
+ *    of shared memory, a stack overflow or any invalid access in a kernel is an error that names the kernel,
+ *    block and thread (exit status 1), not a bare segmentation fault.
+ *  - Device malloc has CUDA's heap limit (8 MiB, cudaDeviceSetLimit(cudaLimitMallocHeapSize, n)) and returns
+ *    NaN bytes; beyond the limit it returns NULL, as on a GPU.
  *
  * The device module calls: __enzcc_host_shared_base (its __shared__ variables are offsets into the block's
  * area), __enzcc_nvvm_* (one per NVVM intrinsic: special registers, barriers, warp operations, the math of
@@ -38,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <ucontext.h>
@@ -122,7 +128,8 @@ typedef struct {
 typedef struct {
     const char *name;
     trampoline_fn tramp;
-    size_t shared_static; /* bytes of the device module's static __shared__ area (dynamic memory follows) */
+    size_t shared_static; /* bytes of the static __shared__ area the kernel uses (dynamic memory follows) */
+    size_t shared_align;  /* the alignment of the block's area */
 } kernel_entry;
 
 typedef struct {
@@ -153,9 +160,10 @@ static size_t n_devvars;
     } while (0)
 
 /* Called by a converted device module's constructor, once per kernel. */
-EXPORT void __enzcc_host_register_kernel(const char *name, trampoline_fn tramp, size_t shared_static)
+EXPORT void __enzcc_host_register_kernel(const char *name, trampoline_fn tramp, size_t shared_static,
+                                         size_t shared_align)
 {
-    kernel_entry e = {name, tramp, shared_static};
+    kernel_entry e = {name, tramp, shared_static, shared_align < 16 ? 16 : shared_align};
     PUSH(kernels, n_kernels, e);
 }
 
@@ -363,6 +371,8 @@ static struct {
     unsigned nthreads; /* per block */
     size_t shared_bytes;
     size_t dynamic_shared;
+    char *shared_slots; /* the wave's shared areas, each followed by a guard page */
+    size_t shared_slot, shared_nslots;
 } launch;
 
 static emu_thread *cur;            /* the emulated thread that runs now (NULL outside kernels) */
@@ -720,6 +730,55 @@ static void start_thread(emu_thread *t, emu_block *b, unsigned lin, size_t slot)
     makecontext(&t->ctx, thread_main, 0);
 }
 
+/* ---- faults in kernels: which thread, and what it touched ---- */
+
+static char fault_stack[64 * 1024];
+static int fault_handler_installed;
+
+static void on_fault(int sig, siginfo_t *info, void *uctx)
+{
+    (void)uctx;
+    char msg[512], where[160] = "";
+    const char *addr = info->si_addr, *what = "an invalid memory access";
+    emu_thread *t = cur;
+    if (t && launch.kernel)
+        snprintf(where, sizeof where, " in kernel %s, block (%u,%u,%u), thread (%u,%u,%u)", launch.kernel->name,
+                 t->blk->ctaid[0], t->blk->ctaid[1], t->blk->ctaid[2], t->tid[0], t->tid[1], t->tid[2]);
+    if (stack_pool && addr >= stack_pool && addr < stack_pool + stack_slots * (stack_size + page_size) &&
+        (size_t)(addr - stack_pool) % (stack_size + page_size) < page_size)
+        what = "a stack overflow (raise ENZCC_CUDA_HOST_STACK)";
+    else if (launch.shared_slots && addr >= launch.shared_slots &&
+             addr < launch.shared_slots + launch.shared_nslots * launch.shared_slot &&
+             (size_t)(addr - launch.shared_slots) % launch.shared_slot >= launch.shared_slot - page_size)
+        what = "an access past the end of the block's shared memory";
+    fflush(stdout);
+    int n = snprintf(msg, sizeof msg, "enzcc-cuda-host: error: %s at address %p%s%s\n", what, (void *)addr, where,
+                     sig == SIGBUS ? " (bus error)" : "");
+    if (n > 0)
+        (void)!write(2, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
+    _exit(1);
+}
+
+/* Faults of kernels are reported by the handler above (on its own stack: a thread's may be exhausted). */
+static void install_fault_handler(void)
+{
+    stack_t ss;
+    struct sigaction sa;
+    if (fault_handler_installed)
+        return;
+    fault_handler_installed = 1;
+    ss.ss_sp = fault_stack;
+    ss.ss_size = sizeof fault_stack;
+    ss.ss_flags = 0;
+    sigaltstack(&ss, NULL);
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_fault;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, NULL);
+    sigaction(SIGBUS, &sa, NULL);
+}
+
 /* Runs a whole grid: in waves of as many blocks as ENZCC_CUDA_HOST_MAX_THREADS allows. */
 static void run_grid(void)
 {
@@ -729,16 +788,23 @@ static void run_grid(void)
     size_t per_wave = max_threads / launch.nthreads ? max_threads / launch.nthreads : 1;
     if (per_wave > nblocks)
         per_wave = nblocks;
-    size_t area = (launch.shared_bytes + 63) / 64 * 64;
+    size_t align = launch.kernel->shared_align;
+    size_t area = (launch.shared_bytes + align - 1) / align * align;
     unsigned *all_blocks = xmalloc(nblocks * sizeof *all_blocks);
     unsigned *block_perm = xmalloc(per_wave * sizeof *block_perm);
     unsigned *thread_perm = xmalloc(launch.nthreads * sizeof *thread_perm);
     emu_block *blocks = xmalloc(per_wave * sizeof *blocks);
     emu_thread *threads = xmalloc(per_wave * launch.nthreads * sizeof *threads);
-    char *shared = aligned_alloc(64, per_wave * area ? per_wave * area : 64);
-    if (!shared)
-        fatal("out of memory for shared memory (%zu bytes)", per_wave * area);
-    ensure_stacks(per_wave * launch.nthreads);
+    ensure_stacks(per_wave * launch.nthreads); /* (sets page_size) */
+    size_t slot = (area + page_size - 1) / page_size * page_size + page_size;
+    char *shared = mmap(NULL, per_wave * slot, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (shared == MAP_FAILED)
+        fatal("out of memory for shared memory (%zu blocks of %zu bytes)", per_wave, area);
+    for (size_t i = 0; i < per_wave; i++) /* a guard page right after each block's area */
+        mprotect(shared + (i + 1) * slot - page_size, page_size, PROT_NONE);
+    launch.shared_slots = shared;
+    launch.shared_slot = slot;
+    launch.shared_nslots = per_wave;
     for (size_t i = 0; i < nblocks; i++)
         all_blocks[i] = (unsigned)(order_kind == ORDER_REVERSE ? nblocks - 1 - i : i);
     if (order_kind == ORDER_SHUFFLE)
@@ -750,21 +816,22 @@ static void run_grid(void)
         }
     for (size_t first = 0; first < nblocks; first += per_wave) {
         unsigned nb = (unsigned)(nblocks - first < per_wave ? nblocks - first : per_wave);
-        memset(shared, 0xff, nb * area);
         for (unsigned bi = 0; bi < nb; bi++) {
             emu_block *b = &blocks[bi];
             unsigned id = all_blocks[first + bi];
             b->ctaid[0] = id % gx;
             b->ctaid[1] = id / gx % gy;
             b->ctaid[2] = id / gx / gy;
-            b->shared = shared + bi * area;
+            b->shared = shared + (bi + 1) * slot - page_size - area; /* its end at the guard page */
+            memset(b->shared, 0xff, area);
             b->threads = &threads[(size_t)bi * launch.nthreads];
             for (unsigned ti = 0; ti < launch.nthreads; ti++)
                 start_thread(&b->threads[ti], b, ti, (size_t)bi * launch.nthreads + ti);
         }
         run_wave(blocks, nb, block_perm, thread_perm);
     }
-    free(shared);
+    launch.shared_slots = NULL;
+    munmap(shared, per_wave * slot);
     free(threads);
     free(blocks);
     free(thread_perm);
@@ -836,6 +903,7 @@ EXPORT cudaError_t cudaLaunchKernel(const void *func, dim3 grid, dim3 block, voi
         fatal("a kernel launch from device code (dynamic parallelism) is not supported by host emulation");
     if (!order_read)
         read_order();
+    install_fault_handler();
     launch.kernel = k;
     launch.args = args;
     launch.grid = grid;
@@ -1006,6 +1074,56 @@ EXPORT cudaError_t cudaGetSymbolSize(size_t *size, const void *symbol)
         return fail(cudaErrorInvalidSymbol);
     *size = v->size;
     return cudaSuccess;
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Device malloc and free: the host's, within CUDA's heap limit, NaN bytes
+ * ------------------------------------------------------------------------------------------------------------ */
+static size_t heap_limit = 8 * 1024 * 1024, heap_used;
+
+EXPORT void *__enzcc_host_malloc(size_t n)
+{
+    if (n > heap_limit - heap_used)
+        return NULL; /* as a GPU's malloc does when its heap (cudaLimitMallocHeapSize) is full */
+    size_t *p = malloc(n + 16);
+    if (!p)
+        return NULL;
+    p[0] = n;
+    heap_used += n;
+    memset(p + 2, 0xff, n);
+    return p + 2;
+}
+
+EXPORT void __enzcc_host_free(void *ptr)
+{
+    if (!ptr)
+        return;
+    size_t *p = (size_t *)ptr - 2;
+    heap_used -= p[0];
+    free(p);
+}
+
+enum { cudaLimitStackSize = 0, cudaLimitPrintfFifoSize = 1, cudaLimitMallocHeapSize = 2 };
+
+EXPORT cudaError_t cudaDeviceSetLimit(int limit, size_t value)
+{
+    if (limit == cudaLimitMallocHeapSize)
+        heap_limit = value;
+    else if (limit != cudaLimitStackSize && limit != cudaLimitPrintfFifoSize)
+        return fail(cudaErrorInvalidValue);
+    return cudaSuccess;
+}
+
+EXPORT cudaError_t cudaDeviceGetLimit(size_t *value, int limit)
+{
+    if (!value)
+        return fail(cudaErrorInvalidValue);
+    switch (limit) {
+    case cudaLimitMallocHeapSize: *value = heap_limit; return cudaSuccess;
+    case cudaLimitStackSize: *value = 1024; return cudaSuccess;
+    case cudaLimitPrintfFifoSize: *value = 1 << 20; return cudaSuccess;
+    default: return fail(cudaErrorInvalidValue);
+    }
 }
 
 /* ------------------------------------------------------------------------------------------------------------

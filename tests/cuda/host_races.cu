@@ -53,6 +53,31 @@ __global__ void warp_deadlock(int *out) {
   __syncthreads();
 }
 
+// s[t + 2] for the last threads: past the end of the block's shared memory
+__global__ void shared_overflow(const double *x, double *out) {
+  __shared__ double s[B];
+  int t = threadIdx.x;
+  s[t + 2] = x[t];
+  __syncthreads();
+  out[t] = s[t];
+}
+
+__device__ double deep(const double *x, int n) {
+  volatile double frame[512];
+  frame[n % 512] = x[0];
+  return n == 0 ? frame[0] : deep(x, n - 1) + frame[n % 512];
+}
+
+__global__ void stack_overflow(const double *x, double *out, int n) { out[threadIdx.x] = deep(x, n); }
+
+__global__ void bad_pointer(double *out) { out[threadIdx.x] = *(double *)(0x10 + 8 * (size_t)threadIdx.x); }
+
+// more than CUDA's 8 MiB device heap: NULL, as on a GPU
+__global__ void heap_limit(double **ptrs) {
+  ptrs[0] = (double *)malloc(1024);
+  ptrs[1] = (double *)malloc(16 << 20);
+}
+
 __global__ void say(int n) {
   if (threadIdx.x == 1 && blockIdx.x == 1) printf("block %d thread %d: n=%d x=%.3f %s %c %5ld|%-4u|%x\n", blockIdx.x, threadIdx.x, n, 2.5, "str", 'c', -7L, 3u, 255);
 }
@@ -83,6 +108,24 @@ int main(int argc, char **argv) {
     int *o;
     cudaMalloc(&o, 32 * sizeof(int));
     warp_deadlock<<<1, 32>>>(o);
+  } else if (!strcmp(what, "shared_overflow"))
+    shared_overflow<<<2, B>>>(x, out);
+  else if (!strcmp(what, "stack_overflow"))
+    stack_overflow<<<1, 2>>>(x, out, 100000);
+  else if (!strcmp(what, "bad_pointer"))
+    bad_pointer<<<2, 4>>>(out);
+  else if (!strcmp(what, "heap_limit")) {
+    double *p[2];
+    heap_limit<<<1, 1>>>((double **)out);
+    cudaMemcpy(p, out, sizeof p, cudaMemcpyDeviceToHost);
+    printf("small %d big %d\n", p[0] != nullptr, p[1] != nullptr);
+    size_t limit = 0;
+    cudaDeviceSetLimit(cudaLimitMallocHeapSize, 32 << 20);
+    cudaDeviceGetLimit(&limit, cudaLimitMallocHeapSize);
+    heap_limit<<<1, 1>>>((double **)out);
+    cudaMemcpy(p, out, sizeof p, cudaMemcpyDeviceToHost);
+    printf("limit %zu: small %d big %d\n", limit, p[0] != nullptr, p[1] != nullptr);
+    return 0;
   } else if (!strcmp(what, "printf")) {
     say<<<2, 4>>>(42);
     cudaDeviceSynchronize();
