@@ -92,6 +92,8 @@ float __nv_powif(float x, int n) { return powf(x, n); }
 float __nv_fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
 float __nv_frcp_rn(float a) { return 1 / a; }
 float __nv_saturatef(float a) { return fminf(fmaxf(a, 0), 1); }
+int __nv_float2int_rn(float x) { return (int)rintf(x); }
+int __nv_isnand(double x) { return isnan(x); }
 """
 
 #: name -> (expression of a, b, c, the point): double
@@ -127,6 +129,7 @@ DOUBLE = {
     "dmul_ru": ("__nv_dmul_ru(a, b) * a", (0.4, 1.1)), "ddiv_rn": ("__nv_ddiv_rn(a, b)", (0.4, 1.1)),
     "drcp_rn": ("__nv_drcp_rn(a)", (0.4,)), "dsqrt_rd": ("__nv_dsqrt_rd(a)", (0.4,)),
     "fma_rn": ("__nv_fma_rn(a, b, c)", (0.4, 1.1, 0.3)),
+    "float2int": ("a * __nv_float2int_rn((float)(a * 3)) + (__nv_isnand(a) ? 0 : a)", (0.7,)),
 }
 #: the same for float functions (``af``...: the arguments as floats)
 FLOAT = {
@@ -174,7 +177,7 @@ def NV_PROTOTYPES(names: str) -> str:
     source = NV + NV_TAIL
     out = []
     for name in names.split():
-        m = re.search(rf"\b(double|float|void) {name}\(([^)]*)\)", source)
+        m = re.search(rf"\b(double|float|void|int) {name}\(([^)]*)\)", source)
         if m:
             out.append(f"{m.group(1)} {name}({m.group(2)});")
             continue
@@ -259,6 +262,29 @@ def test_libdevice_rules_in_vector_mode(enzcc):
             for j in range(2):
                 fd = values["fd", i, j]
                 assert abs(values[kind, i, j] - fd) <= 1e-5 * abs(fd) + 1e-6, (kind, i, j, values[kind, i, j], fd)
+
+
+def test_the_bits_of_a_float_with_derivatives_are_refused(enzcc):
+    enzcc.write("nv.c", "#include <string.h>\n"
+                "int __nv_double2hiint(double x) { long long b; memcpy(&b, &x, 8); return (int)(b >> 32); }\n"
+                "int __nv_double2loint(double x) { long long b; memcpy(&b, &x, 8); return (int)b; }\n"
+                "double __nv_hiloint2double(int h, int l) {\n"
+                "  long long b = ((long long)h << 32) | (unsigned)l; double x; memcpy(&x, &b, 8); return x; }\n")
+    subprocess.run(["clang-22", "-O1", "-c", "nv.c", "-o", "nv.o"], cwd=enzcc.cwd, check=True)
+    for call in ("__enzyme_autodiff((void *)f, enzyme_dup, x, dx)", "__enzyme_fwddiff((void *)f, enzyme_dup, x, dx)"):
+        enzcc.write("b.c", f"""
+extern int enzyme_dup;
+double __enzyme_autodiff(void *, ...), __enzyme_fwddiff(void *, ...);
+int __nv_double2hiint(double), __nv_double2loint(double);
+double __nv_hiloint2double(int, int);
+/* |x| through the bits of x: its derivative would be lost in the integers */
+static double f(double *x) {{ return __nv_hiloint2double(__nv_double2hiint(x[0]) & 0x7fffffff,
+                                                         __nv_double2loint(x[0])); }}
+int main(void) {{ double x[1] = {{-0.7}}, dx[1] = {{1}}; return (int){call}; }}
+""")
+        proc = enzcc("-O2", "b.c", "nv.o", "-o", "b", check=False)
+        assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+        assert "it takes apart or puts together the bits of a float with derivatives" in proc.stderr, proc.stderr
 
 # -- device code: PTX ------------------------------------------------------------------------------------------
 

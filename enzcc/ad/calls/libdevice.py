@@ -13,15 +13,18 @@ are rewritten when a function is prepared: ``sincos`` into ``sin`` and ``cos`` a
 call that writes a local, copied to the pointer by an ordinary load and store (its value carries no derivative).
 
 Integer functions, float-to-integer conversions and tests (``__nv_float2int_rn``, ``__nv_isnand``) carry no
-derivative. A function that reinterprets a float's bits as an integer (``__nv_double2hiint``) has no rule: with a
-derivative flowing into it, the engine refuses the call by name rather than lose the derivative in the integers.
+derivative. A function that reinterprets a float's bits as integers or puts them together again (``__nv_double2hiint``,
+``__nv_hiloint2double``) is refused when the float has derivatives (they would be lost in the integers), as the
+nvvm family refuses NVVM's ``d2i.hi``.
 """
 
 from __future__ import annotations
 
 import re
 
+from enzcc.ad.api import has_float
 from enzcc.ad.emit import IRRuleBackend, add_values, digamma_function, times
+from enzcc.ad.errors import ad_error
 from enzcc.ad.registry import CallRule, register, register_copy_preparation
 from enzcc.ad.rules import Rule, evaluate, load_rules, parse_expr
 from enzcc.ir import types as T
@@ -78,12 +81,24 @@ _ROUNDED_RULE = {"add": "fadd", "sub": "fsub", "mul": "fmul", "div": "fdiv", "rc
 _FAST = ("sinf", "cosf", "tanf", "expf", "exp10f", "logf", "log2f", "log10f", "powf", "tanhf")
 
 #: functions whose value carries no derivative: integer arithmetic and bits, conversions of floats to integers
-#: (piecewise constant) or of integers to floats, tests of floats
-_INACTIVE = re.compile(
-    r"^(?:u?ll|u)?(?:abs|min|max|hadd|rhadd|sad|mul24|mulhi|mul64hi)$|^(?:brev|clz|ffs|popc)(?:ll)?$|^byte_perm$|"
-    r"^(?:float|double)2u?(?:int|ll)_r[nzud]$|^u?(?:int|ll)2(?:float|double)_r[nzud]$|"
-    r"^(?:is(?:nan|inf|finite)|signbit)[df]$|^finitef$|^ilogbf?$|^llr(?:int|ound)f?$|"
-    r"^(?:hiloint2double|longlong_as_double|u?int_as_float)$|^nanf?$")
+#: (piecewise constant) or of integers to floats, tests of floats (:func:`_inactive_names`)
+_INTEGER = ("abs", "llabs", "min", "max", "umin", "umax", "llmin", "llmax", "ullmin", "ullmax", "hadd", "uhadd",
+            "rhadd", "urhadd", "sad", "usad", "mul24", "umul24", "mulhi", "umulhi", "mul64hi", "umul64hi", "brev",
+            "brevll", "clz", "clzll", "ffs", "ffsll", "popc", "popcll", "byte_perm")
+_TESTS = ("isnand", "isnanf", "isinfd", "isinff", "isfinited", "finitef", "signbitd", "signbitf", "ilogb",
+          "ilogbf", "llrint", "llrintf", "llround", "llroundf", "nan", "nanf")
+
+#: functions that reinterpret a float's bits as integers or integers as a float's bits (:func:`_check_bits`)
+_BITS = ("double2hiint", "double2loint", "double_as_longlong", "float_as_int", "float_as_uint", "hiloint2double",
+         "longlong_as_double", "int_as_float", "uint_as_float")
+
+
+def _inactive_names() -> list[str]:
+    floats, ints = ("float", "double"), ("int", "uint", "ll", "ull")
+    conversions = [f"{a}2{b}_{m}" for m in ("rn", "rz", "ru", "rd") for x, y in ((floats, ints), (ints, floats))
+                   for a in x for b in y]
+    return [PREFIX + n for n in (*_INTEGER, *_TESTS, *conversions)]
+
 
 #: functions that write through pointers, rewritten when a function is prepared (:func:`_rewrite_writing_calls`)
 _SINCOS = {"sincos": ("sin", "cos"), "sincosf": ("sinf", "cosf"), "sincospi": ("sinpi", "cospi"),
@@ -231,6 +246,24 @@ def _reverse_convert(mode, call, entry, block, b: IRBuilder) -> bool:
     return True
 
 
+# -- bits of floats --------------------------------------------------------------------------------------
+
+def _check_bits(mode, call) -> bool:
+    """Refuse a call that takes apart or puts together the bits of a float with derivatives."""
+    from enzcc.ad.calls.nvvm import carries_float_bits  # (here: imported on top, nvvm would register earlier)
+
+    act = mode.activity
+    if any(has_float(a.type) and id(a) in act.varied or
+           isinstance(a.type, T.IntType) and carries_float_bits(act, a) for a in call.args):
+        raise ad_error(f"cannot differentiate '{call.callee_name}': it takes apart or puts together the bits of a "
+                       "float with derivatives, whose derivative would be lost", call)
+    return True
+
+
+def _check_bits_reverse(mode, call, entry, block, b) -> bool:
+    return _check_bits(mode, call)
+
+
 # -- functions that write through pointers ----------------------------------------------------------
 
 def _rewrite_writing_calls(fn) -> None:
@@ -281,9 +314,9 @@ MATH = CallRule("libdevice", writes_no_memory=True, forward=_forward, reverse=_r
 register(MATH, names=_names())
 register(CallRule("libdevice", writes_no_memory=True, forward=_forward_convert, reverse=_reverse_convert),
          names=[f"{PREFIX}double2float_{m}" for m in ("rn", "rz", "ru", "rd")])
-register(CallRule("libdevice", inactive=True, writes_no_memory=True),
-         match=lambda call: (call.callee_name or "").startswith(PREFIX) and
-         _INACTIVE.match(call.callee_name[len(PREFIX):]) is not None)
+register(CallRule("libdevice", inactive=True, writes_no_memory=True), names=_inactive_names())
+register(CallRule("libdevice", writes_no_memory=True, forward=_check_bits, reverse=_check_bits_reverse),
+         names=[PREFIX + n for n in _BITS])
 register_copy_preparation(20, _rewrite_writing_calls)
 
 __all__ = ["DeviceMath", "PREFIX", "device_function", "device_rule"]
