@@ -139,7 +139,8 @@ FLOAT = {
     "fast_sinf": ("__nv_fast_sinf(af)", (0.7,)), "fast_expf": ("__nv_fast_expf(af)", (0.3,)),
     "fast_powf": ("__nv_fast_powf(af, bf)", (1.3, 0.7)), "fast_fdividef": ("__nv_fast_fdividef(af, bf)", (0.4, 1.1)),
     "powif": ("__nv_powif(af, 3)", (1.3,)), "fmaf_rn": ("__nv_fmaf_rn(af, bf, cf)", (0.4, 1.1, 0.3)),
-    "frcp_rn": ("__nv_frcp_rn(af)", (0.4,)), "saturatef": ("__nv_saturatef(af) * bf", (0.4, 1.1)), "double2float": ("(double)__nv_double2float_rn(a) * a", (0.4,)),
+    "frcp_rn": ("__nv_frcp_rn(af)", (0.4,)), "saturatef": ("__nv_saturatef(af) * bf", (0.4, 1.1)),
+    "double2float": ("(double)__nv_double2float_rn(a) * a", (0.4,)),
 }
 
 
