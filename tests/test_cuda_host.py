@@ -323,6 +323,42 @@ declare float @llvm.nvvm.fma.rn.ftz.f(float, float, float)
     assert 'c"_Z1kPd\\00"' in text and 'c"g\\00"' in text and 'c"c\\00"' in text
 
 
+def test_address_spaces_dropped_everywhere():
+    """Local allocas, intrinsics mangled for p1/p3/p5 (renamed for p0, declared once), casts, syncscopes."""
+    text = convert("""
+@s = internal addrspace(3) global [4 x double] undef, align 8
+define void @f(ptr addrspace(1) %g) {
+  %a = alloca [4 x double], align 8, addrspace(5)
+  call void @llvm.lifetime.start.p5(ptr addrspace(5) %a)
+  call void @llvm.memcpy.p3.p1.i64(ptr addrspace(3) @s, ptr addrspace(1) %g, i64 32, i1 false)
+  call void @llvm.memcpy.p5.p3.i64(ptr addrspace(5) %a, ptr addrspace(3) @s, i64 32, i1 false)
+  call void @llvm.lifetime.end.p5(ptr addrspace(5) %a)
+  %c = addrspacecast ptr addrspace(1) %g to ptr
+  %f = atomicrmw add ptr %c, i32 1 syncscope("device") acq_rel, align 4
+  fence syncscope("block") seq_cst
+  fence syncscope("singlethread") seq_cst
+  ret void
+}
+declare void @llvm.lifetime.start.p5(ptr addrspace(5))
+declare void @llvm.lifetime.end.p5(ptr addrspace(5))
+declare void @llvm.memcpy.p3.p1.i64(ptr addrspace(3), ptr addrspace(1), i64, i1)
+declare void @llvm.memcpy.p5.p3.i64(ptr addrspace(5), ptr addrspace(3), i64, i1)
+""")
+    assert "addrspace" not in text
+    assert "%a = alloca [4 x double], align 8\n" in text
+    assert "call void @llvm.memcpy.p0.p0.i64(ptr %__enzcc.shared.s, ptr %g, i64 32, i1 false)" in text
+    assert text.count("declare void @llvm.memcpy.p0.p0.i64(") == 1
+    assert "%c = bitcast ptr %g to ptr" in text
+    assert "atomicrmw add ptr %c, i32 1 acq_rel" in text and "fence seq_cst" in text
+    assert 'fence syncscope("singlethread") seq_cst' in text
+
+
+def test_32_bit_pointers_refused():
+    with pytest.raises(EnzccError, match="address space 3 has 32-bit ones"):
+        device_to_host('target datalayout = "e-p3:32:32-i64:64"\ntarget triple = "nvptx64-nvidia-cuda"\n'
+                       "@s = internal addrspace(3) global i32 undef\n")
+
+
 @pytest.mark.parametrize("body, message", [
     ("declare void @llvm.nvvm.cp.async.wait.all()\ndefine void @f() {\n  call void @llvm.nvvm.cp.async.wait.all()\n"
      "  ret void\n}", "function 'f' calls NVVM intrinsic 'llvm.nvvm.cp.async.wait.all', which host emulation does "
@@ -339,7 +375,8 @@ declare float @llvm.nvvm.fma.rn.ftz.f(float, float, float)
      "__shared__ variable 's' has an initializer"),
     ("@s = internal addrspace(3) global i32 undef\n@t = global ptr addrspacecast (ptr addrspace(3) @s to ptr)\n",
      "global 't' holds the address of __shared__ variable 's'"),
-    ("@x = external addrspace(1) global double\ndefine void @f() {\n  ret void\n}",
+    ("@x = external addrspace(1) global double\ndefine double @f() {\n  %v = load double, ptr addrspace(1) @x\n"
+     "  ret double %v\n}",
      "device variable 'x' is declared but not defined"),
 ])
 def test_conversion_refuses_in_one_line(body, message):

@@ -418,10 +418,9 @@ class _Converter:
     def _drop_shared_globals(self) -> None:
         """The ``__shared__`` globals go (their uses are offsets now); the ``llvm.used`` lists forget them."""
         for name in self.shared:
-            ref = self.mod._global_refs.get(name)
-            if ref is not None:
-                for record in ref.debug_users:
-                    record.replace_value(ref, ConstantPoison(ref.type))
+            ref = self.mod.global_ref(name)
+            for record in ref.debug_users:
+                record.replace_value(ref, ConstantPoison(ref.type))
             del self.mod.globals[name]
         for gv in list(self.mod.globals.values()):
             mentioned = set(gv.initializer_symbols()) & set(self.shared)
@@ -608,8 +607,7 @@ class _Converter:
         for fn in list(self.mod.functions.values()):
             if not fn.is_declaration:
                 continue
-            ref = self.mod._global_refs.get(fn.name)
-            used = (ref is not None and ref.has_uses()) or fn.name in used_in_globals
+            used = self.mod.global_ref(fn.name).has_uses() or fn.name in used_in_globals
             if fn.name in self.created or host_callee(fn.name) == fn.name:
                 continue
             if not used:
@@ -635,6 +633,9 @@ class _Converter:
         """Device variables get the prefix; those the host side can name (``__device__``, ``__constant__``: not
         private ones, not string literals) are registered."""
         layout = self.mod.data_layout
+        used = {s for gv in self.mod.globals.values() for s in gv.initializer_symbols()}
+        used |= {gv.name for gv in self.mod.globals.values() if self.mod.global_ref(gv.name).has_uses()}
+        unused = []
         for gv in self.mod.globals.values():
             if gv.name.startswith("llvm.") or gv.name in self.shared:
                 continue
@@ -642,8 +643,11 @@ class _Converter:
             if gv.kind != "global":
                 continue
             if gv.is_declaration:
-                raise EnzccError(f"device variable '{gv.name}' is declared but not defined in the device module "
-                                 "(separate compilation is not supported by host emulation)")
+                if gv.name in used:
+                    raise EnzccError(f"device variable '{gv.name}' is declared but not defined in the device "
+                                     "module (separate compilation is not supported by host emulation)")
+                unused.append(gv.name)
+                continue
             if gv.linkage in ("private",) or gv.addrspace not in (0, 1, 4):
                 continue
             if gv.is_constant and (gv.addrspace == 4 or "externally_initialized" in gv.text.split("=", 1)[1]):
@@ -651,6 +655,8 @@ class _Converter:
                 head, rest = gv.text.split("=", 1)
                 gv.text = head + "=" + re.sub(r"\bconstant\b", "global", rest, count=1)
             self.variables.append((gv.name, layout.alloc_size(gv.value_type), gv.addrspace == 4 or gv.is_constant))
+        for name in unused:  # (threadIdx & co. at -O0: declared, never used)
+            del self.mod.globals[name]
 
     # -- module level ----------------------------------------------------------------------------------------
 
