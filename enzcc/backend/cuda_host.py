@@ -13,7 +13,12 @@ Interface:
 - :func:`host_side_args`: the ``clang++-22`` flags that compile a ``.cu`` file's host side for emulation (kernel
   registration needs ``-fcuda-include-gpubinary``; the runtime ignores the embedded file).
 - :func:`build_host_emulation(device_ir_texts, host_inputs, output) <build_host_emulation>`: converts, compiles
-  and links an executable (host inputs are objects, or ``.cu`` files compiled with :func:`host_side_args`).
+  and links an executable (host inputs are objects, or ``.cu`` files compiled with :func:`host_side_args`);
+  :func:`link_host_emulation` does the same from converted modules.
+- For a driver that builds one object per ``.cu`` (``enzcc++ --cuda-host-emulation k.cu -o k``, proposed): the
+  device side through the pipeline to LLVM text (instead of PTX), :func:`device_to_host`, :func:`device_object`;
+  the host side compiled with :func:`host_side_args` (instead of the real fat binary, any file); the link with
+  :func:`runtime_link_inputs` instead of the CUDA runtime library.
 
 What the conversion does (the runtime's side is described in ``cuda_host.c``):
 
@@ -940,15 +945,8 @@ def link_host_emulation(host_ir_texts: list[str], host_inputs: list[str], output
     from enzcc.tools import cuda_path as find_cuda, find_tool, run
 
     os.makedirs(workdir, exist_ok=True)
-    objects = []
-    for i, text in enumerate(host_ir_texts):
-        ll = os.path.join(workdir, f"device{i}.host.ll")
-        with open(ll, "w") as fh:
-            fh.write(text)
-        obj = ll[:-3] + ".o"
-        run([find_tool("clang"), f"-O{opt_level}", "-Wno-override-module", "-c", ll, "-o", obj], capture=True,
-            tool="clang")
-        objects.append(obj)
+    objects = [device_object(text, os.path.join(workdir, f"device{i}.host.o"), opt_level)
+               for i, text in enumerate(host_ir_texts)]
     dummy = os.path.join(workdir, "host-emulation.gpubin")
     with open(dummy, "w") as fh:
         fh.write("enzcc host emulation: the kernels run from the converted device module\n")
@@ -960,6 +958,25 @@ def link_host_emulation(host_ir_texts: list[str], host_inputs: list[str], output
             objects.append(obj)
         else:
             objects.append(src)
-    objects.append(compile_runtime(runtime_dir or workdir))
-    run([find_tool("clang++"), *objects, "-o", output, "-lm", *link_args], capture=True, tool="clang++")
+    run([find_tool("clang++"), *objects, *runtime_link_inputs(runtime_dir or workdir), "-o", output, *link_args],
+        capture=True, tool="clang++")
     return output
+
+
+def device_object(host_text: str, obj: str, opt_level: int = 0) -> str:
+    """Compiles a converted device module (:func:`device_to_host`'s text) to the object ``obj`` (its LLVM text
+    kept beside it, ``.ll``), at ``-O{opt_level}``: 0 keeps the device code as enzcc made it."""
+    from enzcc.tools import find_tool, run
+
+    ll = os.path.splitext(obj)[0] + ".ll"
+    with open(ll, "w") as fh:
+        fh.write(host_text)
+    run([find_tool("clang"), f"-O{opt_level}", "-Wno-override-module", "-c", ll, "-o", obj], capture=True,
+        tool="clang")
+    return obj
+
+
+def runtime_link_inputs(workdir: str) -> list[str]:
+    """What a program linked for host emulation needs besides its objects: the runtime (compiled into
+    ``workdir`` once per version) and libm. It takes the place of the CUDA runtime library (no -lcudart)."""
+    return [compile_runtime(workdir), "-lm"]
