@@ -107,6 +107,19 @@ def test_correct_program_in_every_order(programs, name):
         assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), (order, proc.stdout, proc.stderr)
 
 
+GRADIENT_CASES = ("heat", "sharedacc", "rotate", "twod", "shared_read", "tree", "twice")
+
+
+@needs_cuda
+def test_gradient_cases_in_every_order(programs):
+    """host_grad_cases.cu: each case's reverse and forward derivative against finite differences."""
+    exe = programs("host_grad_cases").build()
+    for order in ORDERS[:3]:
+        proc = run(exe, order)
+        assert proc.returncode == 0, (order, proc.stdout, proc.stderr)
+        assert proc.stdout.split("\n")[:-1] == [f"{case}: ok" for case in GRADIENT_CASES], proc.stdout
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Programs with GPU bugs: wrong in at least one order, or an error
 # ---------------------------------------------------------------------------------------------------------------
