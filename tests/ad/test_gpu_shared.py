@@ -360,6 +360,20 @@ __device__ void f(const double *x, double *out) {
 """ + KERNEL)
 
 
+def test_device_global_written_by_differentiated_code_refused(enzcc):
+    """A __device__ array is one for the whole device: each thread's call would zero its shadow while other
+    threads use it (before, every thread memset it: a race)."""
+    err = refused(enzcc, r"""
+__device__ double g[64];
+__device__ void f(const double *x, double *out) {
+  int t = threadIdx.x;
+  g[t] = x[t] * x[t];
+  out[t] = g[t] * 2.0;
+}
+""" + KERNEL)
+    assert "'g'" in err and "whole device" in err
+
+
 def test_bits_of_a_double_refused(enzcc):
     err = refused(enzcc, r"""
 __device__ void f(const double *x, double *out) {

@@ -80,9 +80,18 @@ def targets_nvptx(module) -> bool:
 
 def zero_shared_shadows(b: IRBuilder, module, shadows) -> set[str]:
     """Before an ``__enzyme_*`` call (:func:`enzcc.registry.register_global_shadow_zeroing`): the shadows in
-    shared memory, zeroed by the threads of the block together, between two barriers."""
-    mine = [(shadow, size) for _, shadow, size in shadows
-            if targets_nvptx(module) and module.globals[shadow.symbol].addrspace == SHARED]
+    shared memory, zeroed by the threads of the block together, between two barriers. Other globals of GPU code
+    (``__device__`` variables: one for the whole device) are refused: every thread would zero their shadows,
+    racing with the others' use of them."""
+    if not module.targets_gpu:
+        return set()
+    for symbol, shadow, _ in shadows:
+        if not targets_nvptx(module) or module.globals[shadow.symbol].addrspace != SHARED:
+            raise ad_error(f"'{symbol}' is a global variable of GPU code that differentiated code writes floats "
+                           "into: its shadow is one for the whole device, which each thread's __enzyme_* call would "
+                           "zero while other threads use it (pass the array as an argument, with its shadow)",
+                           fn=b.function)
+    mine = [(shadow, size) for _, shadow, size in shadows]
     if not mine:
         return set()
     barrier(b)  # (threads still reading the shadows in an earlier call of a derivative)
