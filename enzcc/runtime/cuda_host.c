@@ -5,7 +5,8 @@
  * the program runs its kernels on the CPU, so that the gradients of kernels are checked without a GPU.
  *
  * What it emulates, and why it is made this way:
- *  - Every GPU thread of a launch is a user-level context (ucontext, a stack each). All blocks of a wave (up to
+ *  - Every GPU thread of a launch is a user-level context (a stack each; on x86-64 a switch of 8 registers, which
+ *    unlike swapcontext makes no system call; elsewhere, or with -DENZCC_CUDA_HOST_UCONTEXT, ucontext). All blocks of a wave (up to
  *    ENZCC_CUDA_HOST_MAX_THREADS threads, default 8192: whole grids in the tests) are live at once, each with
  *    its own shared memory. The scheduler runs the threads of block 0 until each reaches a barrier or ends,
  *    then those of block 1, ...; when no thread can go on, it releases the barrier of each block: phase by
@@ -341,8 +342,70 @@ static const char *const warp_op_names[] = {"__syncwarp", "__shfl_sync", "__shfl
 
 typedef struct emu_block emu_block;
 
+/* ---- contexts: the stacks of emulated threads, and switching between them ---- */
+#if defined(__x86_64__) && !defined(ENZCC_CUDA_HOST_UCONTEXT)
+/* enzcc_ctx_switch(save, load): pushes the callee-saved registers and the floating-point control words, stores
+ * the stack pointer in *save, takes load as the stack pointer and pops what a switch (or ctx_make) left there. */
+__asm__(".text\n"
+        ".p2align 4\n"
+        ".globl enzcc_ctx_switch\n"
+        ".hidden enzcc_ctx_switch\n"
+        ".type enzcc_ctx_switch,@function\n"
+        "enzcc_ctx_switch:\n"
+        "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+        "  subq $8, %rsp\n  stmxcsr (%rsp)\n  fnstcw 4(%rsp)\n"
+        "  movq %rsp, (%rdi)\n  movq %rsi, %rsp\n"
+        "  ldmxcsr (%rsp)\n  fldcw 4(%rsp)\n  addq $8, %rsp\n"
+        "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+        "  ret\n"
+        ".size enzcc_ctx_switch, .-enzcc_ctx_switch\n");
+__attribute__((visibility("hidden"))) void enzcc_ctx_switch(void **save, void *load);
+
+typedef struct {
+    void *sp;
+} emu_ctx;
+
+/* A context that starts entry() on the stack [stack, stack + size), with this thread's floating-point modes. */
+static void ctx_make(emu_ctx *c, char *stack, size_t size, void (*entry)(void))
+{
+    void **sp = (void **)(((uintptr_t)(stack + size)) & ~(uintptr_t)15);
+    uint32_t modes[2];
+    __asm__ volatile("stmxcsr %0" : "=m"(modes[0]));
+    __asm__ volatile("fnstcw %0" : "=m"(modes[1]));
+    *--sp = NULL;           /* entry's return address: it never returns */
+    *--sp = (void *)entry;  /* where the first switch's ret goes */
+    for (int i = 0; i < 6; i++)
+        *--sp = NULL;       /* rbp, rbx, r12-r15 */
+    sp--;
+    memcpy(sp, modes, sizeof modes);
+    c->sp = sp;
+}
+
+static void ctx_switch(emu_ctx *save, emu_ctx *load) { enzcc_ctx_switch(&save->sp, load->sp); }
+#else
+typedef ucontext_t emu_ctx;
+
+static void ctx_make(emu_ctx *c, char *stack, size_t size, void (*entry)(void))
+{
+    if (getcontext(c) != 0)
+        fatal("getcontext failed");
+    c->uc_stack.ss_sp = stack;
+    c->uc_stack.ss_size = size;
+    c->uc_link = NULL;
+    makecontext(c, entry, 0);
+}
+
+static void ctx_switch(emu_ctx *save, emu_ctx *load)
+{
+    if (swapcontext(save, load) != 0)
+        fatal("swapcontext failed");
+}
+#endif
+
 typedef struct emu_thread {
-    ucontext_t ctx;
+    emu_ctx ctx;
+    char *stack;
+    size_t stack_len;
     enum thread_state state;
     unsigned tid[3];
     unsigned lin; /* linear thread index in the block */
@@ -376,7 +439,7 @@ static struct {
 } launch;
 
 static emu_thread *cur;            /* the emulated thread that runs now (NULL outside kernels) */
-static ucontext_t scheduler_ctx;
+static emu_ctx scheduler_ctx;
 static unsigned long long clock_counter;
 
 /* The order of a phase: ENZCC_CUDA_HOST_ORDER */
@@ -468,24 +531,20 @@ static emu_thread *current(const char *what)
 }
 
 /* Back to the scheduler; returns when the scheduler runs this thread again. */
-static void yield_to_scheduler(emu_thread *t)
-{
-    if (swapcontext(&t->ctx, &scheduler_ctx) != 0)
-        fatal("swapcontext failed");
-}
+static void yield_to_scheduler(emu_thread *t) { ctx_switch(&t->ctx, &scheduler_ctx); }
 
 static void thread_main(void)
 {
     launch.kernel->tramp(launch.args);
     cur->state = T_DONE;
-    /* returning resumes scheduler_ctx (uc_link) */
+    ctx_switch(&cur->ctx, &scheduler_ctx); /* never resumed */
+    fatal("an emulated thread was resumed after its end");
 }
 
 static void run_thread(emu_thread *t)
 {
     cur = t;
-    if (swapcontext(&scheduler_ctx, &t->ctx) != 0)
-        fatal("swapcontext failed");
+    ctx_switch(&scheduler_ctx, &t->ctx);
     cur = NULL;
 }
 
@@ -722,12 +781,9 @@ static void start_thread(emu_thread *t, emu_block *b, unsigned lin, size_t slot)
     t->tid[2] = lin / bx / by;
     t->blk = b;
     t->state = T_RUN;
-    if (getcontext(&t->ctx) != 0)
-        fatal("getcontext failed");
-    t->ctx.uc_stack.ss_sp = stack_of(slot);
-    t->ctx.uc_stack.ss_size = stack_size;
-    t->ctx.uc_link = &scheduler_ctx;
-    makecontext(&t->ctx, thread_main, 0);
+    t->stack = stack_of(slot);
+    t->stack_len = stack_size;
+    ctx_make(&t->ctx, t->stack, t->stack_len, thread_main);
 }
 
 /* ---- faults in kernels: which thread, and what it touched ---- */
@@ -1352,8 +1408,8 @@ EXPORT _Bool __enzcc_nvvm_isspacep_shared(const void *p)
 EXPORT _Bool __enzcc_nvvm_isspacep_local(const void *p)
 {
     emu_thread *t = current("__isLocal");
-    const char *c = p, *sp = t->ctx.uc_stack.ss_sp;
-    return c >= sp && c < sp + t->ctx.uc_stack.ss_size;
+    const char *c = p;
+    return c >= t->stack && c < t->stack + t->stack_len;
 }
 
 EXPORT _Bool __enzcc_nvvm_isspacep_const(const void *p)
