@@ -79,11 +79,11 @@ def targets_nvptx(module) -> bool:
 
 
 def zero_shared_shadows(b: IRBuilder, module, shadows) -> set[str]:
-    """Before an ``__enzyme_*`` call (:func:`enzcc.registry.register_global_shadow_zeroing`): the shadows in
+    """Before an ``__enzyme_*`` call (:func:`enzcc.ad.registry.register_global_shadow_zeroing`): the shadows in
     shared memory, zeroed by the threads of the block together, between two barriers. Other globals of GPU code
     (``__device__`` variables: one for the whole device) are refused: every thread would zero their shadows,
     racing with the others' use of them."""
-    if not module.targets_gpu:
+    if not module.targets_gpu or not shadows:
         return set()
     for symbol, shadow, _ in shadows:
         if not targets_nvptx(module) or module.globals[shadow.symbol].addrspace != SHARED:
@@ -91,15 +91,12 @@ def zero_shared_shadows(b: IRBuilder, module, shadows) -> set[str]:
                            "into: its shadow is one for the whole device, which each thread's __enzyme_* call would "
                            "zero while other threads use it (pass the array as an argument, with its shadow)",
                            fn=b.function)
-    mine = [(shadow, size) for _, shadow, size in shadows]
-    if not mine:
-        return set()
     barrier(b)  # (threads still reading the shadows in an earlier call of a derivative)
-    for shadow, size in mine:
+    for _, shadow, size in shadows:
         word = T.i64 if size % 8 == 0 else T.i8  # (shadows are 16-byte aligned)
         b.call(_zero_function(module, word), [shadow, ConstantInt(T.i64, size // (word.bits // 8))])
     barrier(b)
-    return {shadow.symbol for shadow, _ in mine}
+    return {shadow.symbol for _, shadow, _ in shadows}
 
 
 def refuse_dynamic_shared_memory(module, prepared: dict) -> None:
