@@ -334,11 +334,11 @@ EXPORT const char *cudaGetErrorString(cudaError_t err)
 enum thread_state { T_RUN, T_BAR, T_WARP, T_DONE };
 enum reduction { RED_NONE, RED_POPC, RED_AND, RED_OR };
 enum warp_op { W_SYNC, W_SHFL_IDX, W_SHFL_UP, W_SHFL_DOWN, W_SHFL_BFLY, W_VOTE_ALL, W_VOTE_ANY, W_VOTE_UNI,
-               W_VOTE_BALLOT };
+               W_VOTE_BALLOT, W_ACTIVEMASK };
 
 static const char *const warp_op_names[] = {"__syncwarp", "__shfl_sync", "__shfl_up_sync", "__shfl_down_sync",
                                             "__shfl_xor_sync", "__all_sync", "__any_sync", "__uni_sync",
-                                            "__ballot_sync"};
+                                            "__ballot_sync", "__activemask"};
 
 typedef struct emu_block emu_block;
 
@@ -588,20 +588,45 @@ static uint32_t shuffle_result(emu_thread *w, unsigned lane, unsigned arrived)
 }
 
 /* Completes the warp operations of block b whose lanes have all arrived; returns whether any did. */
+/* __activemask(): once no lane of the warp can run on, the lanes that wait at it are the active ones (the
+ * others exited, took another path to a barrier or a warp operation); returns whether it completed. */
+static int resolve_activemask(emu_thread *w, unsigned lanes)
+{
+    unsigned active = 0;
+    for (unsigned l = 0; l < 32; l++) {
+        if (!(lanes >> l & 1))
+            continue;
+        if (w[l].state == T_RUN)
+            return 0;
+        if (w[l].state == T_WARP && w[l].wop == W_ACTIVEMASK)
+            active |= 1u << l;
+    }
+    for (unsigned l = 0; l < 32; l++)
+        if (active >> l & 1) {
+            w[l].wres = active;
+            w[l].state = T_RUN;
+        }
+    return active != 0;
+}
+
 static int resolve_warps(emu_block *b)
 {
     int progress = 0;
     for (unsigned warp = 0; warp * 32 < launch.nthreads; warp++) {
         emu_thread *w = &b->threads[warp * 32];
         unsigned lanes = warp_lanes(warp);
+        if (resolve_activemask(w, lanes)) {
+            progress = 1;
+            continue; /* its lanes run on first */
+        }
         for (unsigned lane = 0; lane < 32; lane++) {
-            if (!(lanes >> lane & 1) || w[lane].state != T_WARP)
+            if (!(lanes >> lane & 1) || w[lane].state != T_WARP || w[lane].wop == W_ACTIVEMASK)
                 continue;
             unsigned mask = w[lane].wmask & lanes, arrived = 0, ready = 1;
             for (unsigned l = 0; l < 32; l++) {
                 if (!(mask >> l & 1))
                     continue;
-                if (w[l].state == T_WARP)
+                if (w[l].state == T_WARP && w[l].wop != W_ACTIVEMASK)
                     arrived |= 1u << l;
                 else if (w[l].state != T_DONE)
                     ready = 0;
@@ -1368,16 +1393,15 @@ EXPORT void __enzcc_nvvm_membar_cta(void) {}
 EXPORT void __enzcc_nvvm_membar_gl(void) {}
 EXPORT void __enzcc_nvvm_membar_sys(void) {}
 
-/* the lanes of the warp that have not exited (the emulation does not know which lanes run converged) */
+/* the lanes of the warp that reach this __activemask() while the others cannot go on (resolve_activemask) */
 EXPORT unsigned __enzcc_nvvm_activemask(void)
 {
     emu_thread *t = current("__activemask()");
-    emu_thread *w = &t->blk->threads[t->lin / 32 * 32];
-    unsigned lanes = warp_lanes(t->lin / 32), m = 0;
-    for (unsigned l = 0; l < 32; l++)
-        if (lanes >> l & 1 && w[l].state != T_DONE)
-            m |= 1u << l;
-    return m;
+    t->state = T_WARP;
+    t->wop = W_ACTIVEMASK;
+    t->wmask = 1u << (t->lin % 32);
+    yield_to_scheduler(t);
+    return t->wres;
 }
 
 EXPORT void __enzcc_nvvm_bar_warp_sync(unsigned mask) { warp_op(W_SYNC, mask, 0, 0, 0); }

@@ -40,7 +40,7 @@ __global__ void transpose_tiles(const double *in, double *out, int w) {
   out[(bx + ty) * w + by + tx] = tile[tx * blockDim.x + ty];
 }
 
-// warp-synchronous operations: a shuffle reduction, a ballot, barrier counts
+// warp-synchronous operations: a shuffle reduction, a ballot, barrier counts, shuffles within 16 and 8 lanes
 __global__ void warps(const int *v, int *sums, unsigned *ballots, int *counts) {
   int t = threadIdx.x, lane = t % 32;
   int x = v[t];
@@ -53,6 +53,13 @@ __global__ void warps(const int *v, int *sums, unsigned *ballots, int *counts) {
   if (t == 0) counts[0] = c, counts[1] = all, counts[2] = any;
   int y = __shfl_xor_sync(0xffffffffu, t, 1);
   if (y != (t ^ 1)) counts[3] = 1;
+  // sub-warp widths: lanes read within their segment of 16 (or 8)
+  int z = __shfl_sync(0xffffffffu, t, 3, 16), base = t - lane;
+  if (z != base + (lane & 16) + 3) counts[4] = 1;
+  int u = __shfl_up_sync(0xffffffffu, t, 1, 8);
+  if (u != (lane % 8 == 0 ? t : t - 1)) counts[5] = 1;
+  __syncwarp();
+  if (t < 48 && __activemask() != (t < 32 ? 0xffffffffu : 0x0000ffffu)) counts[6] = 1;
 }
 
 static int failures = 0;
@@ -144,19 +151,19 @@ int main() {
   for (int r = 0; r < W; r++)
     for (int c = 0; c < W; c++) expect("transpose", hmt[c * W + r], hx[r * W + c]);
 
-  // warps: a block of 80 threads (the last warp has 16)
+  // warps: a block of 64 threads
   int hv[96], *v, *sums, *counts;
   unsigned *ballots;
   for (int i = 0; i < 96; i++) hv[i] = (i * 7) % 11;
   CHECK(cudaMalloc(&v, sizeof hv));
   CHECK(cudaMalloc(&sums, 3 * sizeof(int)));
   CHECK(cudaMalloc(&ballots, 3 * sizeof(unsigned)));
-  CHECK(cudaMalloc(&counts, 4 * sizeof(int)));
+  CHECK(cudaMalloc(&counts, 8 * sizeof(int)));
   CHECK(cudaMemcpy(v, hv, sizeof hv, cudaMemcpyHostToDevice));
-  CHECK(cudaMemset(counts, 0, 4 * sizeof(int)));
+  CHECK(cudaMemset(counts, 0, 8 * sizeof(int)));
   warps<<<1, 64>>>(v, sums, ballots, counts);
   CHECK(cudaGetLastError());
-  int hs[2], hcounts[4];
+  int hs[2], hcounts[8];
   unsigned hb[2];
   CHECK(cudaMemcpy(hs, sums, sizeof hs, cudaMemcpyDeviceToHost));
   CHECK(cudaMemcpy(hb, ballots, sizeof hb, cudaMemcpyDeviceToHost));
@@ -174,6 +181,9 @@ int main() {
   expect("__syncthreads_and", hcounts[1], 1);
   expect("__syncthreads_or", hcounts[2], any5);
   expect("__shfl_xor_sync", hcounts[3], 0);
+  expect("__shfl_sync width 16", hcounts[4], 0);
+  expect("__shfl_up_sync width 8", hcounts[5], 0);
+  expect("__activemask", hcounts[6], 0);
 
   // errors the API reports
   if (cudaMemcpy(hx, hy, 8, cudaMemcpyHostToDevice) == cudaSuccess) printf("FAIL copy to a host pointer\n"), failures++;
