@@ -393,13 +393,17 @@ __device__ void f(const double *x, double *out) {
     assert "llvm.nvvm.ldu" in err
 
 
-def test_thread_indices_and_fences_need_no_rule(enzcc):
-    ptx_of(enzcc, r"""
+def test_thread_indices_need_no_rule_fences_refused_in_reverse_mode(enzcc):
+    body = r"""
 __device__ void f(const double *x, double *out) {
   unsigned i = blockIdx.x * blockDim.x + threadIdx.x + threadIdx.y * gridDim.x + warpSize;
   double v = x[i] * x[i];
-  __threadfence();
-  __threadfence_block();
+  FENCE
   out[i] = v;
 }
-""" + KERNEL)
+"""
+    ptx_of(enzcc, body.replace("FENCE", "") + KERNEL)
+    fence = "__threadfence(); __threadfence_block();"
+    ptx_of(enzcc, body.replace("FENCE", fence) + KERNEL.replace("__enzyme_autodiff", "__enzyme_fwddiff"))
+    err = refused(enzcc, body.replace("FENCE", fence) + KERNEL)
+    assert "memory fence" in err and "llvm.nvvm.membar" in err

@@ -14,7 +14,8 @@ primitives, NVVM's float arithmetic), and the shadows of ``__shared__`` arrays.
   to shared memory are all there before any thread reads those of what precedes it. A barrier that only arrives
   (``barrier.cta.arrive``: producer and consumer warps) or spans a cluster is refused in reverse mode.
 * Thread and block indices and sizes (``llvm.nvvm.read.ptx.sreg.*``), votes, ballots, integer conversions and
-  integer arithmetic carry no derivative; fences (``__threadfence``) are kept as they are.
+  integer arithmetic carry no derivative. Fences (``__threadfence``) are kept in forward mode and refused in
+  reverse mode: they order an exchange through memory without a barrier, which the reverse sweep cannot mirror.
 * NVVM's float arithmetic (rounding modes, ``ftz``, approximations: ``llvm.nvvm.fma.rn.d``,
   ``llvm.nvvm.rsqrt.approx.d``...) takes the derivative rules of ``derivatives.yaml`` (its ``same_as`` section,
   applied by the libm family); the approximate sine and cosine, and the rounding of double to float
@@ -58,7 +59,7 @@ INACTIVE = tuple(_NVVM + p for p in (
     "redux.sync.and", "redux.sync.or", "redux.sync.xor", "redux.sync.min", "redux.sync.max", "redux.sync.umin",
     "redux.sync.umax"))
 
-#: memory ordering without derivatives: kept as it is (and as a write of any memory, for the cache)
+#: memory ordering: kept as it is in forward mode (and as a write of any memory, for the cache), refused in reverse
 FENCES = (_NVVM + "membar.", _NVVM + "fence.")
 
 #: barriers of a thread block mirrored in the reverse sweep; of a warp (``__syncwarp``)
@@ -174,6 +175,14 @@ def _reverse_barrier(mode, call, entry, block, b: IRBuilder) -> bool:
 def _refuse_reverse_barrier(mode, call, entry, block, b) -> bool:
     raise ad_error(f"'{call.callee_name}' in differentiated code: reverse mode mirrors barriers that every thread "
                    "waits at (__syncthreads, __syncwarp), not arrivals or cluster barriers", call)
+
+
+def _refuse_reverse_fence(mode, call, entry, block, b) -> bool:
+    """A memory fence (``__threadfence``) orders writes that other threads read without a barrier between (a
+    flag, a counter: the last block of a grid summing the others' results). The reverse sweep would have to run
+    that exchange backwards, with no barrier to wait at: refused rather than mirrored wrong."""
+    raise ad_error(f"reverse mode through a memory fence ('{call.callee_name}', __threadfence): threads that "
+                   "exchange data through memory without a barrier cannot be mirrored in the reverse sweep", call)
 
 
 def _nothing(mode, call) -> bool:
@@ -575,7 +584,7 @@ def define_double_shuffles(module) -> int:
 # -- registration ----------------------------------------------------------------------------------------
 
 register(CallRule("nvvm", inactive=True, writes_no_memory=True), prefixes=INACTIVE)
-register(CallRule("nvvm", inactive=True), prefixes=FENCES)
+register(CallRule("nvvm", inactive=True, forward=_nothing, reverse=_refuse_reverse_fence), prefixes=FENCES)
 register(CallRule("nvvm", inactive=True, forward=_nothing, reverse=_reverse_barrier),
          prefixes=(*CTA_BARRIERS, WARP_BARRIER))
 register(CallRule("nvvm", inactive=True, forward=_nothing, reverse=_refuse_reverse_barrier),
