@@ -55,8 +55,8 @@ from enzcc.ir import types as T
 from enzcc.ir.datalayout import X86_64_LINUX_LAYOUT
 from enzcc.ir.module import SYMBOL_REF
 from enzcc.ir.instructions import BinaryOp, Call, Cast, GetElementPtr, Instruction, Phi
-from enzcc.ir.values import (ConstantAggregate, ConstantExpr, ConstantInt, ConstantPoison, ConstantSplat,
-                             GlobalRef, InlineAsm)
+from enzcc.ir.values import (ConstantAggregate, ConstantExpr, ConstantPoison, ConstantSplat, GlobalRef,
+                             InlineAsm)
 
 #: the prefix of every device symbol in the host module
 DEVICE_PREFIX = "__enzcc_dev."
@@ -253,6 +253,7 @@ _MUL_WIDE = r"""{
     mov.b64 $0, {r0,r1};
     mov.b64 $1, {r2,r3};
 }"""
+
 
 def _wide_ir(name: str) -> str:
     """The IR body of an inline PTX snippet that works on 128-bit or 64-bit integers in halves."""
