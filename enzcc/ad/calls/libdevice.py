@@ -21,6 +21,7 @@ nvvm family refuses NVVM's ``d2i.hi``.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from enzcc.ad.api import has_float
 from enzcc.ad.emit import IRRuleBackend, add_values, digamma_function, times
@@ -94,6 +95,7 @@ _BITS = ("double2hiint", "double2loint", "double_as_longlong", "float_as_int", "
 
 
 def _inactive_names() -> list[str]:
+    """:data:`_INTEGER`, :data:`_TESTS` and the conversions between floats and integers in each rounding mode."""
     floats, ints = ("float", "double"), ("int", "uint", "ll", "ull")
     conversions = [f"{a}2{b}_{m}" for m in ("rn", "rz", "ru", "rd") for x, y in ((floats, ints), (ints, floats))
                    for a in x for b in y]
@@ -106,6 +108,7 @@ _SINCOS = {"sincos": ("sin", "cos"), "sincosf": ("sinf", "cosf"), "sincospi": ("
 _WRITES = {"frexp": 1, "frexpf": 1, "modf": 1, "modff": 1, "remquo": 2, "remquof": 2}
 
 
+@lru_cache(maxsize=None)
 def _own_rule(name: str) -> Rule:
     args, partials = _OWN[name]
     return Rule(name=name, args=args, partials={a: parse_expr(e) for a, e in partials.items()})
@@ -291,6 +294,7 @@ def _rewrite_writing_calls(fn) -> None:
             b.store(b.load(ty, slot), target)
 
 
+@lru_cache(maxsize=None)
 def _remquo_rule() -> Rule:
     """``remquo(a, b, q)``: the value is ``remainder(a, b)``'s."""
     r = load_rules().functions["remainder"]
