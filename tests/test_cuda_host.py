@@ -107,7 +107,7 @@ def test_correct_program_in_every_order(programs, name):
         assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), (order, proc.stdout, proc.stderr)
 
 
-GRADIENT_CASES = ("heat", "sharedacc", "rotate", "twod", "shared_read", "tree", "twice")
+GRADIENT_CASES = ("heat", "sharedacc", "rotate", "twod", "shared_read", "tree", "twice", "matmul", "ragged")
 
 
 @needs_cuda

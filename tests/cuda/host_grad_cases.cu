@@ -2,7 +2,9 @@
 // differences of the primal kernel, a weighted sum of the outputs): time steps in shared memory with barriers in
 // the loop, a block accumulator in shared memory (atomicAdd), a thread writing another thread's shared slot,
 // 2-D blocks adding into one output per row, threads reading another thread's input, a tree reduction over
-// blockDim.x (a loop with a barrier), a __device__ helper with barriers called twice. The first argument picks a
+// blockDim.x (a loop with a barrier), a __device__ helper with barriers called twice; a tiled matrix product (two
+// shared tiles, barriers in the loop over tiles, 2-D blocks and grid) and single-precision loops whose counts
+// differ per thread (a device tape) against their derivatives by hand. The first argument picks a
 // case ("all" by default); prints "<case>: ok" or the wrong values and "<case>: WRONG" (exit 1).
 #include <cmath>
 #include <cstdio>
@@ -86,6 +88,35 @@ __device__ void twice(const double *x, double *out, int) {
   double u = smooth(smooth(x[i]) * x[i]);
   out[i] = u * u;
 }
+#define TILE 8
+#define M 24  // matrices M x M, tiles TILE x TILE
+// tiled matmul: C = A B, a shared tile of A and of B per step, barriers in the loop
+__device__ void matmul(const double *A, const double *Bm, double *C) {
+  __shared__ double ta[TILE][TILE], tb[TILE][TILE];
+  int tx = threadIdx.x, ty = threadIdx.y, row = blockIdx.y * TILE + ty, col = blockIdx.x * TILE + tx;
+  double acc = 0;
+  for (int k0 = 0; k0 < M; k0 += TILE) {
+    ta[ty][tx] = A[row * M + k0 + tx];
+    tb[ty][tx] = Bm[(k0 + ty) * M + col];
+    __syncthreads();
+    for (int k = 0; k < TILE; k++) acc += ta[ty][k] * tb[k][tx];
+    __syncthreads();
+  }
+  C[row * M + col] = acc;
+}
+__global__ void mm_grad(const double *A, double *dA, const double *Bm, double *dB, double *C, double *dC) {
+  __enzyme_autodiff((void *)matmul, enzyme_dup, A, dA, enzyme_dup, Bm, dB, enzyme_dup, C, dC);
+}
+// per-thread loop count from the input (a device tape), single precision
+__device__ void ragged(const float *x, const int *cnt, float *out) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  float v = x[i], acc = 0;
+  for (int k = 0; k < cnt[i]; k++) { v = sinf(v) + 0.5f * v; acc += v * v; }
+  atomicAdd(out, acc);
+}
+__global__ void ragged_grad(const float *x, float *dx, const int *cnt, float *out, float *dout) {
+  __enzyme_autodiff((void *)ragged, enzyme_dup, x, dx, enzyme_const, cnt, enzyme_dup, out, dout);
+}
 typedef void (*fn_t)(const double *, double *, int);
 template <fn_t F> __global__ void primal(const double *x, double *out, int p) { F(x, out, p); }
 template <fn_t F> __global__ void grad(const double *x, double *dx, double *out, double *dout, int p) {
@@ -129,6 +160,48 @@ template <fn_t F> int check(const char *name, dim3 block, int nout, int p) {
   printf("%s: %s\n", name, bad ? "WRONG" : "ok");
   return bad != 0;
 }
+
+// the tiled matrix product against dA = W B^T, dB = A^T W
+static int check_matmul() {
+  static double A[M * M], Bm[M * M], W[M * M], zeros[M * M], g[M * M], g2[M * M];
+  for (int i = 0; i < M * M; i++) A[i] = sin(0.3 * i), Bm[i] = cos(0.17 * i), W[i] = 1 + 0.01 * i;
+  double *a = dev(A, M * M), *da = dev(zeros, M * M), *b = dev(Bm, M * M), *db = dev(zeros, M * M), *c = dev(zeros, M * M), *dc = dev(W, M * M);
+  mm_grad<<<dim3(M / TILE, M / TILE), dim3(TILE, TILE)>>>(a, da, b, db, c, dc);
+  cudaMemcpy(g, da, sizeof g, cudaMemcpyDeviceToHost);
+  cudaMemcpy(g2, db, sizeof g2, cudaMemcpyDeviceToHost);
+  int bad = 0;
+  for (int i = 0; i < M; i++) for (int k = 0; k < M; k++) {
+    double wa = 0, wb = 0;  // dA = W B^T, dB = A^T W
+    for (int j = 0; j < M; j++) wa += W[i * M + j] * Bm[k * M + j], wb += A[j * M + i] * W[j * M + k];
+    if (fabs(wa - g[i * M + k]) > 1e-12 * fmax(1, fabs(wa)) && bad++ < 3) printf("dA[%d,%d] %g want %g\n", i, k, g[i * M + k], wa);
+    if (fabs(wb - g2[i * M + k]) > 1e-12 * fmax(1, fabs(wb)) && bad++ < 3) printf("dB[%d,%d] %g want %g\n", i, k, g2[i * M + k], wb);
+  }
+  printf("matmul: %s\n", bad ? "WRONG" : "ok");
+  return bad != 0;
+}
+
+// the ragged loops against their derivative by hand
+static int check_ragged() {
+  const int NR = 96;
+  float hx[NR], hz[NR] = {0}, gx[NR], one = 1, zero = 0;
+  int hc[NR];
+  for (int i = 0; i < NR; i++) hx[i] = 0.3f + 0.01f * i, hc[i] = i % 5;
+  float *x, *dx, *o, *dout; int *cnt;
+  cudaMalloc(&x, sizeof hx); cudaMalloc(&dx, sizeof hx); cudaMalloc(&cnt, sizeof hc); cudaMalloc(&o, 4); cudaMalloc(&dout, 4);
+  cudaMemcpy(x, hx, sizeof hx, cudaMemcpyHostToDevice); cudaMemcpy(dx, hz, sizeof hz, cudaMemcpyHostToDevice);
+  cudaMemcpy(cnt, hc, sizeof hc, cudaMemcpyHostToDevice); cudaMemcpy(o, &zero, 4, cudaMemcpyHostToDevice); cudaMemcpy(dout, &one, 4, cudaMemcpyHostToDevice);
+  ragged_grad<<<3, 32>>>(x, dx, cnt, o, dout);
+  cudaMemcpy(gx, dx, sizeof gx, cudaMemcpyDeviceToHost);
+  int bad2 = 0;
+  for (int i = 0; i < NR; i++) {
+    double v = hx[i], dv = 1, dacc = 0;
+    for (int k = 0; k < hc[i]; k++) { dv = (cos(v) + 0.5) * dv; v = sin(v) + 0.5 * v; dacc += 2 * v * dv; }
+    if (fabs(dacc - gx[i]) > 1e-4 * fmax(1, fabs(dacc)) && bad2++ < 3) printf("ragged dx[%d] %g want %g\n", i, gx[i], dacc);
+  }
+  printf("ragged: %s\n", bad2 ? "WRONG" : "ok");
+  return bad2 != 0;
+}
+
 int main(int argc, char **argv) {
   const char *w = argc > 1 ? argv[1] : "all";
   int f = 0;
@@ -139,5 +212,7 @@ int main(int argc, char **argv) {
   if (!strcmp(w, "shared_read") || !strcmp(w, "all")) f += check<shared_read>("shared_read", dim3(B), N, 0);
   if (!strcmp(w, "tree") || !strcmp(w, "all")) f += check<tree>("tree", dim3(B), NB, 0);
   if (!strcmp(w, "twice") || !strcmp(w, "all")) f += check<twice>("twice", dim3(B), N, 0);
+  if (!strcmp(w, "matmul") || !strcmp(w, "all")) f += check_matmul();
+  if (!strcmp(w, "ragged") || !strcmp(w, "all")) f += check_ragged();
   return f != 0;
 }
