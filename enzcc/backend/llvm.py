@@ -260,7 +260,7 @@ def guarded_codegen(emit, triple: str) -> bytes:
     code for (a GPU target: "no libcall available for fexp", "Cannot select: fsin") by printing it and ending
     the process (``exit(1)``, or an abort with a stack dump), which would leave no chance to report it as enzcc
     does or to remove the run's temporary files: here it is a one-line :class:`EnzccError` with LLVM's
-    message. The output comes back through a memory file."""
+    message. The output comes back through a memory file (and anything LLVM printed, when it succeeds)."""
     if not hasattr(os, "fork") or not hasattr(os, "memfd_create"):
         return emit()
     out, err = os.memfd_create("enzcc-codegen"), os.memfd_create("enzcc-codegen-errors")
@@ -282,9 +282,11 @@ def guarded_codegen(emit, triple: str) -> bytes:
             finally:
                 os._exit(code)
         _, status = os.waitpid(pid, 0)
-        if status == 0:
-            return _read_all(out)
         text = _read_all(err).decode(errors="replace")
+        if status == 0:
+            if text:  # (LLVM's warnings, as they would have been shown)
+                sys.stderr.write(text)
+            return _read_all(out)
         found = _LLVM_MESSAGE.search(text)
         message = found.group(1).strip() if found else _first_line(text) if text.strip() else \
             f"the code generator ended with status {status}"
