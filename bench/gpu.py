@@ -66,7 +66,7 @@ def peak(device: str) -> float | None:
     return None
 
 
-def run(out_dir: str, sizes: dict[str, str]) -> list[dict]:
+def run(out_dir: str, sizes: dict[str, str], device: str) -> list[dict]:
     rows = []
     for name in BENCHMARKS:
         exe = os.path.join(out_dir, name)
@@ -77,7 +77,7 @@ def run(out_dir: str, sizes: dict[str, str]) -> list[dict]:
             rows.append({"name": name, "error": (proc.stderr or proc.stdout).strip()[-500:] or str(proc.returncode)})
             continue
         row = json.loads(line)
-        p = peak(row["device"])
+        p = peak(device)
         if p:
             row["primal_bw_share"] = round(row["primal_gbs"] / p, 3)
             row["gradient_bw_share"] = round(row["gradient_gbs"] / p, 3)
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     if device is None:
         print("bench.gpu: no NVIDIA GPU here (nvidia-smi finds none): the programs are built, nothing was run")
         return 0
-    rows = run(out_dir, sizes)
+    rows = run(out_dir, sizes, device)
     print(f"device: {device}")
     print(table(rows))
     os.makedirs(os.path.dirname(args.json), exist_ok=True)

@@ -55,12 +55,8 @@ static void get(double *h, const double *d, size_t n) { CHECK(cudaMemcpy(h, d, n
 
 static void report(const char *name, size_t n, double primal_ms, double gradient_ms, double primal_bytes,
                    double gradient_bytes, double check_err) {
-  int dev;
-  cudaDeviceProp prop;
-  CHECK(cudaGetDevice(&dev));
-  CHECK(cudaGetDeviceProperties(&prop, dev));
-  printf("{\"name\": \"%s\", \"n\": %zu, \"device\": \"%s\", \"primal_ms\": %.5f, \"gradient_ms\": %.5f, "
-         "\"ratio\": %.3f, \"primal_gbs\": %.1f, \"gradient_gbs\": %.1f, \"check_rel_err\": %.3g, \"ok\": %s}\n",
-         name, n, prop.name, primal_ms, gradient_ms, gradient_ms / primal_ms, primal_bytes / primal_ms / 1e6,
+  printf("{\"name\": \"%s\", \"n\": %zu, \"primal_ms\": %.5f, \"gradient_ms\": %.5f, \"ratio\": %.3f, "
+         "\"primal_gbs\": %.1f, \"gradient_gbs\": %.1f, \"check_rel_err\": %.3g, \"ok\": %s}\n",
+         name, n, primal_ms, gradient_ms, gradient_ms / primal_ms, primal_bytes / primal_ms / 1e6,
          gradient_bytes / gradient_ms / 1e6, check_err, check_err < 1e-6 ? "true" : "false");
 }
