@@ -181,6 +181,12 @@ def test_device_malloc_has_cudas_heap_limit(races):
     assert proc.stdout == "small 1 big 0\nlimit 33554432: small 1 big 1\n"
 
 
+def test_runtime_api_checks_device_pointers(races):
+    proc = run(races, "forward", "api_errors")
+    assert proc.returncode == 0
+    assert proc.stdout == "1 1 17 13 1 0 invalid argument\n"  # the last error, as cudaGetLastError reports it
+
+
 def test_device_printf_and_assert(races):
     proc = run(races, "reverse", "printf")
     assert proc.returncode == 0

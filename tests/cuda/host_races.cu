@@ -126,6 +126,13 @@ int main(int argc, char **argv) {
     cudaMemcpy(p, out, sizeof p, cudaMemcpyDeviceToHost);
     printf("limit %zu: small %d big %d\n", limit, p[0] != nullptr, p[1] != nullptr);
     return 0;
+  } else if (!strcmp(what, "api_errors")) {
+    // what the emulated runtime checks: copies into host memory as device memory, frees and symbols it does not know
+    int e1 = cudaMemcpy(hx, want, 8, cudaMemcpyHostToDevice), e2 = cudaMemcpy(got, hx, 8, cudaMemcpyDeviceToHost);
+    int e3 = cudaFree(hx), e4 = cudaMemcpyToSymbol(hx, want, 8), e5 = cudaMemset(hx, 0, 8);
+    int e6 = cudaMemcpy(out, x, 8, cudaMemcpyDeviceToDevice);
+    printf("%d %d %d %d %d %d %s\n", e1, e2, e3, e4, e5, e6, cudaGetErrorString(cudaGetLastError()));
+    return 0;
   } else if (!strcmp(what, "printf")) {
     say<<<2, 4>>>(42);
     cudaDeviceSynchronize();
