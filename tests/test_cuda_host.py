@@ -184,7 +184,9 @@ def test_device_malloc_has_cudas_heap_limit(races):
 def test_runtime_api_checks_device_pointers(races):
     proc = run(races, "forward", "api_errors")
     assert proc.returncode == 0
-    assert proc.stdout == "1 1 17 13 1 0 invalid argument\n"  # the last error, as cudaGetLastError reports it
+    assert proc.stdout == ("1 1 17 13 1 0 invalid argument\n"  # the last error, as cudaGetLastError reports it
+                           "1 0 0 sm_90 warp 32\n")  # 64 KiB of dynamic shared memory: refused, opt-in, accepted
+    assert "launch of _Z14dynamic_sharedPd failed: too much shared memory" in proc.stderr
 
 
 def test_device_printf_and_assert(races):

@@ -122,8 +122,9 @@ static void *xrealloc(void *p, size_t n)
 typedef void (*trampoline_fn)(void **args);
 
 typedef struct {
-    const void *stub; /* the host side's launch stub (what cudaLaunchKernel gets) */
-    const char *name; /* the kernel's device name */
+    const void *stub;       /* the host side's launch stub (what cudaLaunchKernel gets) */
+    const char *name;       /* the kernel's device name */
+    size_t max_dynamic;     /* cudaFuncAttributeMaxDynamicSharedMemorySize, 0 when not set */
 } stub_entry;
 
 typedef struct {
@@ -191,7 +192,7 @@ EXPORT int __cudaRegisterFunction(void **handle, const char *host_fun, char *dev
                                   int thread_limit, void *tid, void *bid, void *bdim, void *gdim, int *wsize)
 {
     (void)handle, (void)device_fun, (void)thread_limit, (void)tid, (void)bid, (void)bdim, (void)gdim, (void)wsize;
-    stub_entry e = {host_fun, device_name};
+    stub_entry e = {host_fun, device_name, 0};
     PUSH(stubs, n_stubs, e);
     return 0;
 }
@@ -978,8 +979,15 @@ EXPORT cudaError_t cudaLaunchKernel(const void *func, dim3 grid, dim3 block, voi
     if (!grid.x || !grid.y || !grid.z || grid.y > 65535 || grid.z > 65535 || !nthreads || nthreads > 1024 ||
         block.x > 1024 || block.y > 1024 || block.z > 64)
         return launch_failed(cudaErrorInvalidConfiguration, name, "invalid grid or block dimensions");
-    if (k->shared_static + shmem > 227 * 1024)
-        return launch_failed(cudaErrorInvalidValue, name, "more than 227 KiB of shared memory");
+    size_t max_dynamic = 0;
+    for (size_t i = 0; i < n_stubs; i++)
+        if (stubs[i].stub == func)
+            max_dynamic = stubs[i].max_dynamic;
+    if (!max_dynamic)
+        max_dynamic = k->shared_static < 48 * 1024 ? 48 * 1024 - k->shared_static : 0;
+    if (k->shared_static > 48 * 1024 || shmem > max_dynamic || k->shared_static + shmem > 227 * 1024)
+        return launch_failed(cudaErrorInvalidValue, name, "too much shared memory (more than 48 KiB needs "
+                             "cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes))");
     if (cur)
         fatal("a kernel launch from device code (dynamic parallelism) is not supported by host emulation");
     if (!order_read)
@@ -1232,10 +1240,43 @@ EXPORT cudaError_t cudaGetDevice(int *device)
     return cudaSuccess;
 }
 
+/* what a host side asks of the device: an sm_90 with one multiprocessor (the emulation runs one block after
+ * another); other attributes are an error, so that a program does not go on with a made-up value */
+EXPORT cudaError_t cudaDeviceGetAttribute(int *value, int attr, int device)
+{
+    if (!value || device != 0)
+        return fail(device != 0 ? cudaErrorInvalidDevice : cudaErrorInvalidValue);
+    switch (attr) {
+    case 1: *value = 1024; break;                     /* cudaDevAttrMaxThreadsPerBlock */
+    case 2: case 3: *value = 1024; break;             /* cudaDevAttrMaxBlockDimX, Y */
+    case 4: *value = 64; break;                       /* cudaDevAttrMaxBlockDimZ */
+    case 5: *value = 2147483647; break;               /* cudaDevAttrMaxGridDimX */
+    case 6: case 7: *value = 65535; break;            /* cudaDevAttrMaxGridDimY, Z */
+    case 8: *value = 48 * 1024; break;                /* cudaDevAttrMaxSharedMemoryPerBlock */
+    case 10: *value = 32; break;                      /* cudaDevAttrWarpSize */
+    case 16: *value = 1; break;                       /* cudaDevAttrMultiProcessorCount */
+    case 39: *value = 2048; break;                    /* cudaDevAttrMaxThreadsPerMultiProcessor */
+    case 75: *value = 9; break;                       /* cudaDevAttrComputeCapabilityMajor */
+    case 76: *value = 0; break;                       /* cudaDevAttrComputeCapabilityMinor */
+    case 97: *value = 227 * 1024; break;              /* cudaDevAttrMaxSharedMemoryPerBlockOptin */
+    default: return fail(cudaErrorInvalidValue);
+    }
+    return cudaSuccess;
+}
+
+/* cudaFuncAttributeMaxDynamicSharedMemorySize (8): the opt-in to more than 48 KiB of shared memory */
 EXPORT cudaError_t cudaFuncSetAttribute(const void *func, int attr, int value)
 {
-    (void)func, (void)attr, (void)value;
-    return cudaSuccess;
+    for (size_t i = 0; i < n_stubs; i++)
+        if (stubs[i].stub == func) {
+            if (attr == 8) {
+                if (value < 0 || value > 227 * 1024)
+                    return fail(cudaErrorInvalidValue);
+                stubs[i].max_dynamic = (size_t)value;
+            }
+            return cudaSuccess;
+        }
+    return fail(cudaErrorInvalidDeviceFunction);
 }
 
 static int stream_token;

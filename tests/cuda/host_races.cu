@@ -78,6 +78,13 @@ __global__ void heap_limit(double **ptrs) {
   ptrs[1] = (double *)malloc(16 << 20);
 }
 
+__global__ void dynamic_shared(double *out) {
+  extern __shared__ double big[];
+  big[threadIdx.x * 2000] = threadIdx.x;
+  __syncthreads();
+  out[threadIdx.x] = big[((threadIdx.x + 1) % 4) * 2000];
+}
+
 __global__ void say(int n) {
   if (threadIdx.x == 1 && blockIdx.x == 1) printf("block %d thread %d: n=%d x=%.3f %s %c %5ld|%-4u|%x\n", blockIdx.x, threadIdx.x, n, 2.5, "str", 'c', -7L, 3u, 255);
 }
@@ -132,6 +139,15 @@ int main(int argc, char **argv) {
     int e3 = cudaFree(hx), e4 = cudaMemcpyToSymbol(hx, want, 8), e5 = cudaMemset(hx, 0, 8);
     int e6 = cudaMemcpy(out, x, 8, cudaMemcpyDeviceToDevice);
     printf("%d %d %d %d %d %d %s\n", e1, e2, e3, e4, e5, e6, cudaGetErrorString(cudaGetLastError()));
+    // dynamic shared memory beyond 48 KiB needs the kernel's opt-in
+    dynamic_shared<<<1, 4, 64 * 1024>>>(out);
+    int e7 = cudaGetLastError();
+    int e8 = cudaFuncSetAttribute(dynamic_shared, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024);
+    dynamic_shared<<<1, 4, 64 * 1024>>>(out);
+    int e9 = cudaGetLastError(), major = 0, warp = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+    cudaDeviceGetAttribute(&warp, cudaDevAttrWarpSize, 0);
+    printf("%d %d %d sm_%d0 warp %d\n", e7, e8, e9, major, warp);
     return 0;
   } else if (!strcmp(what, "printf")) {
     say<<<2, 4>>>(42);
