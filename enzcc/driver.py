@@ -287,7 +287,7 @@ class Driver:
     def cuda_device_code(self, req: CompileRequest, kind: str = "asm", dependencies: bool = False) -> bytes:
         """A CUDA source's device side through enzcc's pipeline (optimize, AD, optimize, libdevice): PTX
         (``asm``), or the final module (``llvm``, ``bitcode``)."""
-        from enzcc.frontends.cuda import DEVICE_TRIPLE, arch_of
+        from enzcc.frontends.cuda import DEVICE_TRIPLE, arch_of, given_cuda_path
 
         if self.inv.target and self.inv.target != DEVICE_TRIPLE and not self.inv.target.startswith("x86_64"):
             raise EnzccError(f"--target={self.inv.target}: a CUDA source is built for the host and "
@@ -299,6 +299,7 @@ class Driver:
                                   opt=req.level, target=DEVICE_TRIPLE)
         opts = self.pipeline_options([rec])
         opts.triple, opts.cpu = DEVICE_TRIPLE, arch_of(req)
+        opts.cuda_path = given_cuda_path(req.compile_args)  # (libdevice, linked after AD)
         return build([rec], opts, kind, req.src)
 
     def compile_cuda_source(self, req: CompileRequest) -> list[E.BitcodeRecord]:

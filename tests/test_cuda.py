@@ -157,3 +157,18 @@ def test_one_command_builds_a_cu_program_whose_kernel_gradients_match_finite_dif
     if have_gpu():  # the same source for the GPU
         enzcc("-O2", src, "-o", "g_gpu", cmd="enzcc++")
         assert enzcc.run("./g_gpu").stdout.endswith("ok\n")
+
+
+@pytest.mark.parametrize("level", ["-O0", "-O2"])
+def test_split_mode_in_a_kernel(enzcc, level):
+    """__enzyme_augmentfwd / __enzyme_reverse in device code: the tape in the device heap, the reverse's run-time
+    check (a tape serves one reverse call) as device printf and a trap, which ptxas accepts (write and abort are
+    not there on a GPU); the gradient checked on the CPU."""
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cuda", "split.cu")
+    enzcc(level, "-S", src, "-o", "split.ptx")  # (enzcc runs ptxas on it)
+    ptx = (enzcc.cwd / "split.ptx").read_text()
+    assert "write" not in ptx and "abort" not in ptx
+    if level == "-O0":
+        assert "trap;" in ptx and "vprintf" in ptx
+    enzcc(level, "--cuda-host-emulation", src, "-o", "split", cmd="enzcc++")
+    assert enzcc.run("./split").stdout.endswith("ok\n")

@@ -31,10 +31,19 @@ def atomic_add(module, b: IRBuilder, ptr: Value, d: Value, align) -> None:
 def fail_at_run_time(module, b: IRBuilder, message: str) -> None:
     """At ``b``: write ``enzcc: message`` to standard error and abort (what a derivative cannot do, found
     only when it runs)."""
-    from enzcc.ir.values import ConstantInt, ConstantString
+    from enzcc.ir.values import ConstantInt, ConstantNull, ConstantString
 
     text = f"enzcc: {message}\n".encode()
     name = module.unique_function_name("__enzcc_message")  # (unique among globals too)
+    if module.targets_gpu:  # (no write or abort on a GPU: device printf, then a trap that stops the kernel)
+        text = text.replace(b"%", b"%%") + b"\0"
+        ty = T.ArrayType(len(text), T.i8)
+        module.add_global(name, ty, ConstantString(ty, text), constant=True, linkage="private")
+        vprintf = module.get_or_insert_function("vprintf", T.FunctionType(T.i32, (T.ptr, T.ptr)))
+        b.call(vprintf, [module.global_ref(name), ConstantNull(T.ptr)])
+        b.call(module.get_or_insert_function("llvm.trap", T.FunctionType(T.void, ())), [])
+        b.unreachable()
+        return
     ty = T.ArrayType(len(text), T.i8)
     module.add_global(name, ty, ConstantString(ty, text), constant=True, linkage="private")
     write = module.get_or_insert_function("write", T.FunctionType(T.i64, (T.i32, T.ptr, T.i64)))
