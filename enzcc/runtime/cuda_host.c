@@ -5,10 +5,11 @@
  * the program runs its kernels on the CPU, so that the gradients of kernels are checked without a GPU.
  *
  * What it emulates, and why it is made this way:
- *  - Every GPU thread of a launch is a user-level context (a stack each; on x86-64 a switch of 8 registers, which
- *    unlike swapcontext makes no system call; elsewhere, or with -DENZCC_CUDA_HOST_UCONTEXT, ucontext). All blocks of a wave (up to
- *    ENZCC_CUDA_HOST_MAX_THREADS threads, default 8192: whole grids in the tests) are live at once, each with
- *    its own shared memory. The scheduler runs the threads of block 0 until each reaches a barrier or ends,
+ *  - Every GPU thread of a launch is a user-level context (a stack each, ENZCC_CUDA_HOST_STACK bytes, 256 KiB by
+ *    default; on x86-64 a switch of 8 registers, which unlike swapcontext makes no system call; elsewhere, or
+ *    with -DENZCC_CUDA_HOST_UCONTEXT, ucontext). All blocks of a wave (up to ENZCC_CUDA_HOST_MAX_THREADS
+ *    threads, default 8192: whole grids in the tests; larger grids run wave after wave) are live at once, each
+ *    with its own shared memory. The scheduler runs the threads of block 0 until each reaches a barrier or ends,
  *    then those of block 1, ...; when no thread can go on, it releases the barrier of each block: phase by
  *    phase, block by block. A barrier is thus real, and a missing one gives a wrong result deterministically.
  *  - The order in which the threads (and blocks) of a phase run is chosen by ENZCC_CUDA_HOST_ORDER=forward,
@@ -23,12 +24,16 @@
  *    of shared memory, a stack overflow or any invalid access in a kernel is an error that names the kernel,
  *    block and thread (exit status 1), not a bare segmentation fault.
  *  - Device malloc has CUDA's heap limit (8 MiB, cudaDeviceSetLimit(cudaLimitMallocHeapSize, n)) and returns
- *    NaN bytes; beyond the limit it returns NULL, as on a GPU.
+ *    NaN bytes; beyond the limit it returns NULL, as on a GPU. More than 48 KiB of shared memory needs the
+ *    kernel's opt-in (cudaFuncSetAttribute), as on a GPU.
+ *  - __activemask() is the set of lanes that reach it while the rest of the warp cannot go on; lanes that exited
+ *    do not count in a warp operation's mask (PTX: "non-exited threads"), and a value read from one is all ones.
  *
  * The device module calls: __enzcc_host_shared_base (its __shared__ variables are offsets into the block's
  * area), __enzcc_nvvm_* (one per NVVM intrinsic: special registers, barriers, warp operations, the math of
  * libdevice), __enzcc_nv_* (libdevice functions that host libm lacks), __enzcc_host_vprintf /
- * __enzcc_host_assertfail / __enzcc_host_nvvm_reflect, and registers its kernels and variables with
+ * __enzcc_host_assertfail / __enzcc_host_nvvm_reflect / __enzcc_host_malloc / __enzcc_host_free,
+ * __enzcc_ptx_* (libdevice's inline PTX), and registers its kernels and variables with
  * __enzcc_host_register_kernel / __enzcc_host_register_var from a constructor.
  * The host side calls the CUDA runtime API below (CUDA's signatures) and clang's registration and launch
  * entry points (__cudaRegisterFunction, __cudaPushCallConfiguration, cudaLaunchKernel, ...).
