@@ -68,6 +68,12 @@ def test_cu_source_compiles_links_and_runs_where_a_gpu_is(enzcc):
     assert "scale.h" in (enzcc.cwd / "k.d").read_text()  # dependency files as for C++
     enzcc("-O2", "k.o", "-o", "k", cmd="enzcc++")
     enzcc("-O2", "k.cu", "-o", "k2")  # one step, and through enzcc (not enzcc++): the link is C++'s
+    # a .cu on the link line gets the command's -I, -O and GPU architecture
+    enzcc.write("inc/scale.h", "#define SCALE 1\n")
+    (enzcc.cwd / "scale.h").unlink()
+    enzcc("-O2", "-Iinc", "--cuda-gpu-arch=sm_80", "k.cu", "-o", "k3")
+    exe = (enzcc.cwd / "k3").read_bytes()
+    assert b"-arch sm_80" in exe and b"-arch sm_90" not in exe
     if have_gpu():
         assert enzcc.run("./k").stdout == "3 2997\n"
         assert enzcc.run("./k2").stdout == "3 2997\n"
