@@ -178,3 +178,16 @@ def test_split_mode_in_a_kernel(enzcc, level):
         assert "trap;" in ptx and "vprintf" in ptx
     enzcc(level, "--cuda-host-emulation", src, "-o", "split", cmd="enzcc++")
     assert enzcc.run("./split").stdout.endswith("ok\n")
+
+
+def test_other_gpus_are_refused_in_one_line(enzcc):
+    """AMD GPUs' barriers, LDS memory and address spaces have no rules: differentiating such code is refused,
+    never a derivative that misses a barrier."""
+    enzcc.write("amd.c", "extern int enzyme_dup;\nvoid __enzyme_autodiff(void*, ...);\n"
+                         "void f(double *x, double *y) {\n  int t = __builtin_amdgcn_workitem_id_x();\n"
+                         "  y[t] = x[t] * x[t];\n  __builtin_amdgcn_s_barrier();\n  y[t] += x[(t + 1) % 64];\n}\n"
+                         "__attribute__((amdgpu_kernel)) void df(double *x, double *dx, double *y, double *dy) {\n"
+                         "  __enzyme_autodiff((void*)f, enzyme_dup, x, dx, enzyme_dup, y, dy);\n}\n")
+    proc = enzcc("--target=amdgcn-amd-amdhsa", "-march=gfx90a", "-O2", "-S", "amd.c", "-o", "amd.s", check=False)
+    assert proc.returncode != 0 and "NVIDIA GPUs" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not (enzcc.cwd / "amd.s").exists()

@@ -159,6 +159,10 @@ def ad_stage(mod: llvm.ModuleRef, opts: PipelineOptions, where: str, tm=None) ->
     """Replace ``__enzyme_*`` calls with synthesized derivatives. Returns (module, changed)."""
     if not _enzyme_names(mod):
         return mod, False
+    if (mod.triple or "").startswith(("amdgcn", "r600", "spir")) and has_enzyme_calls(mod):
+        # (barriers, LDS memory, address spaces and atomics of these GPUs have no rules: refused, not guessed)
+        raise EnzccError(f"enzcc differentiates GPU code for NVIDIA GPUs (nvptx64-nvidia-cuda) only, not for "
+                         f"'{mod.triple}'", where)
     from enzcc.ad import differentiate_text
     from enzcc.ir.errors import IRError, IRParseError
 
