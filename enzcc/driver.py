@@ -345,12 +345,30 @@ class Driver:
             fh.write("enzcc host emulation: the kernels are in the converted device module\n")
         toolkit = cuda_path(given_cuda_path(req.compile_args))
         user = [a for a in req.compile_args if not a.startswith("--cuda-path=")]
+        host = [find_tool("clang++"), *cuda_host.host_side_args(toolkit, stem + ".gpubin", sdk_version(toolkit)),
+                *user, *req.lang_args, *([req.opt_flag] if req.opt_flag else [])]
         with TIMES.stage("frontend", req.src + " (host)"):
-            run([find_tool("clang++"), *cuda_host.host_side_args(toolkit, stem + ".gpubin", sdk_version(toolkit)),
-                 *user, *req.lang_args, *dependency_args(req), *([req.opt_flag] if req.opt_flag else []),
-                 "-c", req.src, "-o", stem + ".host.o"], tool="clang")
+            run([*host, *dependency_args(req), "-c", req.src, "-o", stem + ".host.o"], tool="clang")
+        with open(stem + ".host.o", "rb") as fh:
+            differentiates = b"__enzyme_" in fh.read()
+        if differentiates:
+            self._differentiate_emulated_host_side(req, host, stem)
         run([find_tool("clang++"), "-r", "-nostdlib", stem + ".host.o", stem + ".device.o", "-o", req.out_obj],
             capture=True, tool="linker")
+
+    def _differentiate_emulated_host_side(self, req: CompileRequest, host: list[str], stem: str) -> None:
+        """Host code of an emulated CUDA source that calls ``__enzyme_*`` (a host function using ``cudaMalloc``
+        and ``cudaMemcpy``, differentiated): its object is made again from its bitcode through enzcc's pipeline,
+        as the link does for a real GPU build (here the object is final: the function must be in this file)."""
+        with TIMES.stage("frontend", req.src + " (host bitcode)"):
+            run([*host, *(["-Xclang", "-disable-O0-optnone"] if req.level == 0 else []), "-emit-llvm", "-c",
+                 req.src, "-o", stem + ".host.bc"], tool="clang")
+        with open(stem + ".host.bc", "rb") as fh:
+            rec = E.BitcodeRecord(bitcode=fh.read(), source=req.src, lang="cuda", opt=req.level,
+                                  target=self.inv.target or "")
+        data = build([rec], self.pipeline_options([rec]), "object", req.src)
+        with open(stem + ".host.o", "wb") as fh:
+            fh.write(data)
 
     def _differentiate_translation_unit(self, rec: E.BitcodeRecord, out_obj: str) -> bool:
         """When everything a translation unit differentiates is defined in it, its native object gets the
