@@ -191,3 +191,14 @@ def test_other_gpus_are_refused_in_one_line(enzcc):
     proc = enzcc("--target=amdgcn-amd-amdhsa", "-march=gfx90a", "-O2", "-S", "amd.c", "-o", "amd.s", check=False)
     assert proc.returncode != 0 and "NVIDIA GPUs" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not (enzcc.cwd / "amd.s").exists()
+
+
+def test_gpu_derivatives_compute_math_again_rather_than_tape_it(enzcc):
+    """In GPU code a tape is device memory every thread fills: the N-body gradient's loop (its values are loads of
+    read-only memory and math on them: rsqrt, products) is computed again in the reverse sweep, with no tape (no
+    device malloc); the same code on the CPU keeps its tape choices."""
+    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "gpu", "nbody.cu")
+    enzcc("-O3", "-S", src, "-o", "nbody.ptx")
+    ptx = (enzcc.cwd / "nbody.ptx").read_text()
+    gradient = ptx[ptx.index(".entry _Z8gradient"):]
+    assert "malloc" not in gradient and "rsqrt" in gradient

@@ -3,7 +3,7 @@
 // Compute-bound.
 #include "common.cuh"
 
-__device__ void accel(const double *p, const double *m, double *a, int n) {
+__device__ void accel(const double *__restrict__ p, const double *__restrict__ m, double *__restrict__ a, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   double ax = 0, ay = 0, az = 0, xi = p[3 * i], yi = p[3 * i + 1], zi = p[3 * i + 2];

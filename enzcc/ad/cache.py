@@ -96,6 +96,12 @@ class CacheUtility:
     _RECOMPUTABLE = (BinaryOp, UnaryOp, Cast, ICmp, FCmp, Select, GetElementPtr, ExtractValue, ExtractElement,
                      InsertValue, InsertElement, Freeze)
     _MAX_RECOMPUTE_DEPTH = 6
+    #: in GPU code, where a tape is device memory each thread fills, longer chains are computed again
+    _MAX_RECOMPUTE_DEPTH_GPU = 12
+
+    @property
+    def _recompute_depth(self) -> int:
+        return self._MAX_RECOMPUTE_DEPTH_GPU if self.module.targets_gpu else self._MAX_RECOMPUTE_DEPTH
 
     def _free(self, v: Value, block: BasicBlock, b: IRBuilder | None, depth: int) -> Value | None:
         """``v`` in the reverse sweep without any cache, or None: constants and arguments; values of blocks that
@@ -114,7 +120,7 @@ class CacheUtility:
         iv = self.induction.get(id(v))
         if iv is not None:
             loop, init, step = iv
-            if loop.contains(block) and depth < self._MAX_RECOMPUTE_DEPTH:
+            if loop.contains(block) and depth < self._recompute_depth:
                 if b is None:
                     return v
                 # init and step are defined outside the loop: caching them (once per loop entry) is cheaper
@@ -125,7 +131,7 @@ class CacheUtility:
                     k = b.load(T.i64, self.rev_counter[id(loop.header)])
                     k = k if v.type == T.i64 else b.trunc(k, v.type) if v.type.bits < 64 else b.zext(k, v.type)
                     out = b.add(init_v, b.mul(k, step_v))
-        elif depth < self._MAX_RECOMPUTE_DEPTH and (
+        elif depth < self._recompute_depth and (
                 self._cheap(v) or (isinstance(v, Load) and self._load_recomputable(v))):
             ops = []
             loop = self.loops.loop_for(v.parent)
@@ -158,8 +164,13 @@ class CacheUtility:
     def _cheap(self, v: Value) -> bool:
         if isinstance(v, self._RECOMPUTABLE):
             return True
-        return isinstance(v, Call) and not isinstance(v, Invoke) and \
-            (v.callee_name or "").startswith(self._CHEAP_INTRINSICS)
+        if not isinstance(v, Call) or isinstance(v, Invoke):
+            return False
+        if (v.callee_name or "").startswith(self._CHEAP_INTRINSICS):
+            return True
+        # in GPU code a tape is device memory every thread fills: math is computed again instead (rule: pure)
+        return self.module.targets_gpu and bool(hook(v, "pure")) and \
+            not any(isinstance(a.type, T.PointerType) for a in v.args)
 
     def _outer(self, v: Value, block: BasicBlock, b: IRBuilder, depth: int) -> Value:
         """A value defined outside the current loop: free, or cached at its own (outer) level."""
@@ -363,7 +374,7 @@ class CacheUtility:
                     continue
                 if id(op) in self.induction:
                     return False  # (recomputed from the reverse iteration counter instead)
-                if id(op) in self.cached or not self._cheap(op) or depth >= self._MAX_RECOMPUTE_DEPTH:
+                if id(op) in self.cached or not self._cheap(op) or depth >= self._recompute_depth:
                     out[id(op)] = op
                 elif not sources(op, depth + 1, out):
                     return False
@@ -409,7 +420,7 @@ class CacheUtility:
                 return not isinstance(v, BasicBlock)
             if id(v) in self.cached and id(v) not in eligible:
                 return True
-            if depth > self._MAX_RECOMPUTE_DEPTH or not self._cheap(v) or id(v) in self.induction:
+            if depth > self._recompute_depth or not self._cheap(v) or id(v) in self.induction:
                 return False
             return all(from_caches(op, depth + 1) for op in v.operands)
 

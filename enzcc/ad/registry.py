@@ -37,11 +37,20 @@ class CallRule:
       - ``declares_type``: the type the memory its first argument points to holds (a type hint), for the memory
         types (:class:`enzcc.ad.memory.MemoryTypes`).
       - ``writes_no_memory``: it writes no memory the function reads (intrinsics without effect, libm, hints).
+      - ``pure``: its result is a function of its arguments alone (math: no memory read or written, no other
+        effect), so the reverse sweep may compute it again instead of keeping it on the tape; done in GPU code,
+        where a tape is device memory that each thread fills and a few operations cost much less.
       - ``result_is_shadowed(activity, call)``: whether its pointer result has derivatives (beyond what the
         engine finds itself: a container node linked to nodes with derivatives, a context's shadow).
       - ``shadow(shadows, call)``: the shadow of its pointer result, emitted after it (None: not this rule's).
       - ``mirror(shadows, call)``: code to emit on the shadows in the forward code when the call is given
         memory with derivatives but its result has none (a container's nodes linked on the shadows too).
+      - ``allocates_through``: the index of a pointer argument through which the call stores the address of
+        memory it allocates (``cudaMalloc(&p, n)``, as ``posix_memalign`` does): the memory it points to gets a
+        shadow, whatever else it holds, for ``mirror`` to store the shadow allocation's address into.
+      - ``copies``: ``(destination, source, size)``, argument indices of a call that copies bytes as ``memcpy``
+        does (``cudaMemcpy``): activity and written globals treat it as one (values flow from the source to
+        the destination); its rule makes the derivative code.
 
     Forward mode (the tangent):
       - ``forward(mode, call)``: emit the tangent code of ``call`` (mode: :class:`enzcc.ad.forward.ForwardMode`).
@@ -63,10 +72,13 @@ class CallRule:
     passes_arguments: bool = False
     declares_type: object = None
     writes_no_memory: bool = False
+    pure: bool = False
     reverse_once_for_lanes: bool = False
     result_is_shadowed: Callable | None = None
     shadow: Callable | None = None
     mirror: Callable | None = None
+    allocates_through: int | None = None
+    copies: tuple[int, int, int] | None = None
     forward: Callable | None = None
     augment: Callable | None = None
     reverse: Callable | None = None
@@ -178,6 +190,19 @@ def hook(call, name: str):
 def passes_arguments(call) -> bool:
     """Whether the callee may store what it is given into memory its pointer arguments reach (a rule says so)."""
     return bool(hook(call, "passes_arguments"))
+
+
+def copied_arguments(call):
+    """``(destination, source, size)`` of a call whose rule says it copies bytes as ``memcpy`` does (the values,
+    not their indices), or None."""
+    where = hook(call, "copies")
+    return tuple(call.args[k] for k in where) if where is not None else None
+
+
+def allocates_through(call) -> int | None:
+    """The index of the pointer argument through which the call stores an allocation's address (a rule says
+    so), or None."""
+    return hook(call, "allocates_through")
 
 
 # -- module-level hooks -------------------------------------------------------------------------------------
@@ -292,7 +317,8 @@ def families() -> list[str]:
     return seen
 
 
-__all__ = ["CallRule", "GlobalShadowSource", "called_function", "copy_preparations", "families",
+__all__ = ["CallRule", "GlobalShadowSource", "allocates_through", "called_function", "copied_arguments",
+           "copy_preparations", "families",
            "global_shadow_sources", "global_shadow_zeroings", "hook", "is_inactive", "loop_rule", "lowerings",
            "module_preparations", "passes_arguments", "prepared_checks", "register", "register_called_function",
            "register_copy_preparation", "register_global_shadow_source", "register_global_shadow_zeroing",

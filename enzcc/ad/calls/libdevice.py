@@ -314,7 +314,7 @@ def _names() -> list[str]:
     return [n for n in dict.fromkeys(out) if device_rule(n) is not None]
 
 
-MATH = CallRule("libdevice", writes_no_memory=True, forward=_forward, reverse=_reverse)
+MATH = CallRule("libdevice", writes_no_memory=True, pure=True, forward=_forward, reverse=_reverse)
 register(MATH, names=_names())
 register(CallRule("libdevice", writes_no_memory=True, forward=_forward_convert, reverse=_reverse_convert),
          names=[f"{PREFIX}double2float_{m}" for m in ("rn", "rz", "ru", "rd")])

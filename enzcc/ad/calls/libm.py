@@ -73,7 +73,7 @@ def _reverse_reduce(mode, inst, entry, block, b: IRBuilder) -> bool:
 register(CallRule("intrinsics", inactive=True, writes_no_memory=True), prefixes=INACTIVE_INTRINSICS)
 register(CallRule("intrinsics", forward=_forward_reduce, reverse=_reverse_reduce),
          prefixes=("llvm.vector.reduce.fadd",))
-register(CallRule("libm", writes_no_memory=True, forward=_forward, reverse=_reverse),
+register(CallRule("libm", writes_no_memory=True, pure=True, forward=_forward, reverse=_reverse),
          match=lambda call: _table_rule(call) is not None)
 
 __all__ = ["INACTIVE_INTRINSICS"]

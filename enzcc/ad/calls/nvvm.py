@@ -599,10 +599,11 @@ register_copy_preparation(-20, fuse_double_shuffles)
 register_copy_preparation(30, fuse_double_shuffles)
 register_lowering(0, lambda name: (name or "").startswith(F64_SHUFFLE), define_double_shuffles)
 _fwd, _rev = _unary(partial=_sin_cos_partial)
-register(CallRule("nvvm", writes_no_memory=True, forward=_fwd, reverse=_rev),
+register(CallRule("nvvm", writes_no_memory=True, pure=True, forward=_fwd, reverse=_rev),
          prefixes=(_NVVM + "sin.approx.", _NVVM + "cos.approx."))
 _fwd, _rev = _unary(convert=_fp_cast)
-register(CallRule("nvvm", writes_no_memory=True, forward=_fwd, reverse=_rev), prefixes=(_NVVM + "d2f.",))
+register(CallRule("nvvm", writes_no_memory=True, pure=True, forward=_fwd, reverse=_rev),
+         prefixes=(_NVVM + "d2f.",))
 register_global_shadow_zeroing(zero_shared_shadows)
 register_module_preparation(-10, refuse_dynamic_shared_memory)
 
