@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from enzcc.ad.api import DUP, DUPNONEED, OUT, has_float, has_pointer  # noqa: F401  (re-exported)
 from enzcc.ad.memory import ALLOCATORS, is_allocation  # noqa: F401  (re-exported)
-from enzcc.ad.registry import hook, passes_arguments
+from enzcc.ad.registry import allocates_through, copied_arguments, hook, passes_arguments
 from enzcc.ir import types as T
 from enzcc.ir.instructions import (Alloca, AtomicRMW, Call, Cast, ExtractElement, ExtractValue, GetElementPtr, InsertElement,
                                    InsertValue, Instruction, Load, Phi, Select, ShuffleVector, Store)
@@ -297,7 +297,8 @@ class Activity:
                 for i in insts:
                     src = i.pointer if isinstance(i, Load) and has_float(i.type) else \
                         i.args[1] if isinstance(i, Call) and (i.callee_name or "").startswith(
-                            ("llvm.memcpy", "llvm.memmove")) else None
+                            ("llvm.memcpy", "llvm.memmove")) else \
+                        copied_arguments(i)[1] if isinstance(i, Call) and copied_arguments(i) else None
                     if src is not None and id(src) not in self.active_ptrs:
                         r = self._unknown_root(src, const_args)
                         if r is not None:
@@ -449,9 +450,11 @@ class Activity:
                         escapes = True
                 elif isinstance(u, Call) and u.callee_name and (runs_program_code(u)
                                                                  or (u.callee_name == "posix_memalign"
-                                                                     and use.index == 1)):
+                                                                     and use.index == 1)
+                                                                 or allocates_through(u) == use.index - 1):
                     escapes = True
-                elif isinstance(u, Call) and (u.callee_name or "").startswith(("llvm.memcpy", "llvm.memmove")):
+                elif isinstance(u, Call) and ((u.callee_name or "").startswith(("llvm.memcpy", "llvm.memmove"))
+                                              or _copies_through(u, use)):
                     holds = floats = True
             if escapes or (floats and not isinstance(a, Alloca)):  # (heap memory with floats: as before)
                 escaping.append(a)
@@ -491,9 +494,9 @@ class Activity:
                     out.append(("store", u))
             elif isinstance(u, Call):
                 n = name or ""
-                if n.startswith(("llvm.memcpy", "llvm.memmove")):
-                    if use.index == 1:  # (operand 0 is the callee: the destination is operand 1)
-                        out.append(("copy", u))
+                if n.startswith(("llvm.memcpy", "llvm.memmove")) or _copies_through(u, use):
+                    if use.index == 1 or _copies_through(u, use) == "destination":
+                        out.append(("copy", u))  # (operand 0 is the callee: memcpy's destination is operand 1)
                 elif not n.startswith(_NO_WRITE_CALLS) and n not in ("free", "_ZdlPv", "_ZdlPvm", "_ZdaPv"):
                     out.append(("capture" if self._may_capture(u, use.index - 1) else "call", u))
             elif isinstance(u, Instruction) and not isinstance(u, (Cast, GetElementPtr)) and \
@@ -528,7 +531,8 @@ class Activity:
             v = inst.value
             return id(v) in self.varied or id(v) in self.active_ptrs or self._bits_from_active(v)
         if kind == "copy":
-            return id(inst.args[1]) in self.active_ptrs or not self._known_inactive_source(inst.args[1])
+            src = (copied_arguments(inst) or inst.args)[1]
+            return id(src) in self.active_ptrs or not self._known_inactive_source(src)
         if kind == "capture":  # code out of sight may keep the address and write through it later
             return True
         if kind == "call":
@@ -658,12 +662,22 @@ def _accesses_floats(p: Value) -> bool:
                 return True
             if isinstance(u, Store) and use.index == 1 and has_float(u.value.type):
                 return True
-            if isinstance(u, Call) and (u.callee_name or "").startswith(("llvm.memcpy", "llvm.memmove")):
+            if isinstance(u, Call) and ((u.callee_name or "").startswith(("llvm.memcpy", "llvm.memmove")) or
+                                        _copies_through(u, use)):
                 return True
             if u.opcode in _PTR_FORWARD and id(u) not in seen:
                 seen.add(id(u))
                 stack.append(u)
     return False
+
+
+def _copies_through(call: Call, use) -> str | None:
+    """``"destination"`` or ``"source"`` when ``use`` is that argument of a call whose rule says it copies bytes
+    as ``memcpy`` does (``cudaMemcpy``: :func:`enzcc.ad.registry.copied_arguments`), else None."""
+    where = hook(call, "copies")
+    if where is None:
+        return None
+    return "destination" if use.index - 1 == where[0] else "source" if use.index - 1 == where[1] else None
 
 
 def _integer_tbaa(load) -> bool:

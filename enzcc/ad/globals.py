@@ -17,7 +17,7 @@ nvvm family's block of threads, between barriers), ``memset`` the others.
 
 from __future__ import annotations
 
-from enzcc.ad.registry import called_function, global_shadow_zeroings
+from enzcc.ad.registry import called_function, copied_arguments, global_shadow_zeroings
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.instructions import Call, Cast, GetElementPtr, Phi, Select, Store
 from enzcc.ir.values import ConstantExpr, ConstantUndef, GlobalRef, Value
@@ -72,6 +72,8 @@ def written_globals(fn) -> set[str]:
             dest = inst.pointer
         elif isinstance(inst, Call) and (inst.callee_name or "").startswith(_WRITES):
             dest = inst.args[0]
+        elif isinstance(inst, Call) and copied_arguments(inst):  # (a copy a rule names: cudaMemcpy)
+            dest = copied_arguments(inst)[0]
         else:
             continue
         for g in global_roots(dest):
