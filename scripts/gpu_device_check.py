@@ -22,7 +22,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: self-checking programs of tests/cuda (host_races.cu provokes races on purpose: emulation only)
-TESTS = ("gradient", "split", "host_grad", "host_grad_cases", "host_math", "host_basics")
+TESTS = ("gradient", "split", "cudart", "host_grad", "host_grad_cases", "host_math", "host_basics")
 
 
 def build(out: str, arch: str = "sm_90") -> int:
