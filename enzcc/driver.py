@@ -361,8 +361,9 @@ class Driver:
         and ``cudaMemcpy``, differentiated): its object is made again from its bitcode through enzcc's pipeline,
         as the link does for a real GPU build (here the object is final: the function must be in this file)."""
         with TIMES.stage("frontend", req.src + " (host bitcode)"):
-            run([*host, *(["-Xclang", "-disable-O0-optnone"] if req.level == 0 else []), "-emit-llvm", "-c",
-                 req.src, "-o", stem + ".host.bc"], tool="clang")
+            # (unoptimized but optimizable, as every frontend's bitcode: enzcc's pipeline optimizes it)
+            run([*host, "-Xclang", "-disable-O0-optnone" if req.level == 0 else "-disable-llvm-passes",
+                 "-emit-llvm", "-c", req.src, "-o", stem + ".host.bc"], tool="clang")
         with open(stem + ".host.bc", "rb") as fh:
             rec = E.BitcodeRecord(bitcode=fh.read(), source=req.src, lang="cuda", opt=req.level,
                                   target=self.inv.target or "")
