@@ -103,7 +103,7 @@ def _differentiate_text(text: str, target_machine, inline: str) -> tuple[str, in
                 todo.append((module.functions[inst.callee_name], forward))
             elif isinstance(inst, Call) and inst.callee_name in module.functions and \
                     not module.functions[inst.callee_name].is_declaration and \
-                    inst.callee_name not in protected:
+                    inst.callee_name not in protected and _differentiable(module.functions[inst.callee_name]):
                 todo.append((module.functions[inst.callee_name], forward))  # not inlined (--ad-inline): called
     copies = [module.functions[name] for name in prep_names.values()]
     if all(_straight_line(fn) for fn in copies):
@@ -126,6 +126,15 @@ def _differentiate_text(text: str, target_machine, inline: str) -> tuple[str, in
     if len(calls) == len(every):  # the last round: no more derivatives of these functions
         _lower_api_calls(module)
     return str(module), count
+
+
+def _differentiable(callee) -> bool:
+    """Whether a callee that was not inlined may need derived functions: not a variadic one (its ``va_start``
+    needs a variadic function around it: a call to it stays the primal's, or is refused where derivatives
+    flow through it: :func:`enzcc.ad.usercalls.check_call_signature`), nor one that ends the program."""
+    from enzcc.ad.prepare import inactive_functions
+
+    return not callee.is_varargs and callee.name not in inactive_functions(callee.module)
 
 
 def _lower_api_calls(module) -> int:

@@ -15,7 +15,7 @@ from enzcc.ad.threads import ThreadOwnership
 from enzcc.ad.errors import ad_error, no_rule_error
 from enzcc.ad.hints import hints_of
 from enzcc.ad.registry import rule_for
-from enzcc.ad.usercalls import call_kinds, check_call_signature
+from enzcc.ad.usercalls import call_kinds, check_call_signature, variadic_call_stays
 from enzcc.ad.prepare import inactive_functions, is_inactive_call
 from enzcc.ir import types as T
 from enzcc.ir.block import BasicBlock
@@ -299,6 +299,8 @@ class AdjointGenerator:
                     continue
                 kinds = call_kinds(inst, act, lambda a: act.is_active(a) or self._is_out(a), OUT)
                 ret_active = is_float(inst.type) and act.is_active(inst)
+                if variadic_call_stays(inst, act, ret_active):
+                    continue  # no derivative comes out of it: the primal call stays
                 if all(k == CONST for k in kinds) and not ret_active and not act.is_active_ptr(inst) and \
                         not any(act.is_active_ptr(a) or act.is_active(a) for a in inst.args) and \
                         not act.reaches_active_globals(inst):
@@ -387,7 +389,8 @@ class AdjointGenerator:
         active_args = [a for a in inst.args if act.is_active(a) or act.is_active_ptr(a) or self._is_out(a)]
         if not active_args and not act.is_active(inst):
             return  # no derivatives flow through this call
-        if is_inactive_call(name):
+        if is_inactive_call(name) or is_user_call(inst) and \
+                variadic_call_stays(inst, act, is_float(inst.type) and act.is_active(inst)):
             return
         raise no_rule_error(inst, name, self.module)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from enzcc.ad.debuginfo import locate
+from enzcc.ad.debuginfo import locate, source_function
 from enzcc.errors import EnzccError
 
 
@@ -30,11 +30,14 @@ def no_rule_error(inst, name: str | None, module) -> ADError:
 def ad_error(message: str, inst=None, fn=None, cls=ADError) -> ADError:
     """An :class:`ADError` for ``message`` about instruction ``inst`` (in function ``fn``)."""
     where = None
+    name = None
     if inst is not None:
         where = locate(inst)
         fn = fn or inst.function
+        name = source_function(inst)  # (code inlined from another function names that one)
     if fn is not None:
-        name = getattr(fn, "primal_name", fn.name)
+        name = name or getattr(fn, "primal_name", fn.name)
+    if name is not None:
         if f"'{name}'" not in message:
             message = f"in function '{name}': {message}"
     return cls(message, where)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from enzcc.ad.activity import Activity, has_float, is_user_call
 from enzcc.ad.atomics import check_atomics, forward_atomic_add
-from enzcc.ad.usercalls import call_kinds, check_call_signature
+from enzcc.ad.usercalls import call_kinds, check_call_signature, variadic_call_stays
 from enzcc.ad.api import DUP, DUPNONEED, DiffCall, is_float
 from enzcc.ad.emit import add_values, emit_partial, times, zero
 from enzcc.ad.errors import ad_error, no_rule_error
@@ -279,7 +279,8 @@ class ForwardMode:
         if not self.carries_derivatives(inst):
             return
         if self.logic is not None and is_user_call(inst):
-            self._tangent_of_user_call(inst)
+            if not variadic_call_stays(inst, self.activity, is_float(inst.type) and self.activity.is_active(inst)):
+                self._tangent_of_user_call(inst)
             return
         if is_inactive_call(name):
             return

@@ -12,6 +12,7 @@ from enzcc.ir.block import BasicBlock
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.clone import clone_blocks
 from enzcc.ad.memory import ALLOCATORS
+from enzcc.ad.debuginfo import INLINED_FROM
 from enzcc.ad.errors import ad_error
 from enzcc.ad.globals import used_globals
 from enzcc.ad.memory import base_object, byte_offset
@@ -423,6 +424,22 @@ def _last_store(base, off: int, size: int, load: Load, block, end: int, dl):
     return None
 
 
+def _mark_inlined_from(blocks, callee) -> None:
+    """Tag the calls copied from ``callee`` that have no debug location with its name (:data:`INLINED_FROM`),
+    so that an error about one names the function it is written in, not the one it was inlined into."""
+    module = callee.module
+    tags = module.__dict__.setdefault("_enzcc_inlined_tags", {})
+    for b in blocks:
+        for inst in b.instructions:
+            if isinstance(inst, Call) and inst.get_metadata("dbg") is None and \
+                    inst.get_metadata(INLINED_FROM) is None and not (inst.callee_name or "").startswith("llvm."):
+                tag = tags.get(callee.name)
+                if tag is None:
+                    name = callee.name.replace("\\", "\\5C").replace('"', "\\22")
+                    tag = tags[callee.name] = module.add_metadata(f'!{{!"{name}"}}')
+                inst.set_metadata(INLINED_FROM, tag)
+
+
 def is_kept_recursive(call: Call) -> bool:
     """The call was kept from inlining because it recurses (:data:`RECURSIVE_CALL`, written directly or,
     after LLVM printed the module, in an attribute group)."""
@@ -455,6 +472,7 @@ def inline_call(call: Call, callee) -> list[Call]:
     for formal, actual in zip(callee.args, call.args):
         vmap[formal] = actual
     new_blocks = clone_blocks(callee.blocks, caller, vmap, after=block, suffix=".i")
+    _mark_inlined_from(new_blocks, callee)
     # enter the copy instead of the continuation
     block.terminator.erase()
     block.append(Br(new_blocks[0]))

@@ -18,7 +18,7 @@ from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.cfg import DominatorTree, reverse_post_order
 from enzcc.ir.function import Function
-from enzcc.ir.instructions import BinaryOp, Call, Cast, Instruction, Load, Phi, Ret, Select, Store
+from enzcc.ir.instructions import BinaryOp, Call, Cast, Instruction, Invoke, Load, Phi, Ret, Select, Store
 from enzcc.ir.values import ConstantFloat, ConstantInt, ConstantPoison, ConstantUndef
 
 #: attributes of the primal function that do not hold for its derivative
@@ -26,7 +26,7 @@ _DROP_ATTR_PREFIXES = ("memory(", "readnone", "readonly", "writeonly", "nofree",
                        "speculatable", "willreturn", "norecurse", "nounwind", "optnone", "noinline",
                        "alwaysinline", "mustprogress", "allockind", "allocsize", "\"enzyme")
 
-_STRIP_METADATA = ("dbg", "llvm.loop", "alias.scope", "noalias", "heapallocsite")
+_STRIP_METADATA = ("dbg", "llvm.loop", "alias.scope", "noalias", "heapallocsite", "enzcc.inlined_from")
 
 
 def derivative_attributes(module, primal: Function) -> list[str]:
@@ -155,7 +155,7 @@ def prepare(fn: Function) -> None:
         b.erase()
     rets = [b for b in fn.blocks if isinstance(b.terminator, Ret)]
     if not rets:
-        raise ad_error(f"'{fn.name}' never returns", fn=fn)
+        raise ad_error(f"'{getattr(fn, 'primal_name', fn.name)}' never returns", fn=fn)
     if len(rets) > 1:
         unified = fn.append_block("ret.unified")
         b = IRBuilder.at_end(unified)
@@ -346,6 +346,8 @@ def should_inline(callee: Function, policy: str) -> bool:
     """Whether a call to ``callee`` inside code being differentiated is inlined; one that is not calls the
     callee's derived functions (:mod:`enzcc.ad.logic`). enzcc's own runtime helpers (the tape's, in a
     derivative differentiated again) always are."""
+    if callee.is_varargs:
+        return False  # (its va_start needs a variadic function around it: the call stays, see usercalls)
     if policy == "all" or callee.name.startswith("__enzcc_"):
         return True
     if policy == "none":
@@ -553,11 +555,74 @@ def is_inactive_call(name: str) -> bool:
 
 def inactive_functions(module) -> frozenset:
     """Functions the user declared to never carry derivatives (``__enzyme_inactivefn``, the ``enzyme_inactive``
-    attribute: :mod:`enzcc.ad.hints`). Calls to them are kept as they are in the forward sweep and contribute
-    nothing."""
+    attribute: :mod:`enzcc.ad.hints`), and functions that end the program (:func:`program_ending_functions`).
+    Calls to them are kept as they are in the forward sweep and contribute nothing."""
     from enzcc.ad.hints import hints_of
 
-    return hints_of(module).inactive
+    return hints_of(module).inactive | program_ending_functions(module)
+
+
+#: functions declared ``noreturn`` that do not end the program: control goes on elsewhere (a caller's handler)
+_RESUMING_CALLS = ("longjmp", "_longjmp", "siglongjmp", "__longjmp_chk", "__cxa_throw", "__cxa_rethrow",
+                   "_Unwind_Resume", "__cxa_bad_cast", "__cxa_bad_typeid", "__cxa_throw_bad_array_new_length",
+                   "_ZSt9terminatev")
+_RET_TEXT = re.compile(r"^\s*(?:ret|resume|invoke|indirectbr|callbr)\b|=\s*(?:invoke|callbr)\b", re.M)
+
+
+def program_ending_functions(module) -> frozenset:
+    """Defined functions that never return because every path through them ends the program: a call to a
+    declared function after which the compiler put ``unreachable`` (``exit``, ``abort``, ``__assert_fail``: not
+    ``longjmp`` or a C++ ``throw``, which go on elsewhere), or to another such function; or a loop that never
+    ends. A call to one (an error path: ``if (bad) { fprintf(stderr, ...); exit(1); }`` in a helper that is
+    not inlined) never reaches the reverse sweep: it stays the primal's call, as ``exit`` itself does. Made
+    once per module."""
+    found = module.__dict__.get("_enzcc_program_ending")
+    if found is not None:
+        return found
+    candidates = {}
+    for fn in module.functions.values():
+        if fn.is_declaration or fn.name.startswith("__enzcc_"):
+            continue
+        if not fn.is_parsed and _RET_TEXT.search(fn._body_text):
+            continue  # (a return, or an exception that may leave it: the body need not be parsed)
+        ends = _ending_calls(fn)
+        if ends is not None:
+            candidates[fn.name] = ends
+    changed = True
+    while changed:  # (a candidate calling another that turns out to return is no candidate)
+        changed = False
+        for name, callees in list(candidates.items()):
+            if any(c not in candidates and _may_return(module, c) for c in callees):
+                del candidates[name]
+                changed = True
+    found = module.__dict__["_enzcc_program_ending"] = frozenset(candidates)
+    return found
+
+
+def _ending_calls(fn) -> set[str] | None:
+    """The callees after which ``fn``'s paths end in ``unreachable``, when it has no other way out (no
+    ``ret``, no exception leaving it); else None."""
+    from enzcc.ir.instructions import Br, CondBr, Switch, Unreachable
+
+    callees: set[str] = set()
+    for block in fn.blocks:
+        term = block.terminator
+        if isinstance(term, (Br, CondBr, Switch)):
+            continue
+        if not isinstance(term, Unreachable) or len(block.instructions) < 2:
+            return None
+        call = block.instructions[-2]
+        if not isinstance(call, Call) or not call.callee_name or isinstance(call, Invoke):
+            return None
+        callees.add(call.callee_name)
+    return callees
+
+
+def _may_return(module, name: str) -> bool:
+    """Whether a call to ``name`` (not a candidate of :func:`program_ending_functions`) may return."""
+    callee = module.functions.get(name)
+    return callee is None or not callee.is_declaration or name in _RESUMING_CALLS or name.startswith("llvm.") \
+        and name != "llvm.trap"
 
 
 def finalize(fn: Function) -> None:

@@ -17,7 +17,7 @@ from enzcc.ir.builder import IRBuilder
 from enzcc.ir.cfg import reverse_post_order
 from enzcc.ir.instructions import (Alloca, Call, Cast, ExtractValue, Freeze, GetElementPtr, InsertValue, Instruction,
                                    Load, Phi, Select, Store)
-from enzcc.ir.values import ConstantExpr, ConstantInt, ConstantNull, ConstantPoison, ConstantUndef, Placeholder, Value
+from enzcc.ir.values import ConstantExpr, ConstantInt, ConstantNull, ConstantPoison, ConstantUndef, GlobalRef, Placeholder, Value
 
 
 def _null_based(v: Value, seen: set | None = None) -> bool:
@@ -167,6 +167,9 @@ class Shadows:
             return zero
         if _null_based(v):
             return v  # an offset from null (a std::vector's end when it is empty) points to no memory
+        if isinstance(v, GlobalRef) and v.symbol in self.fn.module.functions:
+            return v  # a function (a default for a function pointer read from memory): its own shadow, as the
+            # pointers to code that memory with derivatives holds are (calls through them compare with candidates)
 
         from enzcc.ad.activity import is_user_call
         from enzcc.ad.usercalls import not_inlined_error

@@ -33,6 +33,23 @@ def check_call_signature(call, activity) -> None:
         raise not_inlined_error(call, what)
 
 
+def variadic_call_stays(call, activity, ret_active: bool) -> bool:
+    """A call to a variadic function that was not inlined (it never is: its ``va_start`` needs a variadic
+    function around it) stays the primal's call when no derivative can come out of it: its result has none,
+    it gets no memory with derivatives and uses no global with derivatives. Floats passed by value (a value
+    logged) then contribute nothing. Any other call to it is refused: its derived functions would have to
+    read their arguments through ``va_arg``. False for a function that is not variadic."""
+    callee = call.module.functions.get(call.callee_name) if call.callee_name else None
+    if callee is None or not callee.is_varargs:
+        return False
+    if ret_active or activity.is_active_ptr(call) or any(activity.is_active_ptr(a) for a in call.args) or \
+            activity.reaches_active_globals(call):
+        raise ad_error(f"variadic function '{call.callee_name}' is called with memory with derivatives, or its "
+                       "result or the globals it uses carry derivatives: derivatives through a variadic function "
+                       "are not supported", call)
+    return True
+
+
 def call_kinds(call, activity, has_derivative, float_kind: str) -> tuple[str, ...]:
     """Activity of each argument of a call to a user function: ``dup`` for pointers to memory with
     derivatives, ``float_kind`` (``dup`` in forward mode, ``out`` in reverse mode) for floats with a
@@ -47,4 +64,4 @@ def not_inlined_error(call, what: str):
                     "such calls are not supported", call)
 
 
-__all__ = ["call_kinds", "check_call_signature", "needs_inlining", "not_inlined_error"]
+__all__ = ["call_kinds", "check_call_signature", "needs_inlining", "not_inlined_error", "variadic_call_stays"]

@@ -19,7 +19,14 @@ INACTIVE_INTRINSICS = ("llvm.lifetime.", "llvm.assume", "llvm.experimental.noali
                        "llvm.umax", "llvm.umin", "llvm.smax", "llvm.smin", "llvm.abs", "llvm.ctpop", "llvm.ctlz",
                        "llvm.cttz", "llvm.fshl", "llvm.fshr", "llvm.bswap", "llvm.is.fpclass", "llvm.sadd.",
                        "llvm.uadd.", "llvm.ssub.", "llvm.usub.", "llvm.smul.", "llvm.umul.", "llvm.expect",
-                       "llvm.objectsize", "llvm.vscale")
+                       "llvm.objectsize", "llvm.vscale",
+                       # integers of floats (a rounding, a saturating conversion as Rust's `as i32`): piecewise
+                       # constant, a zero derivative
+                       "llvm.lround.", "llvm.llround.", "llvm.lrint.", "llvm.llrint.", "llvm.fptosi.sat.",
+                       "llvm.fptoui.sat.")
+#: libm functions whose result is an integer of a float (piecewise constant): no derivative
+INTEGER_RESULT_CALLS = ("lround", "lroundf", "lroundl", "llround", "llroundf", "llroundl", "lrint", "lrintf",
+                        "lrintl", "llrint", "llrintf", "llrintl", "ilogb", "ilogbf", "ilogbl")
 
 
 def _table_rule(call):
@@ -71,9 +78,10 @@ def _reverse_reduce(mode, inst, entry, block, b: IRBuilder) -> bool:
 
 
 register(CallRule("intrinsics", inactive=True, writes_no_memory=True), prefixes=INACTIVE_INTRINSICS)
+register(CallRule("libm", inactive=True, writes_no_memory=True), names=INTEGER_RESULT_CALLS)
 register(CallRule("intrinsics", forward=_forward_reduce, reverse=_reverse_reduce),
          prefixes=("llvm.vector.reduce.fadd",))
 register(CallRule("libm", writes_no_memory=True, pure=True, forward=_forward, reverse=_reverse),
          match=lambda call: _table_rule(call) is not None)
 
-__all__ = ["INACTIVE_INTRINSICS"]
+__all__ = ["INACTIVE_INTRINSICS", "INTEGER_RESULT_CALLS"]
