@@ -280,10 +280,15 @@ class Activity:
             elif isinstance(inst, Store):
                 value, pointer = inst.value, inst.pointer
             else:
+                self._check_const_copy(inst, insts, const_args)
+                self._check_const_call(inst, insts, const_args)
                 continue
             if not (id(value) in self.varied and has_float(value.type) and id(pointer) not in self.active_ptrs):
                 continue
-            root = self._unknown_root(pointer, const_args)
+            reached: dict[int, Argument] = {}
+            root = self._unknown_root(pointer, const_args, reached=reached)
+            if root is None and reached:
+                self._refuse_const_read_back(inst, reached, insts, const_args)
             a = self._escaped_allocation(insts) if root is not None and not isinstance(root, Argument) else None
             if a is not None:
                 from enzcc.ad.errors import describe_pointer
@@ -324,6 +329,104 @@ class Activity:
                 raise ad_error(f"a value with derivatives is stored into {what}; its derivative would be lost "
                                "(mark the memory enzyme_const if that is intended)", inst)
 
+    def _check_const_copy(self, inst: Instruction, insts: list[Instruction], const_args: set[int]) -> None:
+        """A copy (``memcpy``, a call whose rule says it copies) from memory with derivatives into memory reached
+        only through ``enzyme_const`` arguments stores values with derivatives there, as a store does: refused
+        when that memory is read back (:meth:`_refuse_const_read_back`)."""
+        if not isinstance(inst, Call):
+            return
+        if (inst.callee_name or "").startswith(("llvm.memcpy", "llvm.memmove")):
+            dst, src = inst.args[0], inst.args[1]
+        elif copied_arguments(inst):
+            dst, src = copied_arguments(inst)[0], copied_arguments(inst)[1]
+        else:
+            return
+        if id(src) not in self.active_ptrs or id(dst) in self.active_ptrs:
+            return
+        reached: dict[int, Argument] = {}
+        if self._unknown_root(dst, const_args, reached=reached) is None and reached:
+            self._refuse_const_read_back(inst, reached, insts, const_args)
+
+    def _check_const_call(self, inst: Instruction, insts: list[Instruction], const_args: set[int]) -> None:
+        """A call that is not inlined, given values or memory with derivatives and a pointer into memory reached
+        only through ``enzyme_const`` arguments, stores floats there when its body does
+        (:func:`enzcc.ad.paramuse.float_access`): they may carry derivatives, as a store's would (kissfft's
+        recursive transform writing into its plan's scratch buffer). Refused when other code of the function
+        reads that memory back (:meth:`_refuse_const_read_back`); the callee's own derivative refuses reading it
+        back inside the call."""
+        if not (isinstance(inst, Call) and is_user_call(inst)):
+            return
+        if not (any(id(a) in self.varied or id(a) in self.active_ptrs for a in inst.args) or
+                self.reaches_active_globals(inst)):
+            return
+        from enzcc.ad.paramuse import float_access
+
+        callee = inst.module.functions[inst.callee_name]
+        for k, a in enumerate(inst.args):
+            if not isinstance(a.type, T.PointerType) or id(a) in self.active_ptrs:
+                continue
+            reached: dict[int, Argument] = {}
+            if self._unknown_root(a, const_args, reached=reached) is None and reached and \
+                    float_access(callee, k)[1]:
+                self._refuse_const_read_back(inst, reached, insts, const_args)
+
+    def _refuse_const_read_back(self, inst: Instruction, reached: dict[int, Argument], insts: list[Instruction],
+                                const_args: set[int]) -> None:
+        """``inst`` stores a value with derivatives into memory reached only through the ``enzyme_const``
+        arguments ``reached``, which have no shadow. A store never read back is an output the user chose not to
+        differentiate; but when the function reads that memory again (a plan's scratch buffer), the value read
+        has lost its derivative and everything computed from it would silently get a zero: refused, as Enzyme
+        refuses it ("mismatched activity"). Conservatively, any float read of memory reached through the same
+        argument counts (two of its pointer fields may point to the same buffer)."""
+        from enzcc.ad.errors import ad_error
+
+        back = self._const_read_back(insts, const_args)
+        for key, arg in reached.items():
+            if any(reader is not inst for reader in back.get(key, ())):
+                from enzcc.ad.debuginfo import parameter_name
+
+                name = parameter_name(self.fn, arg.index)
+                what = f"'{name}' (enzyme_const, parameter {arg.index + 1})" if name else \
+                    f"parameter {arg.index + 1} (enzyme_const)"
+                who = f"'{name}'" if name else f"parameter {arg.index + 1}"
+                how = f"by this call to '{inst.callee_name}'" if isinstance(inst, Call) and \
+                    is_user_call(inst) else "here"
+                raise ad_error(f"an active value is stored {how} into memory reached through {what} and read back "
+                               f"in the function: its derivative would be lost; pass {who} with enzyme_dup and a "
+                               "shadow (a struct holding scratch pointers: a shadow struct whose pointers point to "
+                               "zeroed shadow buffers) (Enzyme: mismatched activity)", inst)
+
+    def _const_read_back(self, insts: list[Instruction], const_args: set[int]) -> dict[int, list[Instruction]]:
+        """The ``enzyme_const`` arguments (by id) through which the function reads floats again, with the
+        instructions that read them: a float load, the source of a copy, a call that is not inlined whose body
+        loads floats from that memory (:func:`enzcc.ad.paramuse.float_access`), one whose rule says other code
+        gets its arguments (:func:`enzcc.ad.registry.passes_arguments`), through a pointer without derivatives."""
+        if getattr(self, "_const_back", None) is None:
+            from enzcc.ad.paramuse import float_access
+
+            self._const_back: dict[int, list[Instruction]] = {}
+            for i in insts:
+                srcs: list[Value] = []
+                if isinstance(i, Load) and has_float(i.type):
+                    srcs = [i.pointer]
+                elif isinstance(i, Call) and (i.callee_name or "").startswith(("llvm.memcpy", "llvm.memmove")):
+                    srcs = [i.args[1]]
+                elif isinstance(i, Call) and copied_arguments(i):
+                    srcs = [copied_arguments(i)[1]]
+                elif isinstance(i, Call) and is_user_call(i):
+                    callee = i.module.functions[i.callee_name]
+                    srcs = [a for k, a in enumerate(i.args)
+                            if isinstance(a.type, T.PointerType) and float_access(callee, k)[0]]
+                elif isinstance(i, Call) and runs_program_code(i):
+                    srcs = [a for a in i.args if isinstance(a.type, T.PointerType)]
+                for src in srcs:
+                    if id(src) not in self.active_ptrs:
+                        reached: dict[int, Argument] = {}
+                        self._unknown_root(src, const_args, reached=reached)
+                        for key in reached:
+                            self._const_back.setdefault(key, []).append(i)
+        return self._const_back
+
     def _escaped_allocation(self, insts: list[Instruction]):
         """An allocation with derivatives whose address is stored into memory that has none (a global holding
         pointers, say), where a pointer loaded back would carry no shadow; None if there is none."""
@@ -340,9 +443,9 @@ class Activity:
                         break
         return self._escaped
 
-    def _unknown_root(self, p: Value, const_args: set[int], depth: int = 0):
+    def _unknown_root(self, p: Value, const_args: set[int], depth: int = 0, reached: dict | None = None):
         """The first place ``p`` comes from that is neither an ``enzyme_const`` argument nor memory reached
-        from one, or None."""
+        from one, or None. The ``enzyme_const`` arguments met on the way are put in ``reached`` (by id)."""
         from enzcc.ad.hints import hints_of
 
         module = getattr(self.fn, "module", None)
@@ -357,6 +460,8 @@ class Activity:
             if isinstance(v, Argument):
                 if id(v) not in const_args:
                     return v
+                if reached is not None:
+                    reached[id(v)] = v
             elif isinstance(v, GlobalRef) and v.symbol in inactive_globals:
                 continue  # the user said its memory has no derivatives
             elif isinstance(v, (GetElementPtr, Cast)) and v.opcode in ("getelementptr", "bitcast",

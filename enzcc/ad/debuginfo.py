@@ -105,3 +105,26 @@ def locate(inst) -> SourceLocation | None:
     if loc is None and inst.function is not None:
         loc = function_location(inst.function)
     return loc
+
+
+def parameter_name(fn, index: int) -> str | None:
+    """The source name of parameter ``index`` (0-based) of ``fn``: its IR name when the frontend kept it, else
+    the debug info's (``DILocalVariable(name: "p", arg: 1, scope: <the function>)``, with ``-g``); None when
+    neither says (clang drops value names, and without ``-g`` there is no debug info)."""
+    arg = fn.args[index] if 0 <= index < len(fn.args) else None
+    if arg is not None and arg.name and not arg.name.isdigit():
+        return arg.name
+    module = fn.module
+    if module is None:
+        return None
+    scopes = {ref.strip() for kind, ref in fn.metadata if kind == "dbg"}
+    original = module.functions.get(getattr(fn, "primal_name", fn.name))
+    if original is not None:
+        scopes |= {ref.strip() for kind, ref in original.metadata if kind == "dbg"}
+    if not scopes:
+        return None
+    for node in module.metadata.values():
+        if "DILocalVariable(" in node and _field(node, "arg") == str(index + 1) and \
+                (_field(node, "scope") or "").strip() in scopes:
+            return _field(node, "name")
+    return None
