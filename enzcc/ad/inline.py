@@ -13,8 +13,10 @@ from enzcc.ir.builder import IRBuilder
 from enzcc.ir.clone import clone_blocks
 from enzcc.ad.memory import ALLOCATORS
 from enzcc.ad.debuginfo import INLINED_FROM
+from enzcc.ad.emit import fail_at_run_time
 from enzcc.ad.errors import ad_error
 from enzcc.ad.globals import used_globals
+from enzcc.ad.registry import rule_for
 from enzcc.ad.memory import base_object, byte_offset
 from enzcc.ir import types as T
 from enzcc.ir.instructions import Alloca, Br, Call, Cast, GetElementPtr, Invoke, Load, Phi, Ret, Select, Store
@@ -89,16 +91,17 @@ def invoke_to_call(inst: Invoke) -> Call:
 def devirtualize_call(call) -> list:
     """An indirect call whose target is one of a few functions known at compile time (a constant table of
     function pointers, a select or phi of functions, a C++ object's vtable) becomes a chain of comparisons and
-    direct calls, which are then inlined and differentiated like any other. Returns the direct calls (none
-    when the targets are not known: the call stays)."""
+    direct calls, which are then inlined and differentiated like any other (too many candidates: not inlined,
+    see :class:`Dispatched`). Returns the direct calls (none when the targets are not known: the call stays)."""
     module = call.module
     targets = possible_targets(call.operands[0], module, function_type=call.function_type)
     if targets is None:
         targets = _vtable_slot_targets(call.operands[0], module, call.function_type)
     if targets is None:
-        targets = _address_taken_of_type(module, call.function_type)
+        targets = _address_taken_of_type(module, call.function_type, lambda name: _has_derivative_rule(call, name))
     if not targets or any(module.functions[t].function_type != call.function_type for t in targets):
         return []
+    dispatched = isinstance(targets, Dispatched)
     block = call.parent
     after = block.split_before(call)
     block.terminator.erase()
@@ -116,13 +119,17 @@ def devirtualize_call(call) -> list:
             IRBuilder.at_end(test).br(direct)  # the pointer can hold nothing else
         c = call.clone()
         c.set_operand(0, ref)
+        if dispatched and not module.functions[name].is_declaration:
+            c.fn_attrs.append(RECURSIVE_CALL)  # (too many to inline: called through its derived functions)
         direct.append(c)
         direct.append(Br(after))
         results.append((c, direct))
         if compared:
             nxt.move_after(direct)
             test = nxt
-    if inexact:  # none of them: the program's own assumptions are broken, stop it
+    if dispatched:  # none of them: a function enzcc never saw (a shared library's), whose derivative it has not
+        fail_at_run_time(module, IRBuilder.at_end(test), _UNKNOWN_TARGET.format(fn=_function_name(call)))
+    elif inexact:  # none of them: the program's own assumptions are broken, stop it
         tb = IRBuilder.at_end(test)
         tb.call(module.get_or_insert_function("llvm.trap", T.FunctionType(T.void, ())), [])
         tb.unreachable()
@@ -176,8 +183,8 @@ def possible_targets(v, module, depth: int = 0, function_type=None) -> list[str]
     return None
 
 
-#: the most functions an indirect call whose targets are unknown is compared against (each one is inlined and
-#: differentiated)
+#: the most functions an indirect call whose targets are unknown is compared against and inlined (with more, each
+#: is called through its derived functions: :class:`Dispatched`)
 MAX_UNKNOWN_TARGETS = 8
 
 def _vtable_slot_targets(callee: Value, module, function_type) -> "Inexact | None":
@@ -238,23 +245,56 @@ def _top_level_split(text: str) -> list[str]:
     return out
 
 
-def _address_taken_of_type(module, function_type) -> "Inexact | None":
+def _address_taken_of_type(module, function_type, has_rule=None) -> "Inexact | None":
     """For a call through a pointer that nothing here pins down (an object or ``std::function`` passed in by
     the caller): every function defined in the module, allocator (``malloc``...) or deallocator (``free``...)
     whose address is taken somewhere (a global's initializer such as a vtable or a table of allocation
     functions, or a value operand in any function, not only the callee of a direct call) and whose type is the
     call's. A program calls only such functions through a pointer of that type, unless the pointer comes from
     outside the module: then none matches and the program traps, instead of taking a derivative of the wrong
-    function. None when there are none or more than :data:`MAX_UNKNOWN_TARGETS`."""
+    function. Declarations whose address is taken and that ``has_rule`` (a derivative rule: ``sin`` in an
+    expression evaluator's table of functions) are candidates too: the direct call gets the rule. More than
+    :data:`MAX_UNKNOWN_TARGETS`: :class:`Dispatched` (not inlined). None when there are none."""
     taken = address_taken_functions(module)
     names = sorted(n for n in taken if module.functions[n].function_type == function_type)
-    return Inexact(names) if 0 < len(names) <= MAX_UNKNOWN_TARGETS else None
+    if has_rule is not None:
+        names += sorted(n for n in address_taken_functions(module, declarations=True)
+                        if module.functions[n].function_type == function_type and n not in names and has_rule(n))
+    if not names:
+        return None
+    return Inexact(names) if len(names) <= MAX_UNKNOWN_TARGETS else Dispatched(names)
 
 
-def address_taken_functions(module, outside_vtables: bool = False) -> set[str]:
+def _has_derivative_rule(call, name: str) -> bool:
+    """Whether a direct call to the declaration ``name`` in place of the indirect ``call`` has a derivative
+    rule of pure math (libm's: no memory read or written), asked of the registry with such a call."""
+    probe = call.clone()
+    probe.set_operand(0, call.module.global_ref(name))
+    probe.insert_before(call)
+    try:
+        rule = rule_for(probe)
+    finally:
+        probe.erase()
+    return rule is not None and not rule.inactive and rule.pure and \
+        rule.forward is not None and rule.reverse is not None
+
+
+_UNKNOWN_TARGET = ("a call through a function pointer in '{fn}' reached a function that is not known at compile "
+                   "time (none of the functions of its type whose address the program takes: a function from a "
+                   "shared library?): its derivative is unknown")
+
+
+def _function_name(call) -> str:
+    """The name of the function (of the source) a call is in, for messages."""
+    fn = call.function
+    return getattr(fn, "primal_name", None) or fn.name
+
+
+def address_taken_functions(module, outside_vtables: bool = False, declarations: bool = False) -> set[str]:
     """The functions defined in the module, and allocators and deallocators, whose address is taken somewhere
     (a global's initializer such as a vtable, or a value operand in any function, not only a direct call's
-    callee); with ``outside_vtables``, somewhere other than a C++ vtable. Made once per module."""
+    callee); with ``outside_vtables``, somewhere other than a C++ vtable; with ``declarations``, the other
+    declarations (library functions) whose address is taken. Made once per module."""
     found = module.__dict__.get("_enzcc_address_taken")
     if found is None:
         in_vtables, other = set(), set()
@@ -274,13 +314,23 @@ def address_taken_functions(module, outside_vtables: bool = False) -> set[str]:
             return {n for n in names if n in module.functions and
                     (not module.functions[n].is_declaration or n in ALLOCATORS or n in _KEEP_TYPE) and
                     not n.startswith(("__enzcc_", "llvm."))}
-        found = module.__dict__["_enzcc_address_taken"] = (functions(in_vtables | other), functions(other))
-    return found[1] if outside_vtables else found[0]
+        library = {n for n in in_vtables | other if n in module.functions and module.functions[n].is_declaration
+                   and not n.startswith(("__enzcc_", "llvm."))}
+        found = module.__dict__["_enzcc_address_taken"] = (functions(in_vtables | other), functions(other),
+                                                           library - functions(in_vtables | other))
+    return found[2] if declarations else found[1] if outside_vtables else found[0]
 
 
 class Inexact(list):
     """Targets that include every function the pointer can hold, and maybe more: a call that matches none of
     them traps instead of assuming the last."""
+
+
+class Dispatched(Inexact):
+    """Inexact targets too many to inline at each call (more than :data:`MAX_UNKNOWN_TARGETS`): the call
+    compares the pointer with each and calls the one it holds without inlining it, so the derivative calls
+    that function's derived functions (forward derivative; augmented primal and reverse, each call with its
+    own tape, as recursive calls do). A pointer to none of them stops the program with a message."""
 
 
 #: calls that may receive a fresh object without changing its type (its vtable pointer)
