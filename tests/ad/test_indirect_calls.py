@@ -207,3 +207,34 @@ int main(void) {
 def test_few_candidates_with_libm(enzcc, opt):
     v = build_and_run(enzcc, FEW, opt)
     assert_close(v, "ad.", "an.", rel=1e-9)
+
+
+# the evaluator in split mode (the tape of the augmented primal holds the tapes of the functions called) and in
+# vector forward mode (two tangents)
+SPLIT_AND_VECTOR = EVALUATOR.replace("int main(int argc, char **argv) {", r"""
+typedef struct { void *tape; double y; } aug_t;
+typedef struct { double t[2]; } v2_t;
+extern int enzyme_width;
+aug_t __enzyme_augmentfwd(void *, ...);
+double __enzyme_reverse(void *, ...);
+v2_t __enzyme_fwddiff_v2(void *, ...) __asm__("__enzyme_fwddiff");
+int main(int argc, char **argv) {""").replace('report("ad.r",', r"""{
+    aug_t t = __enzyme_augmentfwd((void *)eval, x, enzyme_const, prog, enzyme_const, (int)N);
+    report("split.y", t.y);
+    report("primal.y", eval(x, prog, N));
+    report("split.r", __enzyme_reverse((void *)eval, x, enzyme_const, prog, enzyme_const, (int)N, 2.0, t.tape));
+    report("twice.r", 2 * dacc);
+    v2_t v = __enzyme_fwddiff_v2((void *)eval, enzyme_width, 2, x, 1.0, -3.0, enzyme_const, prog, enzyme_const, (int)N);
+    report("vec.0", v.t[0]);
+    report("vec.1", v.t[1]);
+    report("an.0", dacc);
+    report("an.1", -3 * dacc);
+  }
+  report("ad.r",""")
+
+
+def test_split_and_vector_mode(enzcc):
+    v = build_and_run(enzcc, SPLIT_AND_VECTOR, "-O2", extra=("-ldl",))
+    assert v["split.y"] == v["primal.y"]
+    assert_close(v, "split.r", "twice.r", rel=1e-9)
+    assert_close(v, "vec.", "an.", rel=1e-9)
