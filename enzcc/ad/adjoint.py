@@ -9,10 +9,11 @@ from __future__ import annotations
 from enzcc.ad.activity import has_float, is_user_call
 from enzcc.ad.api import CONST, DUP, OUT, is_float
 from enzcc.ad.atomics import read_shadow, reverse_atomic_add
-from enzcc.ad.emit import add_values, atomic_add, emit_partial, splat, times, zero
+from enzcc.ad.emit import add_values, atomic_add, emit_partial, fail_call_at_run_time, splat, times, zero
 from enzcc.ad.memory import is_thread_private
 from enzcc.ad.threads import ThreadOwnership
 from enzcc.ad.errors import ad_error, no_rule_error
+from enzcc.ad.inline import unknown_target_message
 from enzcc.ad.hints import hints_of
 from enzcc.ad.registry import rule_for
 from enzcc.ad.usercalls import call_kinds, check_call_signature, variadic_call_stays
@@ -25,7 +26,7 @@ from enzcc.ir.instructions import (Alloca, AtomicRMW, BinaryOp, Call, Cast, Extr
                                    GetElementPtr, ICmp, InsertElement, InsertValue, Instruction, Load, Select,
                                    ShuffleVector, Store, UnaryOp)
 from enzcc.ir.values import (Argument, Constant, ConstantInt, ConstantPoison, ConstantUndef, ConstantZero,
-                             Value)
+                             InlineAsm, Value)
 
 
 
@@ -391,6 +392,9 @@ class AdjointGenerator:
             return  # no derivatives flow through this call
         if is_inactive_call(name) or is_user_call(inst) and \
                 variadic_call_stays(inst, act, is_float(inst.type) and act.is_active(inst)):
+            return
+        if not name and not isinstance(inst.callee, InlineAsm):  # no candidates: the reverse sweep stops here
+            fail_call_at_run_time(self.module, b, unknown_target_message(inst))
             return
         raise no_rule_error(inst, name, self.module)
 

@@ -52,6 +52,18 @@ def fail_at_run_time(module, b: IRBuilder, message: str) -> None:
     b.unreachable()
 
 
+def fail_call_at_run_time(module, b: IRBuilder, message: str) -> None:
+    """At ``b``: a call to a new internal function that does :func:`fail_at_run_time` with ``message``. A call,
+    not a terminator, so it goes in the middle of a block (what follows it is never reached)."""
+    from enzcc.ir.function import Function
+
+    fn = Function(module.unique_function_name("__enzcc_fail"), T.FunctionType(T.void, ()))
+    fn.linkage = "internal"
+    module.add_function(fn)
+    fail_at_run_time(module, IRBuilder.at_end(fn.append_block("entry")), message)
+    b.call(fn, [])
+
+
 def signed_i64(b: IRBuilder, v: Value) -> Value:
     """An integer as ``i64``, sign-extended (counts and sizes where a negative value means "the default")."""
     return v if v.type == T.i64 else b.sext(v, T.i64)

@@ -10,8 +10,9 @@ from enzcc.ad.activity import Activity, has_float, is_user_call
 from enzcc.ad.atomics import check_atomics, forward_atomic_add
 from enzcc.ad.usercalls import call_kinds, check_call_signature, variadic_call_stays
 from enzcc.ad.api import DUP, DUPNONEED, DiffCall, is_float
-from enzcc.ad.emit import add_values, emit_partial, times, zero
+from enzcc.ad.emit import add_values, emit_partial, fail_call_at_run_time, times, zero
 from enzcc.ad.errors import ad_error, no_rule_error
+from enzcc.ad.inline import unknown_target_message
 from enzcc.ad.memory import memory_types_for
 from enzcc.ad.hints import hints_of
 from enzcc.ad.prepare import finalize, inactive_functions, is_inactive_call, new_derivative_function, prepare
@@ -24,7 +25,7 @@ from enzcc.ir.cfg import reverse_post_order
 from enzcc.ir.instructions import (AtomicRMW, BinaryOp, Call, Cast, ExtractElement, ExtractValue, Freeze,
                                    InsertElement, InsertValue, Instruction, Load, Phi, Ret, Select, ShuffleVector, Store,
                                    UnaryOp)
-from enzcc.ir.values import Constant, ConstantNull, GlobalRef, Value
+from enzcc.ir.values import Constant, ConstantNull, GlobalRef, InlineAsm, Value
 
 
 class ForwardMode:
@@ -283,6 +284,9 @@ class ForwardMode:
                 self._tangent_of_user_call(inst)
             return
         if is_inactive_call(name):
+            return
+        if not name and not isinstance(inst.callee, InlineAsm):  # no candidates: stop where derivatives flow
+            fail_call_at_run_time(self.module, IRBuilder.before(inst), unknown_target_message(inst))
             return
         raise no_rule_error(inst, name, self.module)
 

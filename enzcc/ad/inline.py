@@ -128,7 +128,7 @@ def devirtualize_call(call) -> list:
             nxt.move_after(direct)
             test = nxt
     if dispatched:  # none of them: a function enzcc never saw (a shared library's), whose derivative it has not
-        fail_at_run_time(module, IRBuilder.at_end(test), _UNKNOWN_TARGET.format(fn=_function_name(call)))
+        fail_at_run_time(module, IRBuilder.at_end(test), unknown_target_message(call))
     elif inexact:  # none of them: the program's own assumptions are broken, stop it
         tb = IRBuilder.at_end(test)
         tb.call(module.get_or_insert_function("llvm.trap", T.FunctionType(T.void, ())), [])
@@ -279,15 +279,15 @@ def _has_derivative_rule(call, name: str) -> bool:
         rule.forward is not None and rule.reverse is not None
 
 
-_UNKNOWN_TARGET = ("a call through a function pointer in '{fn}' reached a function that is not known at compile "
-                   "time (none of the functions of its type whose address the program takes: a function from a "
-                   "shared library?): its derivative is unknown")
-
-
-def _function_name(call) -> str:
-    """The name of the function (of the source) a call is in, for messages."""
+def unknown_target_message(call) -> str:
+    """The message of a program stopped at a call through a function pointer to a function enzcc never saw
+    (from a shared library), whose derivative it does not know: none of the candidates of the call, or no
+    function of its type has its address taken in the program (tinyexpr's calls of arities it has no
+    function of, on paths the program never takes)."""
     fn = call.function
-    return getattr(fn, "primal_name", None) or fn.name
+    return (f"a call through a function pointer in '{getattr(fn, 'primal_name', None) or fn.name}' reached a "
+            "function that is not known at compile time (none of the functions of its type whose address the "
+            "program takes: a function from a shared library?): its derivative is unknown")
 
 
 def address_taken_functions(module, outside_vtables: bool = False, declarations: bool = False) -> set[str]:

@@ -238,3 +238,35 @@ def test_split_and_vector_mode(enzcc):
     assert v["split.y"] == v["primal.y"]
     assert_close(v, "split.r", "twice.r", rel=1e-9)
     assert_close(v, "vec.", "an.", rel=1e-9)
+
+
+# a call through a pointer of a type no function of the program has (tinyexpr's calls of arities it has no
+# function of): a path that does not take it gets its derivative; one that does stops, in either mode
+NO_CANDIDATE = r"""
+#include <dlfcn.h>
+typedef double (*fun3)(double, double, double);
+double g(double x, fun3 f3, int use) { return use ? f3(x, 2 * x, x) : x * x * x; }
+int main(int argc, char **argv) {
+  fun3 p = (fun3)dlsym(RTLD_DEFAULT, "fma");
+  double x = 0.7;
+  report("ad.r", __enzyme_autodiff((void *)g, x, enzyme_const, p, enzyme_const, 0));
+  report("ad.f", __enzyme_fwddiff((void *)g, x, 1.0, enzyme_const, p, enzyme_const, 0));
+  report("an.r", 3 * x * x);
+  report("an.f", 3 * x * x);
+  fflush(stdout);
+  if (argc > 1 && argv[1][0] == 'r') report("bad", __enzyme_autodiff((void *)g, x, enzyme_const, p, enzyme_const, 1));
+  if (argc > 1 && argv[1][0] == 'f') report("bad", __enzyme_fwddiff((void *)g, x, 1.0, enzyme_const, p, enzyme_const, 1));
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", OPTS)
+def test_call_with_no_candidate_stops_where_taken(enzcc, opt):
+    v = build_and_run(enzcc, NO_CANDIDATE, opt, extra=("-ldl",))
+    assert_close(v, "ad.", "an.", rel=1e-9)
+    for mode in ("reverse", "forward"):
+        r = enzcc.run("./t", mode, check=False)
+        assert r.returncode != 0 and "bad" not in r.stdout and "ad.r" in r.stdout, (mode, r.stdout)
+        assert "enzcc: a call through a function pointer in 'g' reached a function that is not known at compile " \
+            "time" in r.stderr, (mode, r.stderr)
