@@ -60,7 +60,8 @@ def call_kinds(call, activity, has_derivative, float_kind: str) -> tuple[str, ..
 
 def not_inlined_error(call, what: str):
     """The error for a call that is not inlined and passes ``what`` the derived functions cannot carry."""
-    return ad_error(f"'{call.callee_name}' {what} and is not inlined (it is recursive, or --ad-inline says so): "
+    return ad_error(f"'{call.callee_name}' {what} and is not inlined (it is recursive, one of more than 8 "
+                    "functions a function pointer may call, or --ad-inline says so): "
                     "such calls are not supported", call)
 
 
