@@ -145,13 +145,22 @@ class Activity:
         self._check_float_bits(insts)
         self._check_integer_pointers(insts)
         self._check_lost_stores(insts, arg_kinds)
-        # 3. useful floats: backward from the return value and from stores into shadowed memory
+        # 3. useful floats: backward from the return value and from stores into shadowed memory (into memory
+        # private to the function, only once something useful reads it back)
+        from enzcc.ad.memory import base_object
+
+        private = self._private_memory(insts)
+        pending: dict[int, list[Value]] = {}
         work: list[Value] = []
         for inst in insts:
             if inst.opcode == "ret" and inst.operands and active_return:
                 work.append(inst.operands[0])
             elif isinstance(inst, Store) and id(inst.pointer) in self.active_ptrs and has_float(inst.value.type):
-                work.append(inst.value)
+                base = base_object(inst.pointer)
+                if id(base) in private:
+                    pending.setdefault(id(base), []).append(inst.value)
+                else:
+                    work.append(inst.value)
             elif isinstance(inst, AtomicRMW) and id(inst.operands[0]) in self.active_ptrs and has_float(inst.type):
                 work.append(inst.operands[1])  # (an atomic add into memory with derivatives: :mod:`enzcc.ad.atomics`)
             elif isinstance(inst, Call) and runs_program_code(inst) and \
@@ -163,10 +172,49 @@ class Activity:
             v = work.pop()
             if not has_float(v.type) or not self._mark(self.useful, v):
                 continue
+            if isinstance(v, Load) and pending:
+                work += pending.pop(id(base_object(v.pointer)), ())  # (its memory's stores matter now)
             if isinstance(v, Instruction):
                 for op in self._float_inputs(v):
                     if id(op) not in self.useful:
                         work.append(op)
+
+    @staticmethod
+    def _private_memory(insts: list[Instruction]) -> set[int]:
+        """The allocations (``alloca``, ``malloc`` & co.) that only this function's loads and stores reach: every
+        pointer into one is used as the address of a load of floats or pointers, of a store, in address
+        arithmetic, or freed. What is stored there matters only if a useful value is loaded back: a buffer the
+        function writes and frees unread (a dead computation, which may overflow to inf) gives no derivative,
+        and no 0 * inf in the reverse sweep."""
+        out: set[int] = set()
+        for inst in insts:
+            if not (isinstance(inst, Alloca) or (isinstance(inst, Call) and is_allocation(inst) and
+                                                 inst.callee_name != "realloc")):
+                continue
+            todo, seen, private = [inst], set(), True
+            while todo and private:
+                p = todo.pop()
+                if id(p) in seen:
+                    continue
+                seen.add(id(p))
+                for use in p.uses:
+                    u = use.user
+                    if isinstance(u, (GetElementPtr, Cast)) and u.operands[0] is p and \
+                            isinstance(u.type, T.PointerType):
+                        todo.append(u)
+                    elif isinstance(u, Load) and (has_float(u.type) or isinstance(u.type, T.PointerType)):
+                        continue
+                    elif isinstance(u, Store) and u.pointer is p and u.value is not p:
+                        continue
+                    elif isinstance(u, Call) and (u.callee_name == "free" or
+                                                  (u.callee_name or "").startswith("llvm.lifetime.")):
+                        continue
+                    else:
+                        private = False
+                        break
+            if private:
+                out.add(id(inst))
+        return out
 
     def _propagate_pointers(self, insts: list[Instruction]) -> None:
         """Active pointers forwarded (geps, casts, phis, loads of active memory...) to a fixpoint."""
