@@ -333,10 +333,14 @@ def _digamma_body(fn) -> None:
 def emit_partial(b: IRBuilder, rule, arg: str, env: dict, ty: T.Type) -> Value:
     """IR for d(result)/d(arg) of ``rule``, with ``env`` mapping argument names (and ``ret``) to IR values or to
     zero-argument callables producing them (so primal values are only materialized when the rule needs them)."""
-    return evaluate(rule.partial(arg), _LazyEnv(env), IRRuleBackend(b, ty))
+    return evaluate(rule.partial(arg), LazyEnv(env), IRRuleBackend(b, ty))
 
 
-class _LazyEnv(dict):
+class LazyEnv(dict):
+    """A rule's environment: argument names -> IR values, each made on first use from ``src``'s zero-argument
+    callables (a primal value the reverse sweep reads costs a place on the tape or a recomputation: only the ones
+    a partial needs are asked for). Shared by the partials of one call, each value is made once."""
+
     def __init__(self, src: dict):
         super().__init__()
         self._src = src

@@ -24,7 +24,7 @@ import re
 from functools import lru_cache
 
 from enzcc.ad.api import has_float
-from enzcc.ad.emit import IRRuleBackend, add_values, digamma_function, times
+from enzcc.ad.emit import IRRuleBackend, LazyEnv, add_values, digamma_function, times
 from enzcc.ad.errors import ad_error
 from enzcc.ad.registry import CallRule, register, register_copy_preparation
 from enzcc.ad.rules import Rule, evaluate, load_rules, parse_expr
@@ -173,23 +173,6 @@ class DeviceMath(IRRuleBackend):
         return self.b.call(fn, list(args))
 
 
-class _Lazy(dict):
-    """Argument names -> IR values, each made on first use (a primal value the reverse sweep reads costs a
-    place on the tape or a recomputation: only the ones a partial needs are asked for)."""
-
-    def __init__(self, makers: dict):
-        super().__init__()
-        self._makers = makers
-
-    def __contains__(self, key):
-        return key in self._makers
-
-    def __getitem__(self, key):
-        if not dict.__contains__(self, key):
-            dict.__setitem__(self, key, self._makers[key]())
-        return dict.__getitem__(self, key)
-
-
 def _partial(b: IRBuilder, rule: Rule, fast: bool, arg: str, env: dict, ty: T.Type):
     return evaluate(rule.partial(arg), env, DeviceMath(b, ty, fast))
 
@@ -202,7 +185,7 @@ def _forward(mode, call) -> bool:
         return True
     rule, fast = found
     b = IRBuilder.after(call)
-    env = _Lazy({**{n: (lambda v=v: v) for n, v in zip(rule.args, call.args)}, "ret": lambda: call})
+    env = LazyEnv({**{n: (lambda v=v: v) for n, v in zip(rule.args, call.args)}, "ret": lambda: call})
     total = None
     for name, v in zip(rule.args, call.args):
         if name in rule.inactive or id(v) not in mode.tangents:
@@ -223,7 +206,7 @@ def _reverse(mode, call, entry, block, b: IRBuilder) -> bool:
         return True  # e.g. its result reaches no output: nothing flows back
     rule, fast = found
     d = mode._take_adjoint(b, call)
-    env = _Lazy({**{n: (lambda v=v: mode._primal(v, block, b)) for n, v in zip(rule.args, call.args)},
+    env = LazyEnv({**{n: (lambda v=v: mode._primal(v, block, b)) for n, v in zip(rule.args, call.args)},
                  "ret": lambda: mode._primal(call, block, b)})
     for name, v in zip(rule.args, call.args):
         if name in rule.inactive or not (act.is_active(v) or mode._is_out(v)):
