@@ -358,19 +358,11 @@ ROOT = Path(__file__).resolve().parents[2]
 def device(tmp_path_factory, enzcc_bin):
     """The CUDA kernels above through enzcc: {kernel name: its PTX body}, the module after AD as text, the PTX
     file."""
-    if not shutil.which("clang++-22") or not (CUDA_PATH / "include").is_dir():
-        pytest.skip("needs clang++-22 and the CUDA toolkit")
     d = tmp_path_factory.mktemp("cuda")
-    (d / "k.cu").write_text(CUDA)
-    subprocess.run(["clang++-22", "-x", "cuda", f"--cuda-path={CUDA_PATH}", "--cuda-gpu-arch=sm_90",
-                    "-Wno-unknown-cuda-version", "-idirafter", str(ROOT / "enzcc" / "include" / "cuda"),
-                    "--cuda-device-only", "-nocudalib", "-emit-llvm", "-c", "-O2", "-Xclang", "-disable-llvm-passes",
-                    "k.cu", "-o", "k.bc"], cwd=d, check=True, capture_output=True)
-    env = {**os.environ, "PATH": f"{enzcc_bin}{os.pathsep}{os.environ.get('PATH', '')}",
-           "ENZCC_CACHE_DIR": str(d / "cache")}
-    base = ["enzcc", "--target=nvptx64-nvidia-cuda", "-march=sm_90", "-O2", "-S", "k.bc"]
-    subprocess.run(base + ["-o", "k.ptx"], cwd=d, env=env, check=True, capture_output=True)
-    subprocess.run(base + ["-emit-llvm", "-o", "k.ll"], cwd=d, env=env, check=True, capture_output=True)
+    _device_bitcode(d, CUDA)
+    for extra, out in (((), "k.ptx"), (("-emit-llvm",), "k.ll")):
+        proc = _enzcc_ptx(d, enzcc_bin, *extra, out=out)
+        assert proc.returncode == 0, proc.stderr
     ptx = (d / "k.ptx").read_text()
     kernels, name = {}, None
     for line in ptx.splitlines():
@@ -421,8 +413,8 @@ def test_ptxas_accepts_the_kernels(device):
     assert r.returncode == 0, r.stderr
 
 
-def _cuda_to_ptx(d: Path, enzcc_bin: Path, source: str):
-    """``source`` (CUDA) through clang and enzcc to PTX: the CompletedProcess of enzcc (text output)."""
+def _device_bitcode(d: Path, source: str) -> None:
+    """``source`` (CUDA): its device side's bitcode, ``d/k.bc``, as clang makes it for enzcc."""
     if not shutil.which("clang++-22") or not (CUDA_PATH / "include").is_dir():
         pytest.skip("needs clang++-22 and the CUDA toolkit")
     (d / "k.cu").write_text(source)
@@ -430,10 +422,21 @@ def _cuda_to_ptx(d: Path, enzcc_bin: Path, source: str):
                     "-Wno-unknown-cuda-version", "-idirafter", str(ROOT / "enzcc" / "include" / "cuda"),
                     "--cuda-device-only", "-nocudalib", "-emit-llvm", "-c", "-O2", "-Xclang", "-disable-llvm-passes",
                     "k.cu", "-o", "k.bc"], cwd=d, check=True, capture_output=True)
+
+
+def _enzcc_ptx(d: Path, enzcc_bin: Path, *extra: str, out: str = "k.ptx"):
+    """``d/k.bc`` through enzcc to PTX (``extra`` flags, such as ``-emit-llvm``, to ``out``): the CompletedProcess
+    (text output)."""
     env = {**os.environ, "PATH": f"{enzcc_bin}{os.pathsep}{os.environ.get('PATH', '')}",
            "ENZCC_CACHE_DIR": str(d / "cache")}
-    return subprocess.run(["enzcc", "--target=nvptx64-nvidia-cuda", "-march=sm_90", "-O2", "-S", "k.bc", "-o",
-                           "k.ptx"], cwd=d, env=env, capture_output=True, text=True)
+    return subprocess.run(["enzcc", "--target=nvptx64-nvidia-cuda", "-march=sm_90", "-O2", "-S", *extra, "k.bc",
+                           "-o", out], cwd=d, env=env, capture_output=True, text=True)
+
+
+def _cuda_to_ptx(d: Path, enzcc_bin: Path, source: str):
+    """``source`` (CUDA) through clang and enzcc to PTX: the CompletedProcess of enzcc (text output)."""
+    _device_bitcode(d, source)
+    return _enzcc_ptx(d, enzcc_bin)
 
 
 HEAD = CUDA.split("#define I", 1)[0] + "#define I (blockIdx.x * blockDim.x + threadIdx.x)\n"
