@@ -328,8 +328,6 @@ class Driver:
         the host side compiled against the emulation's runtime, in one relocatable object. The link adds the
         runtime instead of CUDA's. (Tests check GPU gradients this way where there is no GPU.)"""
         from enzcc.backend import cuda_host
-        from enzcc.frontends.cuda import given_cuda_path, sdk_version
-        from enzcc.tools import cuda_path
 
         device = self.cuda_device_code(req, "llvm").decode()
         with TIMES.stage("codegen", req.src + " (device code for the host)"):
@@ -343,10 +341,7 @@ class Driver:
                  stem + ".device.o"], capture=True, tool="clang")
         with open(stem + ".gpubin", "w") as fh:
             fh.write("enzcc host emulation: the kernels are in the converted device module\n")
-        toolkit = cuda_path(given_cuda_path(req.compile_args))
-        user = [a for a in req.compile_args if not a.startswith("--cuda-path=")]
-        host = [find_tool("clang++"), *cuda_host.host_side_args(toolkit, stem + ".gpubin", sdk_version(toolkit)),
-                *user, *req.lang_args, *([req.opt_flag] if req.opt_flag else [])]
+        host = frontend_for("cuda").host_args(req, stem + ".gpubin")
         with TIMES.stage("frontend", req.src + " (host)"):
             run([*host, *dependency_args(req), "-c", req.src, "-o", stem + ".host.o"], tool="clang")
         with open(stem + ".host.o", "rb") as fh:

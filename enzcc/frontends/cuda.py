@@ -96,24 +96,24 @@ class CudaFrontend(Frontend):
     def bitcode(self, req: CompileRequest) -> bytes:
         return self.device_bitcode(req)
 
-    def compile_host(self, req: CompileRequest, fatbin: str, with_bitcode: bool = True) -> bytes | None:
+    def host_args(self, req: CompileRequest, gpubinary: str) -> list[str]:
+        """The clang++ command, up to its input and output, that compiles the host side with the GPU binary
+        ``gpubinary`` embedded and its kernels registered (for host emulation, any file: the kernels are
+        registered by name and the file is ignored)."""
+        return [find_tool("clang++"), *self.common_args(req), "--cuda-host-only", "-Xclang",
+                "-fcuda-include-gpubinary", "-Xclang", gpubinary, *([req.opt_flag] if req.opt_flag else [])]
+
+    def compile_host(self, req: CompileRequest, fatbin: str) -> bytes:
         """The host side's native object at ``req.out_obj``, with the device side's fat binary ``fatbin``
         embedded and its kernels registered; returns the host side's bitcode as it was before optimization
-        (``with_bitcode``: carried in the object, as for C++, for AD of host code at the link)."""
+        (carried in the object, as for C++, for AD of host code at the link)."""
         from enzcc.backend.embed import elf_section
 
-        cmd = [find_tool("clang++"), *self.common_args(req), "--cuda-host-only", *dependency_args(req),
-               "-Xclang", "-fcuda-include-gpubinary", "-Xclang", fatbin]
-        if req.opt_flag:
-            cmd.append(req.opt_flag)
-        if with_bitcode:
-            if req.level == 0:
-                cmd += ["-Xclang", "-disable-O0-optnone"]
-            cmd += ["-Xclang", "-fembed-bitcode=all"]
-        cmd += ["-c", req.src, "-o", req.out_obj]
+        cmd = [*self.host_args(req, fatbin), *dependency_args(req)]
+        if req.level == 0:
+            cmd += ["-Xclang", "-disable-O0-optnone"]
+        cmd += ["-Xclang", "-fembed-bitcode=all", "-c", req.src, "-o", req.out_obj]
         run(cmd, tool="clang")
-        if not with_bitcode:
-            return None
         with open(req.out_obj, "rb") as fh:
             data = elf_section(fh.read(), ".llvmbc")
         if not data:
