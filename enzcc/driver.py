@@ -223,13 +223,13 @@ class Driver:
     def request(self, inp: Input, out_obj: str, final_name: str) -> CompileRequest:
         inv = self.inv
         args = list(inv.compile_args)
-        if inv.is_nvptx and inv.cuda_arch_given and inp.lang in ("c", "c++") and \
+        if inv.is_nvptx and inv.cuda_arch and inp.lang in ("c", "c++") and \
                 not any(a.startswith("-march=") for a in args):
-            args.append(f"-march={inv.cpu}")  # (C for NVPTX: the SM's builtins, such as sm_60's double atomics)
+            args.append(f"-march={inv.cuda_arch}")  # (C for NVPTX: the SM's builtins, such as sm_60's double atomics)
         return CompileRequest(src=inp.path, lang=inp.lang, out_obj=out_obj, final_name=final_name,
                               workdir=self.workdir, compile_args=args, dep_args=list(inv.dep_args),
                               opt_level=inv.opt_level, opt_flag=inv.opt_flag, target=inv.target,
-                              cpu=inv.cpu if inp.lang != "cuda" or inv.cuda_arch_given else None,
+                              cpu=inv.cuda_arch if inp.lang == "cuda" else inv.cpu,
                               forced_lang=inp.forced or bool(inv.lang_override),
                               lang_args=list(self.extra_lang_args.get(inp.lang, [])))
 
@@ -411,7 +411,9 @@ class Driver:
         if level is None:
             level = max((r.opt for r in records), default=0)
         triple = self.inv.target if self.inv.target else None
-        return PipelineOptions(opt_level=level, ad_mode=self.inv.ad_mode, cpu=self.inv.cpu, triple=triple,
+        # (the CPU of a host build is -march's, never the GPU of its CUDA sources)
+        cpu = self.inv.cpu if self.inv.is_nvptx else self.inv.march
+        return PipelineOptions(opt_level=level, ad_mode=self.inv.ad_mode, cpu=cpu, triple=triple,
                                ad_inline=self.inv.ad_inline, cache=not self.inv.no_cache,
                                loop_vectorize=self.inv.loop_vectorize, slp_vectorize=self.inv.slp_vectorize,
                                unroll_loops=self.inv.unroll_loops)

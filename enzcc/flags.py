@@ -234,8 +234,10 @@ class Invocation:
     """``--lang`` value."""
     cuda_host_emulation: bool = False
     """``--cuda-host-emulation``: CUDA device code runs on the CPU (:mod:`enzcc.backend.cuda_host`)."""
-    cuda_arch_given: bool = False
-    """``--cuda-gpu-arch=``/``--offload-arch=`` was on the command line."""
+    cuda_arch: str | None = None
+    """``--cuda-gpu-arch=``/``--offload-arch=`` value: the GPU of CUDA sources, the SM of NVPTX builds."""
+    march: str | None = None
+    """``-march`` value: the host CPU of a build that also has CUDA sources."""
     ad_mode: str = "after-opt"
     ad_inline: str = "auto"
     """``--ad-inline``: which calls inside differentiated code are inlined (``auto``, ``all``, ``none``)."""
@@ -368,18 +370,17 @@ def parse_args(argv: list[str]) -> Invocation:
             inv.compile_args.extend(spelled)
             inv.link_line.extend(spelled)
             if spec.name == "-m" and value.startswith("arch="):
-                inv.cpu = value[len("arch="):]
+                inv.cpu = inv.march = value[len("arch="):]
         elif role == LINK:
             if spec.name in ("-l", "-L"):
                 spelled = [spec.name + value]  # one token, so link-line order is easy to keep
             inv.link_line.extend(spelled)
         elif role == TARGET:
             if spec.name in ("--cuda-gpu-arch=", "--offload-arch="):
-                if inv.cuda_arch_given and value != inv.cpu:
+                if inv.cuda_arch and value != inv.cuda_arch:
                     raise EnzccError(f"{arg}: enzcc builds CUDA for one GPU architecture per compile "
-                                     f"(--cuda-gpu-arch={inv.cpu} was given already)")
-                inv.cpu = value
-                inv.cuda_arch_given = True
+                                     f"(--cuda-gpu-arch={inv.cuda_arch} was given already)")
+                inv.cpu = inv.cuda_arch = value
             else:
                 inv.target = value
                 inv.compile_args.extend(spelled)

@@ -202,3 +202,11 @@ def test_gpu_derivatives_compute_math_again_rather_than_tape_it(enzcc):
     ptx = (enzcc.cwd / "nbody.ptx").read_text()
     gradient = ptx[ptx.index(".entry _Z8gradient"):]
     assert "malloc" not in gradient and "rsqrt" in gradient
+
+
+def test_host_code_differentiated_beside_a_gpu_architecture(enzcc):
+    """Host code that calls __enzyme_autodiff (cudart.cu: cudaMemcpy with shadows) is rebuilt at the link for the
+    host's CPU (-march), never for the GPU architecture of --cuda-gpu-arch ('unknown target CPU sm_80')."""
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cuda", "cudart.cu")
+    enzcc("-O2", "--cuda-gpu-arch=sm_80", src, "-o", "c", cmd="enzcc++")
+    enzcc("-O2", "--cuda-gpu-arch=sm_80", "-march=x86-64-v2", src, "-o", "c2", cmd="enzcc++")
