@@ -42,19 +42,28 @@ def have_gpu() -> str | None:
     return name[0] if proc.returncode == 0 and name else None
 
 
+def compile_cu(src: str, exe: str, arch: str, opt: str = "-O3") -> str | None:
+    """``enzcc++ opt --cuda-gpu-arch=arch src -o exe`` with this checkout; None when it succeeds, else its
+    diagnostics."""
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    cmd = [sys.executable, "-c", "import sys; from enzcc.cli import main_cxx; sys.exit(main_cxx())", opt,
+           f"--cuda-gpu-arch={arch}", src, "-o", exe]
+    t = time.time()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        return proc.stderr.strip() or str(proc.returncode)
+    print(f"built {exe} ({time.time() - t:.1f} s)")
+    return None
+
+
 def build(out_dir: str, arch: str) -> list[str]:
     os.makedirs(out_dir, exist_ok=True)
-    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
     paths = []
     for name in BENCHMARKS:
         exe = os.path.join(out_dir, name)
-        cmd = [sys.executable, "-c", "import sys; from enzcc.cli import main_cxx; sys.exit(main_cxx())", "-O3",
-               f"--cuda-gpu-arch={arch}", os.path.join(HERE, "gpu", f"{name}.cu"), "-o", exe]
-        t = time.time()
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-        if proc.returncode != 0:
-            sys.exit(f"bench.gpu: building {name} failed:\n{proc.stderr.strip()}")
-        print(f"built {exe} ({time.time() - t:.1f} s)")
+        error = compile_cu(os.path.join(HERE, "gpu", f"{name}.cu"), exe, arch)
+        if error is not None:
+            sys.exit(f"bench.gpu: building {name} failed:\n{error}")
         paths.append(exe)
     return paths
 

@@ -26,21 +26,16 @@ TESTS = ("gradient", "split", "cudart", "host_grad", "host_grad_cases", "host_ma
 
 
 def build(out: str, arch: str = "sm_90") -> int:
-    os.makedirs(out, exist_ok=True)
-    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    for name in TESTS:
-        t = time.time()
-        cmd = [sys.executable, "-c", "import sys; from enzcc.cli import main_cxx; sys.exit(main_cxx())", "-O2",
-               f"--cuda-gpu-arch={arch}", os.path.join(ROOT, "tests", "cuda", f"{name}.cu"), "-o",
-               os.path.join(out, f"test_{name}")]
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-        if proc.returncode != 0:
-            print(f"build {name}: FAILED\n{proc.stderr.strip()}")
-            return 1
-        print(f"built test_{name} ({time.time() - t:.1f} s)")
     sys.path.insert(0, ROOT)
-    from bench.gpu import build as build_benchmarks
+    from bench.gpu import build as build_benchmarks, compile_cu
 
+    os.makedirs(out, exist_ok=True)
+    for name in TESTS:
+        error = compile_cu(os.path.join(ROOT, "tests", "cuda", f"{name}.cu"), os.path.join(out, f"test_{name}"),
+                           arch, "-O2")
+        if error is not None:
+            print(f"build {name}: FAILED\n{error}")
+            return 1
     build_benchmarks(out, arch)
     return 0
 
