@@ -467,16 +467,12 @@ class Driver:
         ptxas = find_tool("ptxas", required=False)
         if not ptxas:
             return
+        from enzcc.frontends.cuda import assemble_ptx
+
         path = os.path.join(self.workdir, "check.ptx")
         with open(path, "wb") as fh:
             fh.write(ptx)
-        import subprocess
-
-        proc = subprocess.run([ptxas, f"-arch={arch or self.inv.cpu or 'sm_90'}", path, "-o", os.devnull],
-                              capture_output=True, text=True)
-        if proc.returncode != 0:
-            msg = (proc.stderr or proc.stdout).strip().splitlines()
-            raise EnzccError(f"ptxas rejected the generated PTX: {msg[0] if msg else proc.returncode}", where)
+        assemble_ptx(ptxas, path, arch or self.inv.cpu or "sm_90", os.devnull, where)
 
     # -- link -------------------------------------------------------------------------------------
 

@@ -124,6 +124,14 @@ class CudaFrontend(Frontend):
         raise EnzccError("internal error: a CUDA source's object is made by the driver's CUDA steps", req.src)
 
 
+def assemble_ptx(ptxas: str, ptx_path: str, arch: str, out: str, where: str) -> None:
+    """``ptxas -arch=arch ptx_path -o out``: PTX enzcc made that ptxas rejects is a one-line error at ``where``."""
+    proc = run([ptxas, f"-arch={arch}", ptx_path, "-o", out], check=False, capture=True, tool="ptxas")
+    if proc.returncode != 0:
+        msg = ((proc.stderr or b"") + (proc.stdout or b"")).decode(errors="replace").strip().splitlines()
+        raise EnzccError(f"ptxas rejected the generated PTX: {msg[0] if msg else proc.returncode}", where)
+
+
 def fat_binary(ptx: bytes, arch: str, workdir: str, stem: str, where: str) -> str:
     """A fat binary (``fatbinary --create``) holding the device code for ``arch`` as machine code (ptxas) and as
     PTX (so newer GPUs can compile it at load time, as nvcc's default does). Returns its path."""
@@ -133,10 +141,7 @@ def fat_binary(ptx: bytes, arch: str, workdir: str, stem: str, where: str) -> st
     with open(ptx_path, "wb") as fh:
         fh.write(ptx)
     sm = arch[len("sm_"):]
-    proc = run([find_tool("ptxas"), f"-arch={arch}", ptx_path, "-o", cubin], check=False, capture=True, tool="ptxas")
-    if proc.returncode != 0:
-        msg = ((proc.stderr or b"") + (proc.stdout or b"")).decode(errors="replace").strip().splitlines()
-        raise EnzccError(f"ptxas rejected the generated PTX: {msg[0] if msg else proc.returncode}", where)
+    assemble_ptx(find_tool("ptxas"), ptx_path, arch, cubin, where)
     run([find_tool("fatbinary"), "-64", "--create", out, f"--image3=kind=elf,sm={sm},file={cubin}",
          f"--image3=kind=ptx,sm={sm},file={ptx_path}"], tool="fatbinary")
     return out
