@@ -113,7 +113,9 @@ class MemoryTypes:
         """For a memcpy/memmove of constant size between two objects whose accesses all have constant offsets
         (a record of floats, pointers and integers, copied as bytes: a C++ closure captured by ``std::function``
         and copied into a container): ``[(byte offset in the copy, kind), ...]`` of every typed field it covers,
-        when at least one holds a float and no two kinds overlap; None otherwise."""
+        when at least one holds a float and no two kinds overlap, or when the fields are integers and pointers
+        that cover every byte of the copy (an Eigen tensor's dimensions copied in from a local array, next to
+        its data pointer: the object as a whole holds both, the bytes copied only integers); None otherwise."""
         n = call.args[2]
         dl = getattr(call.module, "data_layout", None)
         if not isinstance(n, ConstantInt) or dl is None:
@@ -134,15 +136,18 @@ class MemoryTypes:
         found = set().union(*fields.values()) if fields else set()
         if any(isinstance(k, T.FloatType) and k not in found for p in loose for k in self.access_kinds(p)):
             return None
-        out, end = [], 0
+        out, end, gaps = [], 0, False
         for at in sorted(fields):
             if len(fields[at]) != 1 or at < end:
                 return None
+            gaps |= at > end
             kind = next(iter(fields[at]))
             out.append((at, kind))
             end = at + dl.store_size(kind)
-        if end > n.value or not any(isinstance(k, T.FloatType) for _, k in out):
+        if end > n.value:
             return None
+        if not any(isinstance(k, T.FloatType) for _, k in out) and (gaps or end < n.value):
+            return None  # (bytes no access types may be floats: without a float field, only a full cover tells)
         return out
 
     def _placed(self, base: Value) -> bool:
