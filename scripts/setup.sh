@@ -15,6 +15,8 @@ declare -A PKGS=(
   [libeigen3-dev]=/usr/include/eigen3/Eigen/Dense
   [libopenblas-dev]=/usr/include/x86_64-linux-gnu/cblas.h
   [libomp-22-dev]=/usr/lib/llvm-22/lib/libomp.so
+  [libopenmpi-dev]=/usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h
+  [openmpi-bin]=/usr/bin/mpirun
 )
 missing=()
 for pkg in "${!PKGS[@]}"; do

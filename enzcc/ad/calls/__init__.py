@@ -11,11 +11,11 @@ from __future__ import annotations
 from enzcc.ad.calls import custom  # noqa: F401  the user's registered derivatives: first
 from enzcc.ad.calls import libc, memfns, libm, libdevice, complex, blas, mirror  # noqa: F401
 from enzcc.ad.calls import openmp, checkpoint, fixed_point, outline, iters, typehints, context  # noqa: F401
-from enzcc.ad.calls import nvvm, nvvm_atomics, cudart  # noqa: F401
+from enzcc.ad.calls import nvvm, nvvm_atomics, cudart, mpi  # noqa: F401
 
 #: the families, in the order they register
 FAMILIES = ("custom", "libc", "memfns", "libm", "libdevice", "complex", "blas", "mirror", "openmp", "checkpoint",
             "fixed_point", "outline", "iters", "typehints", "context", "nvvm", "nvvm_atomics",
-            "cudart")
+            "cudart", "mpi")
 
 __all__ = ["FAMILIES"]
