@@ -63,9 +63,13 @@ def is_user_call(call) -> bool:
 class Activity:
     """The result of the analysis for one function."""
 
-    def __init__(self, fn, arg_kinds: list[str], active_return: bool, mode: str = "reverse"):
+    def __init__(self, fn, arg_kinds: list[str], active_return: bool, mode: str = "reverse",
+                 runtime_activity: bool = False):
         self.fn = fn
         self.mode = mode
+        self.runtime_activity = runtime_activity
+        """``enzyme_runtime_activity``: shadows are compared with their primal when the derivative runs
+        (:mod:`enzcc.ad.runtime_activity`)."""
         self.active_ptrs: set[int] = set()
         self.varied: set[int] = set()
         self.useful: set[int] = set()
@@ -439,10 +443,12 @@ class Activity:
                 who = f"'{name}'" if name else f"parameter {arg.index + 1}"
                 how = f"by this call to '{inst.callee_name}'" if isinstance(inst, Call) and \
                     is_user_call(inst) else "here"
+                ra = " (enzyme_runtime_activity does not help: that memory has no shadow to keep the derivative in)" \
+                    if self.runtime_activity else ""
                 raise ad_error(f"an active value is stored {how} into memory reached through {what} and read back "
                                f"in the function: its derivative would be lost; pass {who} with enzyme_dup and a "
                                "shadow (a struct holding scratch pointers: a shadow struct whose pointers point to "
-                               "zeroed shadow buffers) (Enzyme: mismatched activity)", inst)
+                               f"zeroed shadow buffers) (Enzyme: mismatched activity){ra}", inst)
 
     def _const_read_back(self, insts: list[Instruction], const_args: set[int]) -> dict[int, list[Instruction]]:
         """The ``enzyme_const`` arguments (by id) through which the function reads floats again, with the

@@ -6,7 +6,9 @@ mixed into :class:`enzcc.ad.reverse.ReverseMode`, which decides the order and th
 from __future__ import annotations
 
 
+import enzcc.ad.runtime_activity as runtime_activity
 from enzcc.ad.activity import has_float, is_user_call
+from enzcc.ad.runtime_activity import no_adjoint
 from enzcc.ad.api import CONST, DUP, OUT, is_float
 from enzcc.ad.atomics import read_shadow, reverse_atomic_add
 from enzcc.ad.emit import add_values, atomic_add, emit_partial, fail_call_at_run_time, splat, times, zero
@@ -125,7 +127,8 @@ class AdjointGenerator:
         bits = self._bits_type(inst)
         if bits is not None:  # the reverse of copying a float as an integer: its adjoint goes back to memory
             d = self._take_adjoint(b, inst, bits)
-            self._add_to_memory(b, inst.pointer, self._shadow(inst.pointer, block, b, inst), d, inst.align)
+            self._add_to_memory(b, inst.pointer, self._shadow(inst.pointer, block, b, inst), d, inst.align,
+                                block)
             return
         if not act.is_active(inst):
             return
@@ -143,7 +146,8 @@ class AdjointGenerator:
         elif isinstance(inst, Load):
             d = self._take_adjoint(b, inst)
             if self.activity.is_active_ptr(inst.pointer):
-                self._add_to_memory(b, inst.pointer, self._shadow(inst.pointer, block, b, inst), d, inst.align)
+                self._add_to_memory(b, inst.pointer, self._shadow(inst.pointer, block, b, inst), d, inst.align,
+                                    block)
         elif isinstance(inst, Cast):
             d = self._take_adjoint(b, inst)
             if inst.opcode in ("fpext", "fptrunc"):
@@ -209,13 +213,24 @@ class AdjointGenerator:
                                               lambda v: self.lane_shadows[0].of(v))
         return self._ownership.owns(p)
 
-    def _add_to_memory(self, b: IRBuilder, p: Value, sp: Value, d: Value, align) -> None:
+    def _add_to_memory(self, b: IRBuilder, p: Value, sp: Value, d: Value, align, block=None) -> None:
         """``*sp += d``, ``sp`` the shadow of primal pointer ``p``: atomically when other threads may add to
-        the same memory (:attr:`concurrent`, unless the thread :meth:`owns` it)."""
+        the same memory (:attr:`concurrent`, unless the thread :meth:`owns` it). With runtime activity (``block``:
+        the primal block, where ``p`` is read), nothing is added where the shadow is the memory itself."""
+        active = self._active_at_run_time(p, sp, block, b)
         if self.concurrent and not self.owns(p):
-            atomic_add(self.module, b, sp, d, align)
+            atomic_add(self.module, b, sp, d if active is None else b.select(active, d, no_adjoint(d.type)), align)
             return
-        b.store(add_values(b, b.load(d.type, sp, align=align), d), sp, align=align)
+        old = b.load(d.type, sp, align=align)
+        new = add_values(b, old, d)
+        b.store(new if active is None else b.select(active, new, old), sp, align=align)
+
+    def _active_at_run_time(self, p: Value, sp: Value, block, b: IRBuilder) -> Value | None:
+        """With runtime activity, ``p != sp`` in the reverse sweep (``sp``: the shadow already read there); None
+        without it."""
+        if block is None or not runtime_activity.enabled(self.activity):
+            return None
+        return runtime_activity.differs(b, self._primal(p, block, b), sp)
 
     def _reverse_shuffle(self, inst: ShuffleVector, d: Value, b: IRBuilder) -> None:
         a, c = inst.operands[0], inst.operands[1]
@@ -250,26 +265,41 @@ class AdjointGenerator:
         bits = self._bits_type(inst.value)
         if bits is not None:
             sp = self._shadow(inst.pointer, block, b, inst)
-            d = b.load(bits, sp, align=inst.align)
-            b.store(zero(bits), sp, align=inst.align)
+            d = self._take_from_memory(b, inst.pointer, sp, bits, inst.align, block)
             slot = self._slot(inst.value, bits)
             b.store(b.fadd(b.load(bits, slot), d), slot)
             return
         if self.memtypes.overwrites_float(inst):  # the float it overwrites has no derivative any more
-            b.store(zero(ty), self._shadow(inst.pointer, block, b, inst), align=inst.align)
+            sp = self._shadow(inst.pointer, block, b, inst)
+            if runtime_activity.enabled(self.activity):
+                self._take_from_memory(b, inst.pointer, sp, ty, inst.align, block)
+            else:
+                b.store(zero(ty), sp, align=inst.align)
             return
         if not has_float(ty):
             return  # integers and pointers carry no adjoint (pointer shadows were stored going forward)
         sp = self._shadow(inst.pointer, block, b, inst)
         if inst.ordering is not None and isinstance(ty, T.FloatType) and self.concurrent and \
                 not self.owns(inst.pointer):
+            if runtime_activity.enabled(self.activity):
+                raise ad_error("enzyme_runtime_activity with an atomic store in parallel code is not supported", inst)
             # (an atomic store in threads: other threads' reverse code may add to this shadow meanwhile)
             d = read_shadow(b, ty, sp, inst.align, True)
             b.insert(Store(zero(ty), sp, inst.align, ordering="monotonic"))
         else:
-            d = b.load(ty, sp, align=inst.align)
-            b.store(zero(ty), sp, align=inst.align)
+            d = self._take_from_memory(b, inst.pointer, sp, ty, inst.align, block)
         self._add_adjoint(b, inst.value, d)
+
+    def _take_from_memory(self, b: IRBuilder, p: Value, sp: Value, ty: T.Type, align, block) -> Value:
+        """The adjoint in shadow memory ``sp`` (of primal pointer ``p``), which is zeroed: the reverse of a store.
+        With runtime activity, where the shadow is the memory itself, zero, and the memory is left as it is."""
+        d = b.load(ty, sp, align=align)
+        active = self._active_at_run_time(p, sp, block, b)
+        if active is None:
+            b.store(zero(ty), sp, align=align)
+            return d
+        b.store(b.select(active, zero(ty), d), sp, align=align)
+        return b.select(active, d, zero(ty))
 
     def _prepare_user_calls(self) -> None:
         """A call that was not inlined (recursion) through which derivatives flow becomes, in the forward code,

@@ -30,7 +30,7 @@ MARKERS = ("enzyme_dupnoneed", "enzyme_dup", "enzyme_const", "enzyme_out", "enzy
 CALL_MARKERS = {"enzyme_tape": True, "enzyme_allocated": True, "enzyme_noret": False, "enzyme_nofree": False,
                 "enzyme_primal_return": False,
                 "enzyme_const_return": False, "enzyme_active_return": False, "enzyme_width": True,
-                "enzyme_context": True}
+                "enzyme_context": True, "enzyme_runtime_activity": False}
 
 NOCACHE = "enzyme_nocache"
 
@@ -199,6 +199,9 @@ class DiffCall:
     default: a float result is active)."""
     context: Value | None = None
     """``enzyme_context, ctx``: the shadows of globals come from this context (:mod:`enzcc.ad.calls.context`)."""
+    runtime_activity: bool = False
+    """``enzyme_runtime_activity``: a pointer whose shadow is the pointer itself at run time is inactive
+    (:mod:`enzcc.ad.runtime_activity`)."""
 
     @property
     def active_return(self) -> bool:
@@ -336,6 +339,8 @@ def parse_call(call: Call, module) -> DiffCall:
     if dc.width > 1 and dc.out_args:
         raise ad_error(f"enzyme_out (parameter {dc.out_args[0].param.index + 1} of '{fn.name}') with enzyme_width is "
                        f"not supported in {callee}: pass it by pointer with enzyme_dup (one shadow per lane)", call)
+    if dc.width > 1 and dc.runtime_activity:
+        raise ad_error(f"enzyme_runtime_activity with enzyme_width is not supported in {callee}", call)
     if dc.width > 1 and dc.primal_return and mode != "forward":
         raise ad_error(f"enzyme_primal_return with enzyme_width is not supported in {callee}", call)
     if "tape" in extra and dc.allocated is None:
@@ -364,9 +369,9 @@ def _call_markers(rest: list, mode: str, call, callee: str) -> dict:
             if mode not in ("forward", "reverse"):
                 raise ad_error(f"enzyme_primal_return is supported with __enzyme_fwddiff and __enzyme_autodiff, "
                                f"not {callee}", call)
-        elif name == "enzyme_context":
+        elif name in ("enzyme_context", "enzyme_runtime_activity"):
             if mode not in ("forward", "reverse"):
-                raise ad_error(f"enzyme_context is supported with __enzyme_fwddiff and __enzyme_autodiff, not "
+                raise ad_error(f"{name} is supported with __enzyme_fwddiff and __enzyme_autodiff, not "
                                f"{callee}", call)
         elif (name in ("enzyme_const_return", "enzyme_active_return") and mode == "reverse") or \
                 (name == "enzyme_noret" and mode in ("reverse", "forward")):
@@ -409,6 +414,8 @@ def _call_markers(rest: list, mode: str, call, callee: str) -> dict:
             out["nofree"] = True
         elif name == "enzyme_primal_return":
             out["primal_return"] = True
+        elif name == "enzyme_runtime_activity":
+            out["runtime_activity"] = True
         else:
             out["return_kind"] = "const" if name == "enzyme_const_return" else "active"
     return out

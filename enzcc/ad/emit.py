@@ -64,6 +64,22 @@ def fail_call_at_run_time(module, b: IRBuilder, message: str) -> None:
     b.call(fn, [])
 
 
+def fail_call_at_run_time_if(module, b: IRBuilder, condition: Value, message: str) -> None:
+    """At ``b``: a call to a new internal function that does :func:`fail_at_run_time` with ``message`` when
+    ``condition`` (an ``i1``) is true, and returns otherwise (a check in the middle of a block, which leaves the
+    control flow of the function it is in as it is)."""
+    from enzcc.ir.function import Function
+
+    fn = Function(module.unique_function_name("__enzcc_fail_if"), T.FunctionType(T.void, (T.i1,)), ["failed"])
+    fn.linkage = "internal"
+    module.add_function(fn)
+    entry, fail, done = fn.append_block("entry"), fn.append_block("fail"), fn.append_block("done")
+    IRBuilder.at_end(entry).cond_br(fn.args[0], fail, done)
+    fail_at_run_time(module, IRBuilder.at_end(fail), message)
+    IRBuilder.at_end(done).ret_void()
+    b.call(fn, [condition])
+
+
 def signed_i64(b: IRBuilder, v: Value) -> Value:
     """An integer as ``i64``, sign-extended (counts and sizes where a negative value means "the default")."""
     return v if v.type == T.i64 else b.sext(v, T.i64)

@@ -6,6 +6,7 @@ scalar for floats, a shadow pointer for memory) and returns the tangent of the r
 
 from __future__ import annotations
 
+import enzcc.ad.runtime_activity as runtime_activity
 from enzcc.ad.activity import Activity, has_float, is_user_call
 from enzcc.ad.atomics import check_atomics, forward_atomic_add
 from enzcc.ad.usercalls import call_kinds, check_call_signature, variadic_call_stays
@@ -91,7 +92,7 @@ class ForwardMode:
         prepare(G)
         # rewrite the kinds in terms of G's primal argument positions
         activity = Activity(_PrimalView(G, self.primal_args), self.kinds, is_float(self.dc.fn.return_type),
-                            "forward")
+                            "forward", self.dc.runtime_activity)
         self.activity = activity
         self.memtypes = memory_types_for(self.dc, G, self.primal_args)
         # the primal instructions, before any tangent code: each lane adds its own tangent code next to them
@@ -100,6 +101,8 @@ class ForwardMode:
         """The instructions of the primal computation (everything else in G is tangent code): forward split mode
         (:mod:`enzcc.ad.fwdsplit`) cuts G along them."""
         check_atomics(self, self.primal_instructions)
+        if runtime_activity.enabled(activity):
+            runtime_activity.check_calls(self, self.primal_instructions, f"forward mode of '{self.dc.fn.name}'")
         self.primal_callees = {id(i): i.callee_name for i in self.primal_instructions if isinstance(i, Call)}
         """Each call's callee (a call to a function that is not inlined is replaced by its derivative's)."""
         self.primal_returns = {id(i): (i.operands[0] if i.operands else None)
@@ -120,6 +123,8 @@ class ForwardMode:
             self.lane = lane
             self.shadows = Shadows(G, activity, arg_shadows, lane)
             self.shadows.build(primal)
+            if runtime_activity.enabled(activity):
+                runtime_activity.guard_lost_stores(self, self.primal_instructions)
             pending: list[tuple[Phi, Phi]] = []
             for block, insts in primal:
                 for inst in insts:
@@ -189,13 +194,18 @@ class ForwardMode:
         if isinstance(inst, Load) and isinstance(inst.type, T.IntType) and act.is_active_ptr(inst.pointer) and \
                 self.memtypes.bits_type(inst, required=False) is not None:
             # a float copied as an integer: copy its tangent's bits too
-            self._set(inst, IRBuilder.after(inst).load(inst.type, self.shadows.of(inst.pointer, inst),
-                                                       align=inst.align))
+            b = IRBuilder.after(inst)
+            sp = self.shadows.of(inst.pointer, inst)
+            self._set(inst, self._guarded_tangent(b, inst.pointer, sp, b.load(inst.type, sp, align=inst.align)))
             return
         if isinstance(inst, Store):
             if act.is_active_ptr(inst.pointer) and (has_float(inst.value.type) or id(inst.value) in self.tangents
                                                     or self.memtypes.overwrites_float(inst)):
                 t, sp = self._t(inst.value), self.shadows.of(inst.pointer, inst)
+                if runtime_activity.enabled(act):  # (inactive memory: the primal value again)
+                    b = IRBuilder.before(inst)
+                    t = runtime_activity.shadow_or_primal(b, runtime_activity.differs(b, inst.pointer, sp), t,
+                                                          inst.value)
                 if inst.ordering is None:
                     IRBuilder.after(inst).store(t, sp, align=inst.align)
                 else:  # (an atomic store: the tangent goes first, so that what a release publishes holds it too)
@@ -220,8 +230,9 @@ class ForwardMode:
         if isinstance(inst, (BinaryOp, UnaryOp)) and inst.opcode in self.rules.instructions:
             self._rule_tangent(b, self.rules.instructions[inst.opcode], inst.operands, inst)
         elif isinstance(inst, Load):  # (an atomic load's tangent is read after it, as it is ordered)
-            self._set(inst, b.insert(Load(inst.type, self.shadows.of(inst.pointer, inst), inst.align,
-                                          ordering=inst.ordering, syncscope=inst.syncscope)))
+            sp = self.shadows.of(inst.pointer, inst)
+            t = b.insert(Load(inst.type, sp, inst.align, ordering=inst.ordering, syncscope=inst.syncscope))
+            self._set(inst, self._guarded_tangent(b, inst.pointer, sp, t))
         elif isinstance(inst, Cast):
             if inst.opcode in ("fpext", "fptrunc", "bitcast") and has_float(inst.value.type):
                 self._set(inst, b.cast(inst.opcode, self._t(inst.value), inst.type))
@@ -241,6 +252,13 @@ class ForwardMode:
             self._set(inst, b.shuffle_vector(self._t(inst.operands[0]), self._t(inst.operands[1]), inst.mask))
         else:
             raise ad_error(f"cannot differentiate instruction '{inst.opcode}'", inst)
+
+    def _guarded_tangent(self, b: IRBuilder, p: Value, sp: Value, t: Value) -> Value:
+        """The tangent ``t`` loaded through shadow ``sp`` of ``p``; with runtime activity, zero where the shadow is
+        the memory itself."""
+        if not runtime_activity.enabled(self.activity):
+            return t
+        return runtime_activity.tangent_or_zero(b, runtime_activity.differs(b, p, sp), t)
 
     def _rule_tangent(self, b: IRBuilder, rule, operands, inst: Instruction) -> None:
         """tangent(inst) = sum over arguments with tangents of partial * tangent(argument)."""

@@ -29,6 +29,13 @@ class DerivedFunctions:
         """Key of a split pair -> the combined function it was cut from (for more variants)."""
         self.pair_keys: dict[str, tuple] = {}
         """Name of a split pair's reverse function -> the pair's key."""
+        self.runtime_activity = False
+        """While the derivative of an ``__enzyme_*`` call with ``enzyme_runtime_activity`` is built: the functions
+        its calls need are made with runtime activity too (and cached apart from the others)."""
+
+    def _ra_key(self) -> tuple:
+        """What runtime activity adds to a cache key (nothing without it: the same names as before)."""
+        return ("runtime-activity",) if self.runtime_activity else ()
 
     def body_of(self, fn):
         name = self.prepared.get(fn.name)
@@ -38,25 +45,35 @@ class DerivedFunctions:
 
     def for_call(self, dc: DiffCall):
         """The function replacing one ``__enzyme_autodiff`` / ``__enzyme_fwddiff`` call."""
+        key = (dc.mode, dc.fn.name, tuple(s.kind for s in dc.args), dc.primal_return, dc.active_return, dc.width) + \
+            (("runtime-activity",) if dc.runtime_activity else ())
+        G = self.cache.get(key)
+        if G is None:
+            outer, self.runtime_activity = self.runtime_activity, dc.runtime_activity
+            try:
+                G = self._make_for_call(dc, key)
+            finally:
+                self.runtime_activity = outer
+        return G
+
+    def _make_for_call(self, dc: DiffCall, key: tuple):
+        """Build the function for :meth:`for_call` (registered under ``key`` before its body is made, so that a
+        recursive function finds itself)."""
         from enzcc.ad.forward import ForwardMode
         from enzcc.ad.reverse import ReverseMode
 
-        key = (dc.mode, dc.fn.name, tuple(s.kind for s in dc.args), dc.primal_return, dc.active_return, dc.width)
-        G = self.cache.get(key)
-        if G is None:
-            hints = hints_of(self.module)
-            registered = hints.gradient if dc.mode == "reverse" else hints.derivative
-            # a function with a registered derivative: differentiate a call to it, which uses that derivative
-            # (with only a split-mode one registered, that call is refused with a message)
-            body = self.wrapper(dc.fn) if dc.fn.name in registered or dc.fn.name in hints.splitderivative \
-                else self.body_of(dc.fn)
-            if dc.mode == "reverse":
-                maker = ReverseMode(dc, self.module, body, logic=self, active_return=dc.active_return)
-            else:
-                maker = ForwardMode(dc, self.module, body, logic=self, return_primal=dc.primal_return)
-            self.cache[key] = maker.G
-            G = maker.build()
-        return G
+        hints = hints_of(self.module)
+        registered = hints.gradient if dc.mode == "reverse" else hints.derivative
+        # a function with a registered derivative: differentiate a call to it, which uses that derivative
+        # (with only a split-mode one registered, that call is refused with a message)
+        body = self.wrapper(dc.fn) if dc.fn.name in registered or dc.fn.name in hints.splitderivative \
+            else self.body_of(dc.fn)
+        if dc.mode == "reverse":
+            maker = ReverseMode(dc, self.module, body, logic=self, active_return=dc.active_return)
+        else:
+            maker = ForwardMode(dc, self.module, body, logic=self, return_primal=dc.primal_return)
+        self.cache[key] = maker.G
+        return maker.build()
 
     def wrapper(self, fn):
         """A function that only calls ``fn`` (removed by :meth:`cleanup`)."""
@@ -92,10 +109,10 @@ class DerivedFunctions:
         from enzcc.ad.forward import ForwardMode
 
         key = ("forward-call", callee.name, kinds) + ((width,) if width > 1 else ()) + \
-            (("shadow",) if shadow_return else ())
+            (("shadow",) if shadow_return else ()) + self._ra_key()
         G = self.cache.get(key)
         if G is None:
-            dc = _call_site(call, callee, kinds, "forward", args, width)
+            dc = _call_site(call, callee, kinds, "forward", args, width, self.runtime_activity)
             maker = ForwardMode(dc, self.module, self.body_of(callee), logic=self, return_primal=True,
                                 shadow_return=shadow_return)
             self.cache[key] = maker.G
@@ -112,10 +129,11 @@ class DerivedFunctions:
         from enzcc.ad.split import make_split
 
         key = ("split", callee.name, kinds, active_return) + (("parallel",) if parallel else ()) + \
-            ((width,) if width > 1 else ()) + (("shadow",) if shadow_return else ())
+            ((width,) if width > 1 else ()) + (("shadow",) if shadow_return else ()) + self._ra_key()
         pair = self.cache.get(key)
         if pair is None:
-            pair = make_split(self, dc or _call_site(call, callee, kinds, "reverse", args, width), kinds,
+            pair = make_split(self, dc or _call_site(call, callee, kinds, "reverse", args, width,
+                                                     self.runtime_activity), kinds,
                               active_return, key, parallel, shadow_return)
         return pair
 
@@ -132,11 +150,12 @@ class DerivedFunctions:
         return split
 
 
-def _call_site(call, callee, kinds, mode: str, args=None, width: int = 1) -> DiffCall:
+def _call_site(call, callee, kinds, mode: str, args=None, width: int = 1,
+               runtime_activity: bool = False) -> DiffCall:
     """A :class:`DiffCall` describing a call inside differentiated code (its arguments, or ``args``, are the
     primal values at the call; the memory types at the call site type the callee's memory)."""
     specs = [ArgSpec(p, k, a) for p, k, a in zip(callee.args, kinds, call.args if args is None else args)]
-    return DiffCall(call, mode, callee, specs, width=width)
+    return DiffCall(call, mode, callee, specs, width=width, runtime_activity=runtime_activity)
 
 
 __all__ = ["DerivedFunctions"]

@@ -51,6 +51,9 @@ class CallRule:
       - ``copies``: ``(destination, source, size)``, argument indices of a call that copies bytes as ``memcpy``
         does (``cudaMemcpy``): activity and written globals treat it as one (values flow from the source to
         the destination); its rule makes the derivative code.
+      - ``runtime_activity``: its derivative code compares each pointer it is given with its shadow and leaves
+        memory whose shadow is itself alone (:mod:`enzcc.ad.runtime_activity`); without it, a call given memory
+        with derivatives is refused under ``enzyme_runtime_activity``.
 
     Forward mode (the tangent):
       - ``forward(mode, call)``: emit the tangent code of ``call`` (mode: :class:`enzcc.ad.forward.ForwardMode`).
@@ -79,6 +82,7 @@ class CallRule:
     mirror: Callable | None = None
     allocates_through: int | None = None
     copies: tuple[int, int, int] | None = None
+    runtime_activity: bool = False
     forward: Callable | None = None
     augment: Callable | None = None
     reverse: Callable | None = None

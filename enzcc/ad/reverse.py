@@ -33,6 +33,7 @@ from enzcc.ad.prepare import clone_body, finalize, new_derivative_function, prep
 from enzcc.ad.promote import promote_single_block_slots
 from enzcc.ad.rules import load_rules
 from enzcc.ad.errors import ad_error
+import enzcc.ad.runtime_activity as runtime_activity
 from enzcc.ad.shadow import Shadows, describe_pointer
 from enzcc.ad.spill import spill_crossing_values
 from enzcc.ad.tape import Tape
@@ -144,9 +145,11 @@ class ReverseMode(AdjointGenerator, CacheUtility):
         if self.width > 1:
             self._isolate_lane_calls()
         self.ret_block = return_block(G)
-        self.activity = Activity(G, self.kinds, self.active_return, "reverse")
+        self.activity = Activity(G, self.kinds, self.active_return, "reverse", self.dc.runtime_activity)
         self.memtypes = memory_types_for(self.dc, G, G.args)
         check_atomics(self, list(G.instructions()), self.concurrent)
+        if runtime_activity.enabled(self.activity):
+            runtime_activity.check_calls(self, list(G.instructions()), f"the derivative of '{self.dc.fn.name}'")
         self.dt = DominatorTree(G)
         self.loops = LoopInfo(G, self.dt)
         self.blocks = reverse_post_order(G)
@@ -162,6 +165,8 @@ class ReverseMode(AdjointGenerator, CacheUtility):
             self.lane_shadows.append(shadows)
         self._use_lane(0)
         self._copy_pointer_shadows(primal)
+        if runtime_activity.enabled(self.activity):
+            runtime_activity.guard_lost_stores(self, [i for _, insts in primal for i in insts])
         self.tape = Tape(self.module, G)
         self.written_bases = None if self.split else self._written_bases()
         """Argument and global memory the function writes (:meth:`_written_bases`); None: unknown."""
@@ -234,6 +239,7 @@ class ReverseMode(AdjointGenerator, CacheUtility):
                     continue
                 kind = self.memtypes.copy_kind(inst)
                 fields = self.memtypes.copy_fields(inst) if kind is None else None
+                ra = runtime_activity.enabled(self.activity)
                 if fields is not None:  # a record of floats and pointers: its pointer fields' shadows
                     b = IRBuilder.after(inst)
                     for shadows in self.lane_shadows:
@@ -242,17 +248,25 @@ class ReverseMode(AdjointGenerator, CacheUtility):
                                 off = [ConstantInt(T.i64, at)]
                                 p = ConstantNull(T.ptr) if not self.activity.is_active_ptr(src) else \
                                     b.load(T.ptr, b.gep(T.i8, shadows.of(src, inst), off))
-                                b.store(p, b.gep(T.i8, shadows.of(dest, inst), off))
+                                slot = b.gep(T.i8, shadows.of(dest, inst), off)
+                                if ra:  # (inactive memory: the pointer the copy put there)
+                                    p = runtime_activity.shadow_or_primal(
+                                        b, runtime_activity.differs(b, dest, shadows.of(dest, inst)), p,
+                                        b.load(T.ptr, b.gep(T.i8, dest, off)))
+                                b.store(p, slot)
                     continue
                 if not isinstance(kind, T.PointerType):
                     continue
                 b = IRBuilder.after(inst)
                 for shadows in self.lane_shadows:
+                    n = inst.args[2]
+                    if ra:  # (inactive memory: nothing copied into it)
+                        n = runtime_activity.count_or_zero(b, runtime_activity.differs(b, dest, shadows.of(dest, inst)),
+                                                           n)
                     if self.activity.is_active_ptr(src):
-                        b.call(inst.callee, [shadows.of(dest, inst), shadows.of(src, inst), inst.args[2],
-                                             inst.args[3]])
+                        b.call(inst.callee, [shadows.of(dest, inst), shadows.of(src, inst), n, inst.args[3]])
                     else:
-                        b.memset(shadows.of(dest, inst), 0, inst.args[2])
+                        b.memset(shadows.of(dest, inst), 0, n)
 
     def _isolate_lane_calls(self) -> None:
         """Vector mode: each call whose reverse is made once for all lanes (a call that is not inlined, a

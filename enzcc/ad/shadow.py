@@ -176,6 +176,8 @@ class Shadows:
 
         if isinstance(v, Call) and is_user_call(v):
             raise not_inlined_error(v, f"returns {v.type}")
+        if self.activity.runtime_activity:
+            return v  # (runtime activity: its own shadow, inactive where it is the one chosen)
         raise ad_error(f"a {user.opcode} mixes memory with derivatives and {describe_pointer(v)}, which has no "
                        "shadow memory (such as a constant table or a buffer never used for floating-point data)",
                        user, fn=self.fn)
@@ -212,7 +214,12 @@ class Shadows:
             # a pointer without derivatives: its shadow slot holds null
             shadow_val = ConstantNull(val.type)
         dest = self.of(store.pointer, store)
-        IRBuilder.after(store).store(shadow_val, dest, align=store.align)
+        b = IRBuilder.after(store)
+        if self.activity.runtime_activity:  # (the primal pointer again where the memory is inactive)
+            from enzcc.ad.runtime_activity import differs, shadow_or_primal
+
+            shadow_val = shadow_or_primal(b, differs(b, store.pointer, dest), shadow_val, val)
+        b.store(shadow_val, dest, align=store.align)
 
     def _shadow_allocation(self, call: Call) -> Value:
         """A zero-filled shadow allocation of the same size, always from the C heap (it is released with
@@ -262,6 +269,9 @@ class Shadows:
         adjoints back into it at the realloc (see :func:`realloc_old_shadow`); forward mode frees it, as the
         primal's memory was."""
         module = self.fn.module
+        if self.activity.runtime_activity and self.has(call.args[0]):
+            raise ad_error("enzyme_runtime_activity with realloc of memory with derivatives is not supported", call,
+                           fn=self.fn)
         old = self.shadow_or_null(call.args[0])
         size = to_i64(b, call.args[1])
         s = b.call(module.get_or_insert_function("malloc", T.FunctionType(T.ptr, (T.i64,))), [size])

@@ -9,6 +9,7 @@ its shadow; ``realloc`` gives the adjoints of the bytes it moved back to the old
 
 from __future__ import annotations
 
+import enzcc.ad.runtime_activity as runtime_activity
 import enzcc.ad.shadow_reuse as shadow_reuse
 from enzcc.ad.activity import is_allocation
 from enzcc.ad.adjoint import SHADOW_FREE
@@ -17,6 +18,7 @@ from enzcc.ad.errors import ad_error
 from enzcc.ad.hints import hints_of
 from enzcc.ad.memory import is_thread_private
 from enzcc.ad.registry import CallRule, register
+from enzcc.ad.runtime_activity import no_adjoint
 from enzcc.ad.shadow import to_i64, usable_size
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
@@ -31,15 +33,29 @@ FREE = ("free", "_ZdlPv", "_ZdlPvm", "_ZdaPv")
 
 def _forward_memset(mode, inst: Call) -> bool:
     if mode.activity.is_active_ptr(inst.args[0]):
-        IRBuilder.after(inst).memset(mode.shadows.of(inst.args[0], inst), 0, inst.args[2])
+        b = IRBuilder.after(inst)
+        sp = mode.shadows.of(inst.args[0], inst)
+        b.memset(sp, 0, _ra_count(mode, b, inst.args[0], sp, inst.args[2]))
     return True
 
 
 def _reverse_memset(mode, inst: Call, entry, block, b: IRBuilder) -> bool:
     dest = inst.args[0]
     if mode.activity.is_active_ptr(dest):
-        b.memset(mode._shadow(dest, block, b, inst), 0, mode._primal(inst.args[2], block, b))
+        sp = mode._shadow(dest, block, b, inst)
+        n = mode._primal(inst.args[2], block, b)
+        if runtime_activity.enabled(mode.activity):
+            n = runtime_activity.count_or_zero(b, runtime_activity.differs(b, mode._primal(dest, block, b), sp), n)
+        b.memset(sp, 0, n)
     return True
+
+
+def _ra_count(mode, b: IRBuilder, p: Value, sp: Value, n: Value) -> Value:
+    """Forward code: the byte count ``n`` of code on shadow ``sp`` of ``p``; with runtime activity, zero where the
+    shadow is the memory itself (:mod:`enzcc.ad.runtime_activity`)."""
+    if not runtime_activity.enabled(mode.activity):
+        return n
+    return runtime_activity.count_or_zero(b, runtime_activity.differs(b, p, sp), n)
 
 
 # -- memcpy, memmove ------------------------------------------------------------------------------------------
@@ -47,12 +63,30 @@ def _reverse_memset(mode, inst: Call, entry, block, b: IRBuilder) -> bool:
 def _forward_memcpy(mode, inst: Call) -> bool:
     act = mode.activity
     dest, src = inst.args[0], inst.args[1]
-    if act.is_active_ptr(dest):
+    if act.is_active_ptr(dest) and runtime_activity.enabled(act):
+        _forward_memcpy_at_run_time(mode, inst)
+    elif act.is_active_ptr(dest):
         if act.is_active_ptr(src):
             call_again(inst, [mode.shadows.of(dest, inst), mode.shadows.of(src, inst), *inst.args[2:]])
         else:
             IRBuilder.after(inst).memset(mode.shadows.of(dest, inst), 0, inst.args[2])
     return True
+
+
+def _forward_memcpy_at_run_time(mode, inst: Call) -> None:
+    """With runtime activity: the copy of the tangents where both shadows are other memory; a zero-filled
+    destination shadow where only the destination's is; nothing where the destination's shadow is itself."""
+    dest, src, n = inst.args[0], inst.args[1], inst.args[2]
+    b = IRBuilder.after(inst)
+    sd = mode.shadows.of(dest, inst)
+    to = runtime_activity.differs(b, dest, sd)
+    if mode.activity.is_active_ptr(src):
+        ss = mode.shadows.of(src, inst)
+        both = b.and_(to, runtime_activity.differs(b, src, ss))
+        callee = inst.callee.resolve() if hasattr(inst.callee, "resolve") else inst.callee
+        b.call(callee, [sd, ss, runtime_activity.count_or_zero(b, both, n), *inst.args[3:]])
+        to = b.and_(to, b.xor(both, ConstantInt(T.i1, 1)))
+    b.memset(sd, 0, runtime_activity.count_or_zero(b, to, n))
 
 
 def _reverse_copy(mode, inst: Call, entry, block, b: IRBuilder) -> bool:
@@ -94,7 +128,11 @@ def _forward_free(mode, inst: Call) -> bool:
     p = inst.args[0]
     if mode._releases_shadow(p):
         free = mode.module.get_or_insert_function("free", T.FunctionType(T.void, (T.ptr,)))
-        IRBuilder.after(inst).call(free, [mode.shadows.of(p)])
+        b = IRBuilder.after(inst)
+        shadow = mode.shadows.of(p)
+        if runtime_activity.enabled(mode.activity):  # (the memory itself: released once, by the primal)
+            shadow = b.select(runtime_activity.differs(b, p, shadow), shadow, ConstantNull(T.ptr))
+        b.call(free, [shadow])
     return True
 
 
@@ -141,7 +179,11 @@ def _reverse_memcpy(self, inst: Call, block, b: IRBuilder) -> None:
     if kind is None and not act.is_active_ptr(src):
         # bytes without derivatives overwrite memory with them: whatever they are, the copy's shadow is zero
         # (the forward sweep zeroed it too), and so is the adjoint of what they overwrote
-        b.memset(self._shadow(dest, block, b, inst), 0, self._primal(size, block, b))
+        sd = self._shadow(dest, block, b, inst)
+        n = self._primal(size, block, b)
+        if runtime_activity.enabled(self.activity):
+            n = runtime_activity.count_or_zero(b, runtime_activity.differs(b, self._primal(dest, block, b), sd), n)
+        b.memset(sd, 0, n)
         return
     if kind is None:
         fields = self.memtypes.copy_fields(inst)
@@ -152,11 +194,16 @@ def _reverse_memcpy(self, inst: Call, block, b: IRBuilder) -> None:
         if act.is_active_ptr(dest):  # each float field's adjoint goes back to the source's
             ddest = self._shadow(dest, block, b, inst)
             dsrc = self._shadow(src, block, b, inst)
+            to, back = _ra_copy_conditions(self, b, block, dest, ddest, src, dsrc)
             for at, k in fields:
                 if isinstance(k, T.FloatType):
                     pd, ps = b.gep(T.i8, ddest, [ConstantInt(T.i64, at)]), b.gep(T.i8, dsrc, [ConstantInt(T.i64, at)])
                     d = b.load(k, pd)
-                    b.store(IRBuilder.const_zero(k), pd)
+                    if to is None:
+                        b.store(IRBuilder.const_zero(k), pd)
+                    else:  # (runtime activity: nothing taken from inactive memory, nothing given back to it)
+                        b.store(b.select(to, IRBuilder.const_zero(k), d), pd)
+                        d = b.select(back, d, no_adjoint(k))
                     self._add_to_memory(b, src, ps, d, None)  # (atomically where other threads may add too)
         return
     if isinstance(kind, T.PointerType) or isinstance(kind, T.IntType):
@@ -170,15 +217,33 @@ def _reverse_memcpy(self, inst: Call, block, b: IRBuilder) -> None:
         raise ad_error(f"the reverse of a memcpy of {kind} in code that runs in several threads at once (an OpenMP "
                        "parallel region, a GPU kernel) is not supported", inst)
     helper = self.tape.memcpy_adjoint_helper(kind, atomic=self.concurrent and not is_thread_private(src))
-    b.call(helper, [ddest, dsrc if dsrc is not None else ddest, n,
-                    ConstantInt(T.i1, int(dsrc is not None))])
+    has_src = ConstantInt(T.i1, int(dsrc is not None))
+    to, back = _ra_copy_conditions(self, b, block, dest, ddest, src, dsrc)
+    if to is not None:  # (runtime activity: nothing taken from inactive memory, nothing given back to it)
+        n = runtime_activity.count_or_zero(b, to, n)
+        has_src = back
+        dsrc = b.select(back, dsrc, ddest) if dsrc is not None else None
+    b.call(helper, [ddest, dsrc if dsrc is not None else ddest, n, has_src])
 
 
-register(CallRule("memory", forward=_forward_memset, reverse=_reverse_memset), prefixes=("llvm.memset",))
-register(CallRule("memory", forward=_forward_memcpy, reverse=_reverse_copy), prefixes=("llvm.memcpy", "llvm.memmove"))
-register(CallRule("memory", forward=_forward_allocation, reverse=_reverse_allocation), names=("posix_memalign",),
-         match=is_allocation)
+def _ra_copy_conditions(self, b: IRBuilder, block, dest, ddest, src, dsrc):
+    """With runtime activity, the reverse of a copy: (the destination's shadow is other memory, and so is the
+    source's as well); (None, None) without it."""
+    if not runtime_activity.enabled(self.activity):
+        return None, None
+    to = runtime_activity.differs(b, self._primal(dest, block, b), ddest)
+    if dsrc is None:
+        return to, ConstantInt(T.i1, 0)
+    return to, b.and_(to, runtime_activity.differs(b, self._primal(src, block, b), dsrc))
+
+
+register(CallRule("memory", forward=_forward_memset, reverse=_reverse_memset, runtime_activity=True),
+         prefixes=("llvm.memset",))
+register(CallRule("memory", forward=_forward_memcpy, reverse=_reverse_copy, runtime_activity=True),
+         prefixes=("llvm.memcpy", "llvm.memmove"))
+register(CallRule("memory", forward=_forward_allocation, reverse=_reverse_allocation, runtime_activity=True),
+         names=("posix_memalign",), match=is_allocation)
 # (the reverse of a release is nothing: a shadow goes at the reverse of its allocation)
-register(CallRule("memory", inactive=True, forward=_forward_free), names=FREE)
+register(CallRule("memory", inactive=True, forward=_forward_free, runtime_activity=True), names=FREE)
 
 __all__ = ["FREE"]

@@ -1,0 +1,384 @@
+"""``enzyme_runtime_activity``: a pointer whose shadow is the pointer itself when the derivative runs is inactive
+(``enzyme_dup, x, x``); a pointer without a shadow merged with one that has one (a select or phi between an
+``enzyme_const`` buffer and an ``enzyme_dup`` one) is its own shadow. Derivatives are never read from, added
+to or written over such memory, so the primal values there stay intact; where that would lose a derivative
+(a value with derivatives stored there and read back for a result), the program stops with a message, or, for
+memory reached only through an ``enzyme_const`` argument, compilation is refused. Every gradient is checked
+against analytic values and central finite differences, at -O0 and -O2, in reverse and forward mode. (Before
+runtime activity was built, the marker itself was refused: each of these tests failed.)"""
+
+import pytest
+
+from adharness import PRELUDE, assert_close, build_and_run
+from enzcc_testing import need
+
+pytestmark = need("clang-22")
+
+OPTS = ["-O0", "-O2"]
+
+RA = PRELUDE + r"""
+extern int enzyme_runtime_activity;
+void __enzyme_augmentfwd(void *, ...);
+"""
+
+
+def _run(enzcc, src, opt, *args):
+    """Build ``src`` and run it with ``args``, without checking its exit status."""
+    enzcc.write("t.c", RA + src)
+    enzcc(opt, "t.c", "-lm", "-o", "t")
+    return enzcc.run("./t", *args, check=False)
+
+
+def _values(out: str) -> dict:
+    v = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            v[parts[0]] = float(parts[1])
+    return v
+
+
+# -- 1. enzyme_dup, x, x: x has no derivative in this call, and its values are left alone ----------------------
+
+ALIASED = r"""
+/* reads x and y, writes out */
+double f(double *x, double *y, double *out, int n) {
+  double s = 0;
+  for (int i = 0; i < n; i++) { out[i] = x[i] * y[i]; s += x[i] * sin(y[i]) + y[i] * y[i] * x[0]; }
+  return s;
+}
+static double fy(double *x, double *y, int k, double h) {
+  double out[3], yy[3] = {y[0], y[1], y[2]}; yy[k] += h; return f(x, yy, out, 3);
+}
+int main(void) {
+  double x[3] = {1.5, -2, 0.75}, y[3] = {0.3, 1.1, -0.4}, out[3] = {0}, dy[3] = {0};
+  __enzyme_autodiff((void *)f, enzyme_runtime_activity, enzyme_dup, x, x, enzyme_dup, y, dy,
+                    enzyme_dup, out, out, enzyme_const, 3);
+  for (int k = 0; k < 3; k++) {
+    char name[16];
+    sprintf(name, "ad.r%d", k); report(name, dy[k]);
+    sprintf(name, "an.r%d", k); report(name, x[k] * cos(y[k]) + 2 * y[k] * x[0]);
+    sprintf(name, "fd.r%d", k); report(name, (fy(x, y, k, 1e-6) - fy(x, y, k, -1e-6)) / 2e-6);
+    sprintf(name, "x.r%d", k); report(name, x[k]);         /* untouched */
+    sprintf(name, "out.r%d", k); report(name, out[k]);     /* the primal's values, not derivatives */
+  }
+  double ty[3] = {1, 1, 1};
+  for (int k = 0; k < 3; k++) out[k] = 0;
+  double t = __enzyme_fwddiff((void *)f, enzyme_runtime_activity, enzyme_dup, x, x, enzyme_dup, y, ty,
+                              enzyme_dup, out, out, enzyme_const, 3);
+  report("ad.f", t);
+  double an = 0;
+  for (int k = 0; k < 3; k++) an += x[k] * cos(y[k]) + 2 * y[k] * x[0];
+  report("an.f", an);
+  for (int k = 0; k < 3; k++) {
+    char name[16];
+    sprintf(name, "x.f%d", k); report(name, x[k]);
+    sprintf(name, "out.f%d", k); report(name, out[k]);
+  }
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", OPTS)
+def test_shadow_that_is_the_memory_itself(enzcc, opt):
+    v = build_and_run(enzcc, "extern int enzyme_runtime_activity;\n" + ALIASED, opt)
+    assert_close(v, "ad.", "an.", rel=1e-12)
+    assert_close(v, "ad.r", "fd.r", rel=1e-6)
+    x, y = [1.5, -2, 0.75], [0.3, 1.1, -0.4]
+    for k in range(3):
+        assert v[f"x.r{k}"] == x[k] and v[f"x.f{k}"] == x[k]
+        assert v[f"out.r{k}"] == x[k] * y[k] and v[f"out.f{k}"] == x[k] * y[k]
+
+
+# -- 2. an enzyme_const buffer and an enzyme_dup one merged in a select and a phi ---------------------------------
+
+MIXED = r"""
+double pick(double *a, const double *c, int k) {     /* a select: either buffer */
+  const double *p = k ? a : c;
+  return p[0] * p[1] + a[0] * a[2];
+}
+double alternate(double *a, double *c, int n) {      /* a phi: one buffer, then the other */
+  double s = 0;
+  for (int i = 0; i < n; i++) { double *p = (i & 1) ? c : a; s += p[i] * p[i] * p[i]; }
+  return s;
+}
+static double fd_pick(double *a, double *c, int k, int i) {
+  double h = 1e-6, ap[3] = {a[0], a[1], a[2]}, am[3] = {a[0], a[1], a[2]};
+  ap[i] += h; am[i] -= h;
+  return (pick(ap, c, k) - pick(am, c, k)) / (2 * h);
+}
+int main(void) {
+  double a[4] = {1.25, -0.5, 2, 3}, c[4] = {5, 6, 7, 8}, da[4], ta[4];
+  for (int k = 0; k < 2; k++) {
+    for (int i = 0; i < 4; i++) da[i] = 0;
+    __enzyme_autodiff((void *)pick, enzyme_runtime_activity, enzyme_dup, a, da, enzyme_const, c, enzyme_const, k);
+    double an[3] = {(k ? a[1] : 0) + a[2], k ? a[0] : 0, a[0]};
+    for (int i = 0; i < 3; i++) {
+      char name[24];
+      sprintf(name, "ad.pick%d%d", k, i); report(name, da[i]);
+      sprintf(name, "an.pick%d%d", k, i); report(name, an[i]);
+      sprintf(name, "fd.pick%d%d", k, i); report(name, fd_pick(a, c, k, i));
+      ta[0] = ta[1] = ta[2] = 0; ta[i] = 1;
+      sprintf(name, "ad.fpick%d%d", k, i);
+      report(name, __enzyme_fwddiff((void *)pick, enzyme_runtime_activity, enzyme_dup, a, ta, enzyme_const, c,
+                                    enzyme_const, k));
+      sprintf(name, "an.fpick%d%d", k, i); report(name, an[i]);
+    }
+  }
+  for (int i = 0; i < 4; i++) da[i] = 0, ta[i] = 1;
+  __enzyme_autodiff((void *)alternate, enzyme_runtime_activity, enzyme_dup, a, da, enzyme_const, c, enzyme_const, 4);
+  for (int i = 0; i < 4; i++) {
+    char name[16];
+    sprintf(name, "ad.alt%d", i); report(name, da[i]);
+    sprintf(name, "an.alt%d", i); report(name, (i & 1) ? 0 : 3 * a[i] * a[i]);
+  }
+  report("ad.falt", __enzyme_fwddiff((void *)alternate, enzyme_runtime_activity, enzyme_dup, a, ta, enzyme_const, c,
+                                     enzyme_const, 4));
+  report("an.falt", 3 * a[0] * a[0] + 3 * a[2] * a[2]);
+  report("c0", c[0]); report("c1", c[1]); report("c3", c[3]);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", OPTS)
+def test_const_buffer_mixed_with_active_one(enzcc, opt):
+    v = build_and_run(enzcc, "extern int enzyme_runtime_activity;\n" + MIXED, opt)
+    assert_close(v, "ad.", "an.", rel=1e-12)
+    assert_close(v, "ad.pick", "fd.pick", rel=1e-6)
+    assert (v["c0"], v["c1"], v["c3"]) == (5, 6, 8)
+
+
+def test_const_buffer_mixed_without_the_marker_is_refused(enzcc):
+    enzcc.write("e.c", PRELUDE + MIXED.replace("enzyme_runtime_activity, ", "").replace(
+        "int main(void)", "extern int enzyme_runtime_activity;\nint main(void)"))
+    r = enzcc("-O2", "e.c", "-lm", "-o", "e", check=False)
+    assert r.returncode != 0 and "mixes memory with derivatives" in r.stderr, r.stderr
+
+
+# -- 3. Enzyme's BLAS program with runtime activity, in plain C: each argument in turn inactive at run time -------
+
+BLAS = r"""
+/* y = alpha A x + beta y, A m x n, row-major */
+void gemv(int m, int n, double alpha, double *A, double *x, double beta, double *y) {
+  for (int i = 0; i < m; i++) {
+    y[i] = beta * y[i];
+    for (int j = 0; j < n; j++) y[i] += alpha * A[i * n + j] * x[j];
+  }
+}
+double dot(int n, double *a, double *b) { double s = 0; for (int i = 0; i < n; i++) s += a[i] * b[i]; return s; }
+
+static double Ai[6] = {1, 2, 3, 4, 5, 6}, xi[3] = {0.5, -1, 2}, yi[2] = {3, -4}, dyi[2] = {1.5, -0.25};
+static double A[6], x[3], y[2], dA[6], dx[3], dy[2];
+static void reset(void) {
+  for (int k = 0; k < 6; k++) A[k] = Ai[k], dA[k] = 0;
+  for (int k = 0; k < 3; k++) x[k] = xi[k], dx[k] = 0;
+  for (int k = 0; k < 2; k++) y[k] = yi[k], dy[k] = dyi[k];
+}
+static void show(const char *what, double *v, const double *expect, int n) {
+  char name[32];
+  for (int k = 0; k < n; k++) {
+    sprintf(name, "ad.%s%d", what, k); report(name, v[k]);
+    sprintf(name, "an.%s%d", what, k); report(name, expect[k]);
+  }
+}
+int main(void) {
+  const double alpha = 0.5, beta = 2;
+  double yout[2], zero[6] = {0}, ex[6], ed[2];
+  for (int i = 0; i < 2; i++) { yout[i] = beta * yi[i]; for (int j = 0; j < 3; j++) yout[i] += alpha * Ai[i*3+j] * xi[j]; }
+  for (int i = 0; i < 2; i++) ed[i] = beta * dyi[i];
+
+  /* dot with b inactive at run time: da = b, b untouched */
+  reset();
+  __enzyme_autodiff((void *)dot, enzyme_runtime_activity, enzyme_const, 3, enzyme_dup, A, dA, enzyme_dup, x, x);
+  show("dot_da", dA, xi, 3); show("dot_b", x, xi, 3);
+
+  /* gemv, x inactive at run time: dA = alpha dy x^T, dy = beta dy */
+  reset();
+  __enzyme_autodiff((void *)gemv, enzyme_runtime_activity, enzyme_const, 2, enzyme_const, 3, enzyme_const, alpha, enzyme_dup, A, dA,
+                    enzyme_dup, x, x, enzyme_const, beta, enzyme_dup, y, dy);
+  for (int i = 0; i < 2; i++) for (int j = 0; j < 3; j++) ex[i*3+j] = alpha * dyi[i] * xi[j];
+  show("gx_dA", dA, ex, 6); show("gx_dy", dy, ed, 2); show("gx_x", x, xi, 3); show("gx_y", y, yout, 2);
+
+  /* gemv, A inactive at run time: dx = alpha A^T dy, dy = beta dy */
+  reset();
+  __enzyme_autodiff((void *)gemv, enzyme_runtime_activity, enzyme_const, 2, enzyme_const, 3, enzyme_const, alpha, enzyme_dup, A, A,
+                    enzyme_dup, x, dx, enzyme_const, beta, enzyme_dup, y, dy);
+  for (int j = 0; j < 3; j++) { ex[j] = 0; for (int i = 0; i < 2; i++) ex[j] += alpha * Ai[i*3+j] * dyi[i]; }
+  show("gA_dx", dx, ex, 3); show("gA_dy", dy, ed, 2); show("gA_A", A, Ai, 6); show("gA_y", y, yout, 2);
+
+  /* gemv, y inactive at run time: nothing flows (its derivative is not wanted), y gets its primal values */
+  reset();
+  __enzyme_autodiff((void *)gemv, enzyme_runtime_activity, enzyme_const, 2, enzyme_const, 3, enzyme_const, alpha, enzyme_dup, A, dA,
+                    enzyme_dup, x, dx, enzyme_const, beta, enzyme_dup, y, y);
+  show("gy_dA", dA, zero, 6); show("gy_dx", dx, zero, 3); show("gy_y", y, yout, 2);
+
+  /* forward mode, y inactive at run time: y gets its primal values, not tangents */
+  reset();
+  double tA[6] = {1, 1, 1, 1, 1, 1};
+  __enzyme_fwddiff((void *)gemv, enzyme_runtime_activity, enzyme_const, 2, enzyme_const, 3, enzyme_const, alpha, enzyme_dup, A, tA,
+                   enzyme_dup, x, x, enzyme_const, beta, enzyme_dup, y, y);
+  show("fy_y", y, yout, 2);
+  /* forward mode, x inactive at run time: dy = alpha tA x */
+  reset();
+  double ty[2] = {0, 0}, et[2];
+  __enzyme_fwddiff((void *)gemv, enzyme_runtime_activity, enzyme_const, 2, enzyme_const, 3, enzyme_const, alpha, enzyme_dup, A, tA,
+                   enzyme_dup, x, x, enzyme_const, beta, enzyme_dup, y, ty);
+  for (int i = 0; i < 2; i++) { et[i] = 0; for (int j = 0; j < 3; j++) et[i] += alpha * xi[j]; }
+  show("fx_ty", ty, et, 2); show("fx_x", x, xi, 3);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", OPTS)
+def test_blas_like_arguments_inactive_at_run_time(enzcc, opt):
+    v = build_and_run(enzcc, "extern int enzyme_runtime_activity;\n" + BLAS, opt)
+    assert_close(v, "ad.", "an.", rel=1e-12, abs_=1e-13)
+
+
+# -- 4. a function that writes through a pointer passed without derivatives -------------------------------------
+
+CONST_OUT = r"""
+double h(double *out, const double *x) { out[0] = x[0] * x[0]; return x[0] * x[1]; }   /* out never read back */
+double g(double *s, const double *x, int n) {       /* s read back after the store, through a loop */
+  for (int i = 0; i < n; i++) s[i] = x[i] * x[i];
+  double t = 0;
+  for (int i = 0; i < n; i++) t += s[i] * s[n - 1 - i];
+  return t;
+}
+struct S { double v[3]; };
+double cp(struct S *dst, const struct S *src) { *dst = *src; return dst->v[0] * dst->v[1] + src->v[2]; }
+int main(int argc, char **argv) {
+  double out[1] = {0}, x[2] = {2, 5}, dx[2] = {0}, s[2], ds[2] = {0};
+  __enzyme_autodiff((void *)h, enzyme_runtime_activity, enzyme_const, out, enzyme_dup, x, dx);
+  report("ad.h0", dx[0]); report("an.h0", x[1]); report("ad.h1", dx[1]); report("an.h1", x[0]);
+  report("out", out[0]);
+  dx[0] = dx[1] = 0;
+  __enzyme_autodiff((void *)g, enzyme_runtime_activity, enzyme_dup, s, ds, enzyme_dup, x, dx, enzyme_const, 2);
+  report("ad.g0", dx[0]); report("an.g0", 4 * x[0] * x[1] * x[1]);
+  report("ad.g1", dx[1]); report("an.g1", 4 * x[1] * x[0] * x[0]);
+  struct S a = {{1, 2, 3}}, d, dd = {{0}}, da = {{0}};
+  __enzyme_autodiff((void *)cp, enzyme_runtime_activity, enzyme_dup, &d, &dd, enzyme_dup, &a, &da);
+  report("ad.cp0", da.v[0]); report("an.cp0", 2); report("ad.cp1", da.v[1]); report("an.cp1", 1);
+  report("ad.cp2", da.v[2]); report("an.cp2", 1);
+  fflush(stdout);
+  if (argc > 1 && argv[1][0] == 'g') {   /* s is its own shadow: the derivative would be lost */
+    dx[0] = dx[1] = 0;
+    if (argv[1][1] == 'f') { double t[2] = {1, 0}; __enzyme_fwddiff((void *)g, enzyme_runtime_activity, enzyme_dup, s, s, enzyme_dup, x, t, enzyme_const, 2); }
+    else __enzyme_autodiff((void *)g, enzyme_runtime_activity, enzyme_dup, s, s, enzyme_dup, x, dx, enzyme_const, 2);
+    report("lost", dx[0]);
+  }
+  if (argc > 1 && argv[1][0] == 'c') {   /* the copy's destination is its own shadow */
+    __enzyme_autodiff((void *)cp, enzyme_runtime_activity, enzyme_dup, &d, &d, enzyme_dup, &a, &da);
+    report("lost", da.v[0]);
+  }
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", OPTS)
+def test_writes_through_pointers_passed_without_derivatives(enzcc, opt):
+    r = _run(enzcc, CONST_OUT, opt)
+    assert r.returncode == 0, r.stderr
+    v = _values(r.stdout)
+    assert_close(v, "ad.", "an.", rel=1e-12)
+    assert v["out"] == 4
+
+
+@pytest.mark.parametrize("opt", OPTS)
+@pytest.mark.parametrize("case", ["g", "gf", "c"])
+def test_lost_derivative_stops_the_program(enzcc, opt, case):
+    r = _run(enzcc, CONST_OUT, opt, case)
+    assert r.returncode != 0 and "lost" not in r.stdout, (r.stdout, r.stderr)
+    assert "enzcc: enzyme_runtime_activity: in '" in r.stderr and "its derivative would be lost" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+SCRATCH = r"""
+struct plan { int n; double *scratch; };
+void f(const struct plan *p, const double *x, double *y) {
+  for (int i = 0; i < p->n; i++) p->scratch[i] = x[i] * x[i];
+  double s = 0;
+  for (int i = 0; i < p->n; i++) s += p->scratch[i];
+  *y = s;
+}
+int main(void) {
+  double buf[3], x[3] = {1, 2, 3}, dx[3] = {0}, y = 0, dy = 1;
+  struct plan pl = {3, buf};
+  __enzyme_autodiff((void *)f, enzyme_runtime_activity, enzyme_const, &pl, enzyme_dup, x, dx, enzyme_dup, &y, &dy);
+  printf("%g %g %g\n", dx[0], dx[1], dx[2]);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", OPTS)
+def test_const_scratch_read_back_is_still_refused(enzcc, opt):
+    """Memory reached only through an enzyme_const argument has no shadow: runtime activity cannot keep a
+    derivative there, so the mismatched-activity refusal stays (never a zero), and says so."""
+    enzcc.write("e.c", RA + SCRATCH)
+    r = enzcc(opt, "e.c", "-o", "e", check=False)
+    assert r.returncode != 0 and not (enzcc.cwd / "e").exists()
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "mismatched activity" in lines[0] and \
+        "enzyme_runtime_activity does not help" in lines[0], r.stderr
+
+
+# -- 5. calls that are not inlined: their derived functions are made with runtime activity too ----------------------
+
+RECURSIVE = r"""
+double rsum(const double *a, const double *b, int n) { return n == 0 ? 0 : a[n-1] * sin(b[n-1]) + rsum(a, b, n - 1); }
+int main(void) {
+  double a[3] = {1, 2, 3}, b[3] = {0.5, 0.25, 1}, db[3] = {0}, t[3] = {1, 1, 1};
+  __enzyme_autodiff((void *)rsum, enzyme_runtime_activity, enzyme_dup, a, a, enzyme_dup, b, db, enzyme_const, 3);
+  for (int k = 0; k < 3; k++) {
+    char name[16];
+    sprintf(name, "ad.%d", k); report(name, db[k]);
+    sprintf(name, "an.%d", k); report(name, a[k] * cos(b[k]));
+  }
+  report("ad.f", __enzyme_fwddiff((void *)rsum, enzyme_runtime_activity, enzyme_dup, a, t, enzyme_dup, b, b,
+                                  enzyme_const, 3));
+  report("an.f", sin(b[0]) + sin(b[1]) + sin(b[2]));
+  report("a0", a[0]); report("b0", b[0]);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", OPTS)
+def test_recursive_calls(enzcc, opt):
+    v = build_and_run(enzcc, "extern int enzyme_runtime_activity;\n" + RECURSIVE, opt)
+    assert_close(v, "ad.", "an.", rel=1e-12)
+    assert v["a0"] == 1 and v["b0"] == 0.5
+
+
+# -- 6. what runtime activity does not cover: one line each ----------------------------------------------------------
+
+@pytest.mark.parametrize("src, message", [
+    (r"""
+double cblas_ddot(int n, const double *x, int incx, const double *y, int incy);
+double f(double *a, double *b) { return cblas_ddot(3, a, 1, b, 1); }
+int main(void) { double a[3], b[3], da[3];
+  __enzyme_autodiff((void *)f, enzyme_runtime_activity, enzyme_dup, a, da, enzyme_dup, b, b); return 0; }
+""", "enzyme_runtime_activity with a call to 'cblas_ddot' given memory with derivatives is not supported"),
+    (r"""
+double f(double *a) { return a[0] * a[0]; }
+int main(void) { double a[1], da[1], t;
+  __enzyme_augmentfwd((void *)f, enzyme_runtime_activity, enzyme_dup, a, da); return 0; }
+""", "enzyme_runtime_activity is supported with __enzyme_fwddiff and __enzyme_autodiff, not __enzyme_augmentfwd"),
+    (r"""
+extern int enzyme_width;
+double f(double *a) { return a[0] * a[0]; }
+int main(void) { double a[1], d0[1], d1[1];
+  __enzyme_fwddiff((void *)f, enzyme_runtime_activity, enzyme_width, 2, enzyme_dup, a, d0, d1); return 0; }
+""", "enzyme_runtime_activity with enzyme_width is not supported"),
+], ids=["blas-call", "split-mode", "vector-mode"])
+def test_refusals(enzcc, src, message):
+    enzcc.write("e.c", RA + src)
+    r = enzcc("-O2", "e.c", "-lm", "-o", "e", check=False)
+    assert r.returncode not in (0, 134) and "Traceback" not in r.stderr, r.stderr
+    lines = [l for l in r.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and message in lines[0], r.stderr
