@@ -822,6 +822,9 @@ def _finish_fn(module, tape):
     shadow, a receive's shadow zeroed (not for ``MPI_PROC_NULL``, which wrote nothing); the record freed."""
     def build(b, rec):
         e = _Emit(b, module)
+        never = b.icmp("eq", b.load(_PTR, _field(b, rec, TMP)), ConstantNull(_PTR))
+        fail_call_at_run_time_if(module, b, never, "an MPI_Isend or MPI_Irecv of a differentiated function whose "
+                                 "request no MPI_Wait or MPI_Waitall of that function completes is not supported")
         e.mpi("MPI_Wait", [_field(b, rec, REQ), ConstantNull(_PTR)])
         f = _fields(b, rec)
         has = _nonnull(e, f[BUF])
