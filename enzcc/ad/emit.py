@@ -80,6 +80,35 @@ def fail_call_at_run_time_if(module, b: IRBuilder, condition: Value, message: st
     b.call(fn, [condition])
 
 
+def call_if(module, b: IRBuilder, condition: Value, callee, args: list) -> Value | None:
+    """At ``b``: ``condition ? callee(args) : zero`` through an internal function that makes the call only when
+    ``condition`` (an ``i1``) is true, so the call itself is not made otherwise (a BLAS routine on a shadow that is
+    the primal memory, with runtime activity) and the control flow around ``b`` stays as it is. Returns the
+    result (zero where the call is not made), None for a void callee."""
+    from enzcc.ir.function import Function
+
+    ftype = callee.function_type
+    name = f"__enzcc_call_if.{callee.name}"
+    fn = module.functions.get(name)
+    if fn is None:
+        fn = Function(name, T.FunctionType(ftype.ret, (T.i1, *ftype.params)),
+                      ["call"] + [f"a{k}" for k in range(len(ftype.params))])
+        fn.linkage = "internal"
+        module.add_function(fn)
+        entry, yes, no = fn.append_block("entry"), fn.append_block("call"), fn.append_block("skip")
+        IRBuilder.at_end(entry).cond_br(fn.args[0], yes, no)
+        yb, nb = IRBuilder.at_end(yes), IRBuilder.at_end(no)
+        r = yb.call(callee, list(fn.args[1:]))
+        if isinstance(ftype.ret, T.VoidType):
+            yb.ret_void()
+            nb.ret_void()
+        else:
+            yb.ret(r)
+            nb.ret(zero(ftype.ret))
+    r = b.call(fn, [condition, *args])
+    return None if isinstance(ftype.ret, T.VoidType) else r
+
+
 def signed_i64(b: IRBuilder, v: Value) -> Value:
     """An integer as ``i64``, sign-extended (counts and sizes where a negative value means "the default")."""
     return v if v.type == T.i64 else b.sext(v, T.i64)

@@ -15,7 +15,9 @@ from enzcc.ad.registry import CallRule, register
 
 import re
 
+from enzcc.ad.emit import call_if
 from enzcc.ad.errors import ad_error
+from enzcc.ad.runtime_activity import differs, enabled
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.values import ConstantFloat, ConstantInt
@@ -50,6 +52,9 @@ class _Call:
         self.args = dict(zip(SIGNATURES[self.op], inst.args))
         self.b = b
         self.module = inst.module
+        self.when = None
+        """With runtime activity: the ``i1`` under which the next BLAS calls are made (their shadows are other memory
+        than the primal's), or None: always."""
 
     def const(self, x: float):
         return ConstantFloat(self.ty, x)
@@ -58,7 +63,17 @@ class _Call:
         """Call ``cblas_<prec><op>`` with ``args`` (ints as i32, floats of the call's precision)."""
         types = tuple(a.type for a in args)
         fn = self.module.get_or_insert_function(f"cblas_{self.prec}{op}", T.FunctionType(ret, types))
+        if self.when is not None:
+            return call_if(self.module, self.b, self.when, fn, args)
         return self.b.call(fn, args)
+
+    def only_if(self, *conditions) -> None:
+        """Make the next calls only where all ``conditions`` (``i1`` values, or None for runtime activity's
+        absence) hold."""
+        conds = [x for x in conditions if x is not None]
+        self.when = None
+        for x in conds:
+            self.when = x if self.when is None else self.b.and_(self.when, x)
 
     def i32(self, x: int):
         return ConstantInt(T.i32, x)
@@ -147,21 +162,29 @@ def forward(mode, inst) -> None:
     def tangent(name):
         return mode.tangents.get(id(c.args[name]))
 
+    def live(name):  # (runtime activity: the shadow is other memory)
+        return differs(b, c.args[name], shadow(name)) if enabled(act) and shadow(name) is not None else None
+
     after = routine(inst.callee_name)[1] in ("dot", "nrm2")
     b = IRBuilder.after(inst) if after else IRBuilder.before(inst)
     c = _Call(inst, b)
     _refuse_scalars(c, lambda v: id(v) in mode.tangents)
     a = c.args
-    if c.op == "dot":
+    if enabled(act) and c.op in ("gemv", "gemm"):
+        _forward_at_run_time(c, shadow, live)
+    elif c.op == "dot":
         terms = []
         if shadow("x") is not None:
+            c.only_if(live("x"))
             terms.append(c.blas("dot", [a["n"], shadow("x"), a["incx"], a["y"], a["incy"]], c.ty))
         if shadow("y") is not None:
+            c.only_if(live("y"))
             terms.append(c.blas("dot", [a["n"], a["x"], a["incx"], shadow("y"), a["incy"]], c.ty))
         if terms:
             mode._set(inst, terms[0] if len(terms) == 1 else b.fadd(terms[0], terms[1]))
     elif c.op == "nrm2":
         if shadow("x") is not None:  # d|x| = x . dx / |x|  (0 at x = 0)
+            c.only_if(live("x"))
             d = c.blas("dot", [a["n"], a["x"], a["incx"], shadow("x"), a["incx"]], c.ty)
             zero = b.fcmp("oeq", inst, c.const(0.0))
             mode._set(inst, b.select(zero, c.const(0.0), b.fdiv(d, inst)))
@@ -169,12 +192,15 @@ def forward(mode, inst) -> None:
         if shadow("y") is None:
             return
         if shadow("x") is not None:
+            c.only_if(live("y"), live("x"))
             c.blas("axpy", [a["n"], a["alpha"], shadow("x"), a["incx"], shadow("y"), a["incy"]])
         if tangent("alpha") is not None:
+            c.only_if(live("y"))
             c.blas("axpy", [a["n"], tangent("alpha"), a["x"], a["incx"], shadow("y"), a["incy"]])
     elif c.op == "scal":  # x = alpha x: dx = alpha dx + dalpha x (x as before the call)
         if shadow("x") is None:
             return
+        c.only_if(live("x"))
         if tangent("alpha") is not None:
             tmp = _copy(c, "x")
             c.blas("scal", [a["n"], a["alpha"], shadow("x"), a["incx"]])
@@ -208,6 +234,36 @@ def forward(mode, inst) -> None:
             beta = c.const(1.0)
         if beta is a["beta"]:  # alpha = 0: C = beta C (A and B are not read)
             c.blas("gemm", head + [c.const(0.0), a["a"], a["lda"], a["b"], a["ldb"], beta, shadow("c"), a["ldc"]])
+
+
+def _forward_at_run_time(c: _Call, shadow, live) -> None:
+    """Forward mode of gemv / gemm with runtime activity: the result's tangent scaled by beta first, then each term
+    with a shadow that is other memory added (the calls a term needs are made only then)."""
+    a = c.args
+    out = "y" if c.op == "gemv" else "c"
+    if shadow(out) is None:
+        return
+    one = c.const(1.0)
+    if c.op == "gemv":
+        head = [a["order"], a["trans"], a["m"], a["n"], a["alpha"]]
+        c.only_if(live("y"))
+        c.blas("scal", [_vector_length(c, "y"), a["beta"], shadow("y"), a["incy"]])
+        if shadow("a") is not None:
+            c.only_if(live("y"), live("a"))
+            c.blas("gemv", head + [shadow("a"), a["lda"], a["x"], a["incx"], one, shadow("y"), a["incy"]])
+        if shadow("x") is not None:
+            c.only_if(live("y"), live("x"))
+            c.blas("gemv", head + [a["a"], a["lda"], shadow("x"), a["incx"], one, shadow("y"), a["incy"]])
+        return
+    head = [a["order"], a["transa"], a["transb"], a["m"], a["n"], a["k"]]
+    c.only_if(live("c"))  # (alpha = 0: C = beta C, A and B are not read)
+    c.blas("gemm", head + [c.const(0.0), a["a"], a["lda"], a["b"], a["ldb"], a["beta"], shadow("c"), a["ldc"]])
+    if shadow("a") is not None:
+        c.only_if(live("c"), live("a"))
+        c.blas("gemm", head + [a["alpha"], shadow("a"), a["lda"], a["b"], a["ldb"], one, shadow("c"), a["ldc"]])
+    if shadow("b") is not None:
+        c.only_if(live("c"), live("b"))
+        c.blas("gemm", head + [a["alpha"], a["a"], a["lda"], shadow("b"), a["ldb"], one, shadow("c"), a["ldc"]])
 
 
 def _free(c: _Call):
@@ -257,28 +313,39 @@ def reverse(mode, inst, copies: dict, block, b: IRBuilder) -> None:
         p = c.args[name]
         return mode._shadow(p, block, b, inst) if act.is_active_ptr(p) else None
 
+    def live(name):  # (runtime activity: the shadow is other memory)
+        if not enabled(act) or shadow(name) is None:
+            return None
+        return differs(b, mode._primal(c.args[name], block, b), shadow(name))
+
     if c.op == "dot":
         d = mode._take_adjoint(b, inst) if act.is_active(inst) else None
         if d is not None:
             if shadow("x") is not None:
+                c.only_if(live("x"))
                 c.blas("axpy", [a["n"], d, copy["y"], a["incy"], shadow("x"), a["incx"]])
             if shadow("y") is not None:
+                c.only_if(live("y"))
                 c.blas("axpy", [a["n"], d, copy["x"], a["incx"], shadow("y"), a["incy"]])
     elif c.op == "nrm2":
         d = mode._take_adjoint(b, inst) if act.is_active(inst) else None
         if d is not None and shadow("x") is not None:  # dx += (d / |x|) x
+            c.only_if(live("x"))
             r = mode._primal(inst, block, b)
             scale = b.select(b.fcmp("oeq", r, c.const(0.0)), c.const(0.0), b.fdiv(d, r))
             c.blas("axpy", [a["n"], scale, copy["x"], a["incx"], shadow("x"), a["incx"]])
     elif c.op == "axpy":  # y += alpha x: dx += alpha dy, dalpha += x . dy
         if shadow("y") is not None:
             if shadow("x") is not None:
+                c.only_if(live("y"), live("x"))
                 c.blas("axpy", [a["n"], a["alpha"], shadow("y"), a["incy"], shadow("x"), a["incx"]])
+            c.only_if(live("y"))
             if "x" in copy:
                 mode._add_adjoint(b, alpha,
                                   c.blas("dot", [a["n"], copy["x"], a["incx"], shadow("y"), a["incy"]], c.ty))
     elif c.op == "scal":  # x = alpha x: dalpha += x_old . dx, dx = alpha dx
         if shadow("x") is not None:
+            c.only_if(live("x"))
             if "x" in copy:
                 mode._add_adjoint(b, alpha,
                                   c.blas("dot", [a["n"], copy["x"], a["incx"], shadow("x"), a["incx"]], c.ty))
@@ -286,18 +353,22 @@ def reverse(mode, inst, copies: dict, block, b: IRBuilder) -> None:
     elif c.op == "gemv" and shadow("y") is not None:
         dy = shadow("y")
         if shadow("x") is not None:  # dx += alpha op(A)^T dy
+            c.only_if(live("y"), live("x"))
             c.blas("gemv", [a["order"], c.flip(a["trans"]), a["m"], a["n"], a["alpha"], copy["a"], a["lda"], dy,
                             a["incy"], c.const(1.0), shadow("x"), a["incx"]])
         if shadow("a") is not None:  # dA += alpha dy x^T (no trans) or alpha x dy^T (trans)
+            c.only_if(live("y"), live("a"))
             nt = c.is_no_trans(a["trans"])
             first, inc1 = b.select(nt, dy, copy["x"]), b.select(nt, a["incy"], a["incx"])
             second, inc2 = b.select(nt, copy["x"], dy), b.select(nt, a["incx"], a["incy"])
             c.blas("ger", [a["order"], a["m"], a["n"], a["alpha"], first, inc1, second, inc2, shadow("a"), a["lda"]])
+        c.only_if(live("y"))
         c.blas("scal", [_vector_length(c, "y"), a["beta"], dy, a["incy"]])
     elif c.op == "gemm" and shadow("c") is not None:
         dc = shadow("c")
         one = c.const(1.0)
         if shadow("a") is not None:
+            c.only_if(live("c"), live("a"))
             nt = c.is_no_trans(a["transa"])
             c.blas("gemm", [a["order"], b.select(nt, c.i32(NO_TRANS), a["transb"]),
                             b.select(nt, c.flip(a["transb"]), c.i32(TRANS)),
@@ -306,6 +377,7 @@ def reverse(mode, inst, copies: dict, block, b: IRBuilder) -> None:
                             b.select(nt, copy["b"], dc), b.select(nt, a["ldb"], a["ldc"]),
                             one, shadow("a"), a["lda"]])
         if shadow("b") is not None:
+            c.only_if(live("c"), live("b"))
             nt = c.is_no_trans(a["transb"])
             c.blas("gemm", [a["order"], b.select(nt, c.flip(a["transa"]), c.i32(TRANS)),
                             b.select(nt, c.i32(NO_TRANS), a["transa"]),
@@ -314,8 +386,10 @@ def reverse(mode, inst, copies: dict, block, b: IRBuilder) -> None:
                             b.select(nt, dc, copy["a"]), b.select(nt, a["ldc"], a["lda"]),
                             one, shadow("b"), a["ldb"]])
         # dC = beta dC (alpha = 0: A and B are not read)
+        c.only_if(live("c"))
         c.blas("gemm", [a["order"], a["transa"], a["transb"], a["m"], a["n"], a["k"], c.const(0.0),
                         mode._shadow(c.args["c"], block, b, inst), a["lda"], dc, a["ldb"], a["beta"], dc, a["ldc"]])
+    c.only_if()
     if mode.lane == mode.width - 1:  # (vector mode: after the last lane)
         for v in copy.values():
             b.call(_free(c), [v])
@@ -347,7 +421,8 @@ def _reverse(mode, inst, copies, block, b: IRBuilder) -> bool:
     return True
 
 
-register(CallRule("blas", passes_arguments=True, forward=_forward, augment=_augment, reverse=_reverse),
+register(CallRule("blas", passes_arguments=True, forward=_forward, augment=_augment, reverse=_reverse,
+                  runtime_activity=True),
          match=lambda call: routine(call.callee_name) is not None)
 
 
