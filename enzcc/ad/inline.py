@@ -17,6 +17,7 @@ from enzcc.ad.emit import fail_at_run_time
 from enzcc.ad.errors import ad_error
 from enzcc.ad.globals import used_globals
 from enzcc.ad.registry import rule_for
+from enzcc.ad.usercalls import DISPATCHED_CALL, MAX_INLINED_AGGREGATE_TARGETS, has_call_attribute, needs_inlining
 from enzcc.ad.memory import base_object, byte_offset
 from enzcc.ir import types as T
 from enzcc.ir.instructions import Alloca, Br, Call, Cast, GetElementPtr, Invoke, Load, Phi, Ret, Select, Store
@@ -120,7 +121,7 @@ def devirtualize_call(call) -> list:
         c = call.clone()
         c.set_operand(0, ref)
         if dispatched and not module.functions[name].is_declaration:
-            c.fn_attrs.append(RECURSIVE_CALL)  # (too many to inline: called through its derived functions)
+            c.fn_attrs += [RECURSIVE_CALL, DISPATCHED_CALL]  # (too many to inline: through its derived functions)
         direct.append(c)
         direct.append(Br(after))
         results.append((c, direct))
@@ -186,6 +187,22 @@ def possible_targets(v, module, depth: int = 0, function_type=None) -> list[str]
 #: the most functions an indirect call whose targets are unknown is compared against and inlined (with more, each
 #: is called through its derived functions: :class:`Dispatched`)
 MAX_UNKNOWN_TARGETS = 8
+
+
+def _dispatchable(function_type) -> bool:
+    """Whether calls of this type can go through the callee's derived functions (:class:`Dispatched`): no
+    parameter or result that only inlining handles (:func:`enzcc.ad.usercalls.needs_inlining`)."""
+    return not any(needs_inlining(t) for t in (function_type.ret, *function_type.params))
+
+
+def _unknown_targets(names: list[str], function_type) -> "Inexact":
+    """Candidates of a call through an unknown pointer: compared and inlined when few (or when the derived
+    functions cannot pass the call's arguments or result, up to :data:`MAX_INLINED_AGGREGATE_TARGETS`),
+    else dispatched to their derived functions."""
+    if len(names) <= MAX_UNKNOWN_TARGETS or \
+            (len(names) <= MAX_INLINED_AGGREGATE_TARGETS and not _dispatchable(function_type)):
+        return Inexact(names)
+    return Dispatched(names)
 
 def _vtable_slot_targets(callee: Value, module, function_type) -> "Inexact | None":
     """For a virtual call on an object nothing here pins down (``p->f()``, ``delete p``: a function pointer
@@ -262,7 +279,7 @@ def _address_taken_of_type(module, function_type, has_rule=None) -> "Inexact | N
                         if module.functions[n].function_type == function_type and n not in names and has_rule(n))
     if not names:
         return None
-    return Inexact(names) if len(names) <= MAX_UNKNOWN_TARGETS else Dispatched(names)
+    return _unknown_targets(names, function_type)
 
 
 def _has_derivative_rule(call, name: str) -> bool:
@@ -493,14 +510,7 @@ def _mark_inlined_from(blocks, callee) -> None:
 def is_kept_recursive(call: Call) -> bool:
     """The call was kept from inlining because it recurses (:data:`RECURSIVE_CALL`, written directly or,
     after LLVM printed the module, in an attribute group)."""
-    for a in call.fn_attrs:
-        if a == RECURSIVE_CALL:
-            return True
-        if a.startswith("#") and a[1:].isdigit():
-            module = call.module
-            if module is not None and RECURSIVE_CALL in module.attribute_groups.get(int(a[1:]), ""):
-                return True
-    return False
+    return has_call_attribute(call, RECURSIVE_CALL)
 
 
 def _inlinable(call: Call, module, is_user_function) -> bool:

@@ -9,6 +9,28 @@ from enzcc.ad.errors import ad_error
 from enzcc.ir import types as T
 
 
+#: the attribute of a direct call made from a call through a function pointer with too many candidates to inline
+#: (:class:`enzcc.ad.inline.Dispatched`): its errors name that reason alone
+DISPATCHED_CALL = '"enzcc-dispatched-call"'
+#: the most candidates such a call is compared against and inlined when derived functions cannot pass its
+#: arguments or result (a struct of floats returned by value, ``{ double, double }``): dispatching it could only
+#: be refused
+MAX_INLINED_AGGREGATE_TARGETS = 32
+
+
+def has_call_attribute(call, attribute: str) -> bool:
+    """The call carries ``attribute``, written directly or, after LLVM printed the module, in an attribute
+    group."""
+    for a in call.fn_attrs:
+        if a == attribute:
+            return True
+        if a.startswith("#") and a[1:].isdigit():
+            module = call.module
+            if module is not None and attribute in module.attribute_groups.get(int(a[1:]), ""):
+                return True
+    return False
+
+
 def needs_inlining(ty) -> bool:
     """A parameter or result type that derived functions do not pass: an aggregate holding pointers or floats
     (a Rust slice, a struct by value), a pointer returned. Calls with such types are inlined (``auto``) or
@@ -59,10 +81,15 @@ def call_kinds(call, activity, has_derivative, float_kind: str) -> tuple[str, ..
 
 
 def not_inlined_error(call, what: str):
-    """The error for a call that is not inlined and passes ``what`` the derived functions cannot carry."""
-    return ad_error(f"'{call.callee_name}' {what} and is not inlined (it is recursive, one of more than 8 "
-                    "functions a function pointer may call, or --ad-inline says so): "
+    """The error for a call that is not inlined and passes ``what`` the derived functions cannot carry; for a
+    call through a function pointer with too many candidates to inline, that reason alone."""
+    if has_call_attribute(call, DISPATCHED_CALL):
+        return ad_error(f"'{call.callee_name}' {what} and is called through a function pointer that may hold any "
+                        f"of more than {MAX_INLINED_AGGREGATE_TARGETS} functions of its type, too many to inline: "
+                        "such calls are not supported (return or pass the struct through a pointer)", call)
+    return ad_error(f"'{call.callee_name}' {what} and is not inlined (it is recursive, or --ad-inline says so): "
                     "such calls are not supported", call)
 
 
-__all__ = ["call_kinds", "check_call_signature", "needs_inlining", "not_inlined_error", "variadic_call_stays"]
+__all__ = ["DISPATCHED_CALL", "MAX_INLINED_AGGREGATE_TARGETS", "call_kinds", "check_call_signature",
+           "has_call_attribute", "needs_inlining", "not_inlined_error", "variadic_call_stays"]
