@@ -95,6 +95,12 @@ def test_contiguous_type_and_float(enzcc):
           split_free=False)
 
 
+@pytest.mark.parametrize("source, flags", [("heat.c", ["-DFORM=2"]), ("dot.c", [])], ids=["isend_irecv", "dot"])
+def test_split_mode(enzcc, source, flags):
+    """__enzyme_augmentfwd then __enzyme_reverse: the request records and a maximum's winners on the tape."""
+    check(build(enzcc, source, *flags, "-DSPLIT"))
+
+
 def test_through_open_mpi_wrappers(enzcc):
     """``OMPI_CC=enzcc mpicc`` and ``OMPI_CXX=enzcc++ mpicxx`` build the heat equation (non-blocking form)."""
     check(build(enzcc, "heat.c", "-DFORM=2", via="mpicc"))

@@ -118,7 +118,8 @@ def _global(module, name: str):
 
 def is_in_place(v) -> bool:
     """Whether ``v`` is ``MPI_IN_PLACE`` (Open MPI: ``(void *) 1``)."""
-    return isinstance(v, ConstantExpr) and "inttoptr" in str(v) and "i64 1 " in str(v) + " "
+    return isinstance(v, ConstantExpr) and v.opcode == "inttoptr" and len(v.operands) == 1 and \
+        isinstance(v.operands[0], ConstantInt) and v.operands[0].value == 1
 
 
 def _i32(x: int):
@@ -410,164 +411,222 @@ def _in_place_ptr(e: _Emit):
     return e.b.inttoptr(_i64(1), _PTR)
 
 
-def _forward_body(call: str):
-    """``build(e, a)`` of the tangent of ``call``: the same call on the shadows (zeros sent where a buffer has
-    none, a scratch buffer received into), a minimum's or maximum's tangents masked to the winning rank's."""
-    def build(e: _Emit, a):
-        b = e.b
-        if call in ("MPI_Send", "MPI_Recv", "MPI_Bcast"):
-            z = e.calloc(e.nbytes(a["count"], a["dt"]))
-            tail = [a["peer"], a["tag"], a["comm"]] if call != "MPI_Bcast" else [a["root"], a["comm"]]
-            e.mpi(call, [e.either(a["dbuf"], z), a["count"], a["dt"], *tail]
-                  + ([ConstantNull(_PTR)] if call == "MPI_Recv" else []))
-            e.free(z)
-        elif call == "MPI_Sendrecv":
-            zs, zr = e.calloc(e.nbytes(a["scount"], a["stype"])), e.calloc(e.nbytes(a["rcount"], a["rtype"]))
-            e.mpi(call, [e.either(a["dsbuf"], zs), a["scount"], a["stype"], a["dest"], a["stag"],
-                         e.either(a["drbuf"], zr), a["rcount"], a["rtype"], a["src"], a["rtag"], a["comm"],
-                         ConstantNull(_PTR)])
-            e.free(zs)
-            e.free(zr)
-        elif call in ("MPI_Allreduce", "MPI_Reduce"):
-            n = e.nbytes(a["count"], a["dt"])
-            rank = e.query("rank", a["comm"])
-            t, zr = e.calloc(n), e.calloc(n)
-            b.memcpy(t, e.either(a["dsbuf"], t), b.select(_nonnull(e, a["dsbuf"]), n, _i64(0)))
-            out = e.either(a["drbuf"], zr)
-            inplace = a["inplace"]
-            null = ConstantNull(_PTR)
-            b.call(_mask_fn(e.module), [t, b.select(inplace, null, a["w"]), a["es"], rank, n])
-            b.call(_mask_fn(e.module), [out, b.select(inplace, a["w"], null), a["es"], rank, n])
-            send = b.select(inplace, _in_place_ptr(e), t)
-            tail = [a["root"], a["comm"]] if call == "MPI_Reduce" else [a["comm"]]
-            e.mpi(call, [send, out, *e.base(n, a["es"]), _global(e.module, SUM), *tail])
-            e.free(t)
-            e.free(zr)
-        else:  # gather, scatter, allgather
-            size = e.query("size", a["comm"])
-            sn, rn = e.nbytes(a["scount"], a["stype"]), e.nbytes(a["rcount"], a["rtype"])
-            whole = b.sext(size, T.i64)
-            if call == "MPI_Gather":
-                rn = b.mul(rn, whole)
-            elif call == "MPI_Scatter":
-                sn = b.mul(sn, whole)
-            else:
-                rn = b.mul(rn, whole)
-            zs, zr = e.calloc(sn), e.calloc(rn)
-            tail = [a["root"], a["comm"]] if call != "MPI_Allgather" else [a["comm"]]
-            e.mpi(call, [e.either(a["dsbuf"], zs), a["scount"], a["stype"], e.either(a["drbuf"], zr), a["rcount"],
-                         a["rtype"], *tail])
-            e.free(zs)
-            e.free(zr)
+def _fwd_point(call: str):
+    """Tangent of ``MPI_Send``, ``MPI_Recv``, ``MPI_Bcast``: the same call on the shadow (zeros sent, or a
+    scratch buffer received into, where there is none)."""
+    def build(e: _Emit, a, tape=None):
+        z = e.calloc(e.nbytes(a["count"], a["dt"]))
+        tail = [a["peer"], a["tag"], a["comm"]] if call != "MPI_Bcast" else [a["root"], a["comm"]]
+        e.mpi(call, [e.either(a["dbuf"], z), a["count"], a["dt"], *tail]
+              + ([ConstantNull(_PTR)] if call == "MPI_Recv" else []))
+        e.free(z)
     return build
 
 
-def _reverse_body(call: str, tape):
-    """``build(e, a)`` of the reverse of ``call`` (see the module's docstring)."""
-    def build(e: _Emit, a):
+def _fwd_sendrecv(e: _Emit, a, tape=None):
+    zs, zr = e.calloc(e.nbytes(a["scount"], a["stype"])), e.calloc(e.nbytes(a["rcount"], a["rtype"]))
+    e.mpi("MPI_Sendrecv", [e.either(a["dsbuf"], zs), a["scount"], a["stype"], a["dest"], a["stag"],
+                           e.either(a["drbuf"], zr), a["rcount"], a["rtype"], a["src"], a["rtag"], a["comm"],
+                           ConstantNull(_PTR)])
+    e.free(zs)
+    e.free(zr)
+
+
+def _fwd_reduction(call: str):
+    """Tangent of ``MPI_Reduce``/``MPI_Allreduce``: a sum of the tangents (of the winning rank's only, for a
+    minimum or maximum: ``w``), in place where the primal was."""
+    def build(e: _Emit, a, tape=None):
         b = e.b
-        null = ConstantNull(_PTR)
-        if call == "MPI_Send":  # dbuf += what the destination sends back
-            n = e.nbytes(a["count"], a["dt"])
-            t = e.calloc(n)
-            e.mpi("MPI_Recv", [t, a["count"], a["dt"], a["peer"], a["tag"], a["comm"], null])
-            e.add(tape, e.either(a["dbuf"], t), t, n, a["es"], _nonnull(e, a["dbuf"]))
-            e.free(t)
-        elif call == "MPI_Recv":  # send dbuf back; it is zero after (unless nothing was received)
-            n = e.nbytes(a["count"], a["dt"])
-            z = e.calloc(n)
-            src = e.either(a["dbuf"], z)
-            e.mpi("MPI_Send", [src, a["count"], a["dt"], a["peer"], a["tag"], a["comm"]])
-            e.zero(src, n, b.and_(_nonnull(e, a["dbuf"]), b.icmp("ne", a["peer"], _i32(PROC_NULL))))
-            e.free(z)
-        elif call == "MPI_Sendrecv":
-            sn, rn = e.nbytes(a["scount"], a["stype"]), e.nbytes(a["rcount"], a["rtype"])
-            z, t = e.calloc(rn), e.calloc(sn)
-            out = e.either(a["drbuf"], z)
-            e.mpi(call, [out, a["rcount"], a["rtype"], a["src"], a["rtag"], t, a["scount"], a["stype"], a["dest"],
-                         a["stag"], a["comm"], null])
-            e.zero(out, rn, b.and_(_nonnull(e, a["drbuf"]), b.icmp("ne", a["src"], _i32(PROC_NULL))))
-            e.add(tape, e.either(a["dsbuf"], t), t, sn, a["ess"], _nonnull(e, a["dsbuf"]))
-            e.free(z)
-            e.free(t)
-        elif call == "MPI_Allreduce":  # s = sum of every rank's drbuf; dsbuf += s (masked); drbuf = 0
-            n = e.nbytes(a["count"], a["dt"])
-            rank = e.query("rank", a["comm"])
-            z, s = e.calloc(n), e.calloc(n)
-            inp = e.either(a["drbuf"], z)
-            e.mpi(call, [inp, s, *e.base(n, a["es"]), _global(e.module, SUM), a["comm"]])
-            b.call(_mask_fn(e.module), [s, a["w"], a["es"], rank, n])
-            has_r = _nonnull(e, a["drbuf"])
-            b.memcpy(inp, s, b.select(b.and_(a["inplace"], has_r), n, _i64(0)))
-            e.zero(inp, n, b.and_(has_r, b.xor(a["inplace"], ConstantInt(T.i1, 1))))
-            e.add(tape, e.either(a["dsbuf"], s), s, n, a["es"], _nonnull(e, a["dsbuf"]))
-            e.free(z)
-            e.free(s)
-        elif call == "MPI_Reduce":  # the root's drbuf, broadcast, added (masked) on every rank
-            n = e.nbytes(a["count"], a["dt"])
-            rank = e.query("rank", a["comm"])
-            root = b.icmp("eq", rank, a["root"])
-            has_r = b.and_(root, _nonnull(e, a["drbuf"]))
-            s = e.calloc(n)
-            b.memcpy(s, e.either(a["drbuf"], s), b.select(has_r, n, _i64(0)))
-            e.mpi("MPI_Bcast", [s, a["count"], a["dt"], a["root"], a["comm"]])
-            b.call(_mask_fn(e.module), [s, a["w"], a["es"], rank, n])
-            dr = e.either(a["drbuf"], s)
-            b.memcpy(dr, s, b.select(b.and_(has_r, a["inplace"]), n, _i64(0)))
-            e.zero(dr, n, b.and_(has_r, b.xor(a["inplace"], ConstantInt(T.i1, 1))))
-            e.add(tape, e.either(a["dsbuf"], s), s, n, a["es"], _nonnull(e, a["dsbuf"]))
-            e.free(s)
-        elif call == "MPI_Bcast":  # the root takes the sum of every rank's adjoint; the others' are zeroed
-            n = e.nbytes(a["count"], a["dt"])
-            root = b.icmp("eq", e.query("rank", a["comm"]), a["root"])
-            z, s = e.calloc(n), e.calloc(n)
-            inp = e.either(a["dbuf"], z)
-            e.mpi("MPI_Reduce", [inp, s, *e.base(n, a["es"]), _global(e.module, SUM), a["root"], a["comm"]])
-            has = _nonnull(e, a["dbuf"])
-            b.memcpy(inp, s, b.select(b.and_(has, root), n, _i64(0)))
-            e.zero(inp, n, b.and_(has, b.xor(root, ConstantInt(T.i1, 1))))
-            e.free(z)
-            e.free(s)
-        elif call == "MPI_Gather":  # scatter the root's adjoint back
-            root = b.icmp("eq", e.query("rank", a["comm"]), a["root"])
-            size = b.sext(e.query("size", a["comm"]), T.i64)
-            sn, rn = e.nbytes(a["scount"], a["stype"]), b.mul(e.nbytes(a["rcount"], a["rtype"]), size)
-            z, t = e.calloc(b.select(root, rn, _i64(0))), e.calloc(sn)
-            src = e.either(a["drbuf"], z)
-            e.mpi("MPI_Scatter", [src, a["rcount"], a["rtype"], t, a["scount"], a["stype"], a["root"], a["comm"]])
-            e.zero(src, rn, b.and_(root, _nonnull(e, a["drbuf"])))
-            e.add(tape, e.either(a["dsbuf"], t), t, sn, a["ess"], _nonnull(e, a["dsbuf"]))
-            e.free(z)
-            e.free(t)
-        elif call == "MPI_Scatter":  # gather the adjoints to the root
-            root = b.icmp("eq", e.query("rank", a["comm"]), a["root"])
-            size = b.sext(e.query("size", a["comm"]), T.i64)
-            sn, rn = b.mul(e.nbytes(a["scount"], a["stype"]), size), e.nbytes(a["rcount"], a["rtype"])
-            z, t = e.calloc(rn), e.calloc(b.select(root, sn, _i64(0)))
-            inp = e.either(a["drbuf"], z)
-            e.mpi("MPI_Gather", [inp, a["rcount"], a["rtype"], t, a["scount"], a["stype"], a["root"], a["comm"]])
-            e.zero(inp, rn, _nonnull(e, a["drbuf"]))
-            e.add(tape, e.either(a["dsbuf"], t), t, sn, a["ess"], b.and_(root, _nonnull(e, a["dsbuf"])))
-            e.free(z)
-            e.free(t)
-        elif call == "MPI_Allgather":  # each rank's block of the adjoints, summed over the ranks
-            size = b.sext(e.query("size", a["comm"]), T.i64)
-            block = e.nbytes(a["rcount"], a["rtype"])
-            rn = b.mul(block, size)
-            z, t = e.calloc(rn), e.calloc(block)
-            inp = e.either(a["drbuf"], z)
-            e.mpi("MPI_Reduce_scatter_block", [inp, t, *e.base(block, a["esr"]), _global(e.module, SUM), a["comm"]])
-            e.zero(inp, rn, _nonnull(e, a["drbuf"]))
-            e.add(tape, e.either(a["dsbuf"], t), t, block, a["ess"], _nonnull(e, a["dsbuf"]))
-            e.free(z)
-            e.free(t)
+        n = e.nbytes(a["count"], a["dt"])
+        rank = e.query("rank", a["comm"])
+        t, zr = e.calloc(n), e.calloc(n)
+        b.memcpy(t, e.either(a["dsbuf"], t), b.select(_nonnull(e, a["dsbuf"]), n, _i64(0)))
+        out = e.either(a["drbuf"], zr)
+        inplace, null = a["inplace"], ConstantNull(_PTR)
+        b.call(_mask_fn(e.module), [t, b.select(inplace, null, a["w"]), a["es"], rank, n])
+        b.call(_mask_fn(e.module), [out, b.select(inplace, a["w"], null), a["es"], rank, n])
+        send = b.select(inplace, _in_place_ptr(e), t)
+        tail = [a["root"], a["comm"]] if call == "MPI_Reduce" else [a["comm"]]
+        e.mpi(call, [send, out, *e.base(n, a["es"]), _global(e.module, SUM), *tail])
+        e.free(t)
+        e.free(zr)
     return build
+
+
+def _fwd_collect(call: str):
+    """Tangent of ``MPI_Gather``, ``MPI_Scatter``, ``MPI_Allgather``: the same call on the shadows (the root's
+    side of a gather or scatter is one block per rank)."""
+    def build(e: _Emit, a, tape=None):
+        b = e.b
+        ranks = b.sext(e.query("size", a["comm"]), T.i64)
+        sn, rn = e.nbytes(a["scount"], a["stype"]), e.nbytes(a["rcount"], a["rtype"])
+        if call == "MPI_Scatter":
+            sn = b.mul(sn, ranks)
+        else:
+            rn = b.mul(rn, ranks)
+        zs, zr = e.calloc(sn), e.calloc(rn)
+        tail = [a["root"], a["comm"]] if call != "MPI_Allgather" else [a["comm"]]
+        e.mpi(call, [e.either(a["dsbuf"], zs), a["scount"], a["stype"], e.either(a["drbuf"], zr), a["rcount"],
+                     a["rtype"], *tail])
+        e.free(zs)
+        e.free(zr)
+    return build
+
+
+def _not(b: IRBuilder, v):
+    return b.xor(v, ConstantInt(T.i1, 1))
+
+
+def _rev_send(e: _Emit, a, tape):
+    """``dbuf += `` what the destination sends back."""
+    n = e.nbytes(a["count"], a["dt"])
+    t = e.calloc(n)
+    e.mpi("MPI_Recv", [t, a["count"], a["dt"], a["peer"], a["tag"], a["comm"], ConstantNull(_PTR)])
+    e.add(tape, e.either(a["dbuf"], t), t, n, a["es"], _nonnull(e, a["dbuf"]))
+    e.free(t)
+
+
+def _rev_recv(e: _Emit, a, tape):
+    """``dbuf`` sent back to the source, then zero (unless nothing was received: ``MPI_PROC_NULL``)."""
+    b = e.b
+    n = e.nbytes(a["count"], a["dt"])
+    z = e.calloc(n)
+    src = e.either(a["dbuf"], z)
+    e.mpi("MPI_Send", [src, a["count"], a["dt"], a["peer"], a["tag"], a["comm"]])
+    e.zero(src, n, b.and_(_nonnull(e, a["dbuf"]), b.icmp("ne", a["peer"], _i32(PROC_NULL))))
+    e.free(z)
+
+
+def _rev_sendrecv(e: _Emit, a, tape):
+    """Both at once: ``drbuf`` back to the source, the destination's adjoint into ``dsbuf``."""
+    b = e.b
+    sn, rn = e.nbytes(a["scount"], a["stype"]), e.nbytes(a["rcount"], a["rtype"])
+    z, t = e.calloc(rn), e.calloc(sn)
+    out = e.either(a["drbuf"], z)
+    e.mpi("MPI_Sendrecv", [out, a["rcount"], a["rtype"], a["src"], a["rtag"], t, a["scount"], a["stype"], a["dest"],
+                           a["stag"], a["comm"], ConstantNull(_PTR)])
+    e.zero(out, rn, b.and_(_nonnull(e, a["drbuf"]), b.icmp("ne", a["src"], _i32(PROC_NULL))))
+    e.add(tape, e.either(a["dsbuf"], t), t, sn, a["ess"], _nonnull(e, a["dsbuf"]))
+    e.free(z)
+    e.free(t)
+
+
+def _rev_allreduce(e: _Emit, a, tape):
+    """``s`` = the sum of every rank's ``drbuf``; ``dsbuf += s`` (the winners' only, for a minimum or maximum);
+    ``drbuf = 0`` (in place: ``drbuf = s``)."""
+    b = e.b
+    n = e.nbytes(a["count"], a["dt"])
+    rank = e.query("rank", a["comm"])
+    z, s = e.calloc(n), e.calloc(n)
+    inp = e.either(a["drbuf"], z)
+    e.mpi("MPI_Allreduce", [inp, s, *e.base(n, a["es"]), _global(e.module, SUM), a["comm"]])
+    b.call(_mask_fn(e.module), [s, a["w"], a["es"], rank, n])
+    has_r = _nonnull(e, a["drbuf"])
+    b.memcpy(inp, s, b.select(b.and_(a["inplace"], has_r), n, _i64(0)))
+    e.zero(inp, n, b.and_(has_r, _not(b, a["inplace"])))
+    e.add(tape, e.either(a["dsbuf"], s), s, n, a["es"], _nonnull(e, a["dsbuf"]))
+    e.free(z)
+    e.free(s)
+
+
+def _rev_reduce(e: _Emit, a, tape):
+    """The root's ``drbuf``, broadcast, added into every rank's ``dsbuf`` (the winners'...); the root's
+    ``drbuf = 0`` (in place: unchanged)."""
+    b = e.b
+    n = e.nbytes(a["count"], a["dt"])
+    rank = e.query("rank", a["comm"])
+    has_r = b.and_(b.icmp("eq", rank, a["root"]), _nonnull(e, a["drbuf"]))
+    s = e.calloc(n)
+    b.memcpy(s, e.either(a["drbuf"], s), b.select(has_r, n, _i64(0)))
+    e.mpi("MPI_Bcast", [s, a["count"], a["dt"], a["root"], a["comm"]])
+    b.call(_mask_fn(e.module), [s, a["w"], a["es"], rank, n])
+    dr = e.either(a["drbuf"], s)
+    b.memcpy(dr, s, b.select(b.and_(has_r, a["inplace"]), n, _i64(0)))
+    e.zero(dr, n, b.and_(has_r, _not(b, a["inplace"])))
+    e.add(tape, e.either(a["dsbuf"], s), s, n, a["es"], _nonnull(e, a["dsbuf"]))
+    e.free(s)
+
+
+def _rev_bcast(e: _Emit, a, tape):
+    """The root takes the sum of every rank's adjoint (``MPI_Reduce``); the others' are zeroed."""
+    b = e.b
+    n = e.nbytes(a["count"], a["dt"])
+    root = b.icmp("eq", e.query("rank", a["comm"]), a["root"])
+    z, s = e.calloc(n), e.calloc(n)
+    inp = e.either(a["dbuf"], z)
+    e.mpi("MPI_Reduce", [inp, s, *e.base(n, a["es"]), _global(e.module, SUM), a["root"], a["comm"]])
+    has = _nonnull(e, a["dbuf"])
+    b.memcpy(inp, s, b.select(b.and_(has, root), n, _i64(0)))
+    e.zero(inp, n, b.and_(has, _not(b, root)))
+    e.free(z)
+    e.free(s)
+
+
+def _rev_gather(e: _Emit, a, tape):
+    """The root's adjoint scattered back and added into each rank's ``dsbuf``; the root's zeroed."""
+    b = e.b
+    root = b.icmp("eq", e.query("rank", a["comm"]), a["root"])
+    ranks = b.sext(e.query("size", a["comm"]), T.i64)
+    sn, rn = e.nbytes(a["scount"], a["stype"]), b.mul(e.nbytes(a["rcount"], a["rtype"]), ranks)
+    z, t = e.calloc(b.select(root, rn, _i64(0))), e.calloc(sn)
+    src = e.either(a["drbuf"], z)
+    e.mpi("MPI_Scatter", [src, a["rcount"], a["rtype"], t, a["scount"], a["stype"], a["root"], a["comm"]])
+    e.zero(src, rn, b.and_(root, _nonnull(e, a["drbuf"])))
+    e.add(tape, e.either(a["dsbuf"], t), t, sn, a["ess"], _nonnull(e, a["dsbuf"]))
+    e.free(z)
+    e.free(t)
+
+
+def _rev_scatter(e: _Emit, a, tape):
+    """The adjoints gathered to the root and added into its ``dsbuf``; every rank's ``drbuf`` zeroed."""
+    b = e.b
+    root = b.icmp("eq", e.query("rank", a["comm"]), a["root"])
+    ranks = b.sext(e.query("size", a["comm"]), T.i64)
+    sn, rn = b.mul(e.nbytes(a["scount"], a["stype"]), ranks), e.nbytes(a["rcount"], a["rtype"])
+    z, t = e.calloc(rn), e.calloc(b.select(root, sn, _i64(0)))
+    inp = e.either(a["drbuf"], z)
+    e.mpi("MPI_Gather", [inp, a["rcount"], a["rtype"], t, a["scount"], a["stype"], a["root"], a["comm"]])
+    e.zero(inp, rn, _nonnull(e, a["drbuf"]))
+    e.add(tape, e.either(a["dsbuf"], t), t, sn, a["ess"], b.and_(root, _nonnull(e, a["dsbuf"])))
+    e.free(z)
+    e.free(t)
+
+
+def _rev_allgather(e: _Emit, a, tape):
+    """Each rank's block of every rank's adjoint, summed (``MPI_Reduce_scatter_block``), into its ``dsbuf``."""
+    b = e.b
+    ranks = b.sext(e.query("size", a["comm"]), T.i64)
+    block = e.nbytes(a["rcount"], a["rtype"])
+    rn = b.mul(block, ranks)
+    z, t = e.calloc(rn), e.calloc(block)
+    inp = e.either(a["drbuf"], z)
+    e.mpi("MPI_Reduce_scatter_block", [inp, t, *e.base(block, a["esr"]), _global(e.module, SUM), a["comm"]])
+    e.zero(inp, rn, _nonnull(e, a["drbuf"]))
+    e.add(tape, e.either(a["dsbuf"], t), t, block, a["ess"], _nonnull(e, a["dsbuf"]))
+    e.free(z)
+    e.free(t)
+
+
+#: call -> the builder of its tangent and of its reverse: ``build(e, args, tape)``
+_BODIES = {
+    "MPI_Send": (_fwd_point("MPI_Send"), _rev_send),
+    "MPI_Recv": (_fwd_point("MPI_Recv"), _rev_recv),
+    "MPI_Sendrecv": (_fwd_sendrecv, _rev_sendrecv),
+    "MPI_Bcast": (_fwd_point("MPI_Bcast"), _rev_bcast),
+    "MPI_Reduce": (_fwd_reduction("MPI_Reduce"), _rev_reduce),
+    "MPI_Allreduce": (_fwd_reduction("MPI_Allreduce"), _rev_allreduce),
+    "MPI_Gather": (_fwd_collect("MPI_Gather"), _rev_gather),
+    "MPI_Scatter": (_fwd_collect("MPI_Scatter"), _rev_scatter),
+    "MPI_Allgather": (_fwd_collect("MPI_Allgather"), _rev_allgather),
+}
 
 
 def _helper(module, call: str, forward: bool, tape=None):
+    """The internal function that makes the tangent (``forward``) or the reverse of ``call`` (``_PARAMS``)."""
     names = _PARAMS[call]
-    build = _forward_body(call) if forward else _reverse_body(call, tape)
-    return _guarded(module, call, "fwd" if forward else "rev", [_param_type(n) for n in names], names, build)
+    body = _BODIES[call][0 if forward else 1]
+    return _guarded(module, call, "fwd" if forward else "rev", [_param_type(n) for n in names], names,
+                    lambda e, a: body(e, a, tape))
 
 
 def _winners_of_fn(module):

@@ -13,6 +13,9 @@ extern "C" {
 extern int enzyme_dup, enzyme_const;
 void __enzyme_autodiff(void *, ...);
 double __enzyme_fwddiff(void *, ...);
+typedef struct { void *tape; double y; } aug_t;
+aug_t __enzyme_augmentfwd(void *, ...);
+void __enzyme_reverse(void *, ...);
 #ifdef __cplusplus
 }
 #endif
@@ -39,7 +42,12 @@ int main(int argc, char **argv) {
   double *v = (double *)calloc(m, sizeof(double));
   for (int i = 0; i < m; i++) { x[i] = x0(lo + i); v[i] = dir(lo + i); }
   double loss = f(x, m);
+#ifdef SPLIT /* split mode: the forward sweep, then the reverse with its tape */
+  aug_t aug = __enzyme_augmentfwd((void *)f, enzyme_dup, x, dx, enzyme_const, m);
+  __enzyme_reverse((void *)f, enzyme_dup, x, dx, enzyme_const, m, 1.0, aug.tape);
+#else
   __enzyme_autodiff((void *)f, enzyme_dup, x, dx, enzyme_const, m);
+#endif
   double g[N];
   MPI_Gather(dx, m, MPI_DOUBLE, g, m, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   double fd_err = 0, scale = 1e-300;
