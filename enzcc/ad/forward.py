@@ -286,6 +286,9 @@ class ForwardMode:
             j = dealloc[1].index(-1)
             p = inst.args[j] if j < len(inst.args) else None
             if p is not None and self._releases_shadow(p):
+                if runtime_activity.enabled(self.activity):  # (the shadow may be the memory itself: twice)
+                    raise ad_error(f"enzyme_runtime_activity with the registered deallocation function '{name}' "
+                                   "given memory with derivatives is not supported", inst)
                 args = list(inst.args)
                 args[j] = self.shadows.of(p)
                 IRBuilder.after(inst).call(self.module.functions[name], args)

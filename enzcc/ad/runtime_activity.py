@@ -113,8 +113,6 @@ def guard_lost_stores(mode, insts: list[Instruction]) -> None:
     act = mode.activity
     writes = [i for i in insts if (isinstance(i, Store) and has_float(i.value.type) and act.is_active_ptr(i.pointer)
                                    and act.is_active(i.value)) or _active_copy(act, i)]
-    if not writes:
-        return
     calls = [(i, a) for i in insts for a in _written_by_call(act, i)]
     if not writes and not calls:
         return
@@ -214,11 +212,33 @@ def _escaping_roots(act, insts: list[Instruction]) -> set[int]:
 
     out: set[int] = set()
     for ld in insts:
+        if isinstance(ld, Call):
+            out |= _read_by_call(act, ld)
         if not (isinstance(ld, Load) and has_float(ld.type) and act.is_active_ptr(ld.pointer)):
             continue
         roots = _roots(ld.pointer)
         if not roots <= out and _reaches_elsewhere(ld, roots):
             out |= roots
+    return out
+
+
+def _read_by_call(act, call: Call) -> set[int]:
+    """The roots of memory with derivatives that a call reads for something else: the source of a copy into other
+    memory, or what a call that is not inlined reads floats from (its body says:
+    :func:`enzcc.ad.paramuse.float_access`)."""
+    from enzcc.ad.activity import is_user_call
+    from enzcc.ad.paramuse import float_access
+
+    if _is_copy(call):
+        src = _roots(call.args[1])
+        return src if act.is_active_ptr(call.args[1]) and not (_roots(call.args[0]) <= src) else set()
+    if not is_user_call(call) or call.callee_name not in call.module.functions:
+        return set()
+    callee = call.module.functions[call.callee_name]
+    out: set[int] = set()
+    for k, a in enumerate(call.args):
+        if isinstance(a.type, T.PointerType) and act.is_active_ptr(a) and float_access(callee, k)[0]:
+            out |= _roots(a)
     return out
 
 

@@ -307,6 +307,8 @@ double g(double *s, const double *x, int n) {       /* s read back after the sto
 }
 struct S { double v[3]; };
 double cp(struct S *dst, const struct S *src) { *dst = *src; return dst->v[0] * dst->v[1] + src->v[2]; }
+__attribute__((noinline)) double rd(const double *s, int i) { return i < 0 ? 0 : s[i] * s[i] + rd(s, i - 1); }
+double viacall(double *s, const double *x) { s[0] = x[0] * x[0]; s[1] = x[1]; return rd(s, 1); }  /* read back by a call */
 int main(int argc, char **argv) {
   double out[1] = {0}, x[2] = {2, 5}, dx[2] = {0}, s[2], ds[2] = {0};
   __enzyme_autodiff((void *)h, enzyme_runtime_activity, enzyme_const, out, enzyme_dup, x, dx);
@@ -320,11 +322,19 @@ int main(int argc, char **argv) {
   __enzyme_autodiff((void *)cp, enzyme_runtime_activity, enzyme_dup, &d, &dd, enzyme_dup, &a, &da);
   report("ad.cp0", da.v[0]); report("an.cp0", 2); report("ad.cp1", da.v[1]); report("an.cp1", 1);
   report("ad.cp2", da.v[2]); report("an.cp2", 1);
+  dx[0] = dx[1] = 0;
+  __enzyme_autodiff((void *)viacall, enzyme_runtime_activity, enzyme_dup, s, ds, enzyme_dup, x, dx);
+  report("ad.vc0", dx[0]); report("an.vc0", 4 * x[0] * x[0] * x[0]);
+  report("ad.vc1", dx[1]); report("an.vc1", 2 * x[1]);
   fflush(stdout);
   if (argc > 1 && argv[1][0] == 'g') {   /* s is its own shadow: the derivative would be lost */
     dx[0] = dx[1] = 0;
     if (argv[1][1] == 'f') { double t[2] = {1, 0}; __enzyme_fwddiff((void *)g, enzyme_runtime_activity, enzyme_dup, s, s, enzyme_dup, x, t, enzyme_const, 2); }
     else __enzyme_autodiff((void *)g, enzyme_runtime_activity, enzyme_dup, s, s, enzyme_dup, x, dx, enzyme_const, 2);
+    report("lost", dx[0]);
+  }
+  if (argc > 1 && argv[1][0] == 'r') {   /* s is its own shadow, read back by a call that is not inlined */
+    __enzyme_autodiff((void *)viacall, enzyme_runtime_activity, enzyme_dup, s, s, enzyme_dup, x, dx);
     report("lost", dx[0]);
   }
   if (argc > 1 && argv[1][0] == 'c') {   /* the copy's destination is its own shadow */
@@ -346,12 +356,39 @@ def test_writes_through_pointers_passed_without_derivatives(enzcc, opt):
 
 
 @pytest.mark.parametrize("opt", OPTS)
-@pytest.mark.parametrize("case", ["g", "gf", "c"])
+@pytest.mark.parametrize("case", ["g", "gf", "c", "r"])
 def test_lost_derivative_stops_the_program(enzcc, opt, case):
     r = _run(enzcc, CONST_OUT, opt, case)
     assert r.returncode != 0 and "lost" not in r.stdout, (r.stdout, r.stderr)
     assert "enzcc: enzyme_runtime_activity: in '" in r.stderr and "its derivative would be lost" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+FILLED_BY_CALL = r"""
+__attribute__((noinline)) void fill(double *s, const double *x, int i) { if (i < 0) return; s[i] = x[i] * x[i]; fill(s, x, i - 1); }
+double use(double *s, const double *x) { fill(s, x, 1); return s[0] + s[1]; }
+int main(int argc, char **argv) {
+  double s[2], ds[2] = {0}, x[2] = {1, 2}, dx[2] = {0};
+  __enzyme_autodiff((void *)use, enzyme_runtime_activity, enzyme_dup, s, argc > 1 ? s : ds, enzyme_dup, x, dx);
+  report("ad.0", dx[0]); report("an.0", 2 * x[0]); report("ad.1", dx[1]); report("an.1", 2 * x[1]);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", OPTS)
+def test_lost_derivative_in_a_call_that_is_not_inlined(enzcc, opt):
+    """A call that is not inlined stores values with derivatives into memory the caller then reads: with a shadow of
+    its own, the gradient; with the memory as its own shadow, a stop at run time (before the call)."""
+    enzcc.write("t.c", RA + FILLED_BY_CALL)
+    enzcc(opt, "--ad-inline=none", "t.c", "-lm", "-o", "t")
+    r = enzcc.run("./t", check=False)
+    assert r.returncode == 0, r.stderr
+    assert_close(_values(r.stdout), "ad.", "an.", rel=1e-12)
+    r = enzcc.run("./t", "same", check=False)
+    assert r.returncode != 0 and "ad." not in r.stdout
+    assert "a value with derivatives is stored by a call to 'fill' into memory whose shadow is the memory itself" \
+        in r.stderr, r.stderr
 
 
 SCRATCH = r"""
