@@ -88,6 +88,11 @@ def test_gather_scatter_allgather(enzcc):
     check(build(enzcc, "gather.c"))
 
 
+def test_buffers_without_derivatives_on_one_side(enzcc):
+    """A constant table sent (blocking and not) into memory used with derivatives: zeros go as its derivative."""
+    check(build(enzcc, "mixed.c"))
+
+
 def test_contiguous_type_and_float(enzcc):
     # the double-precision part, tight; then the MPI_FLOAT part weighed in, with a wider step
     check(build(enzcc, "contiguous.c", "-DFW=0"), split_free=False)

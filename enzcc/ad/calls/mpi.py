@@ -146,6 +146,11 @@ class _Emit:
         """A zeroed temporary of ``nbytes`` (one more: ``calloc(0)`` may return null)."""
         return self.libc("calloc", _PTR, (T.i64, T.i64), [self.b.add(nbytes, _i64(1)), _i64(1)])
 
+    def spare(self, p, nbytes):
+        """A zeroed stand-in for the buffer ``p`` where it is null (``nbytes``), else a byte: what is sent
+        instead of a shadow that does not exist, or received into."""
+        return self.calloc(self.b.select(self.null(p), nbytes, _i64(0)))
+
     def free(self, p) -> None:
         self.libc("free", T.void, (_PTR,), [p])
 
@@ -415,7 +420,7 @@ def _fwd_point(call: str):
     """Tangent of ``MPI_Send``, ``MPI_Recv``, ``MPI_Bcast``: the same call on the shadow (zeros sent, or a
     scratch buffer received into, where there is none)."""
     def build(e: _Emit, a, tape=None):
-        z = e.calloc(e.nbytes(a["count"], a["dt"]))
+        z = e.spare(a["dbuf"], e.nbytes(a["count"], a["dt"]))
         tail = [a["peer"], a["tag"], a["comm"]] if call != "MPI_Bcast" else [a["root"], a["comm"]]
         e.mpi(call, [e.either(a["dbuf"], z), a["count"], a["dt"], *tail]
               + ([ConstantNull(_PTR)] if call == "MPI_Recv" else []))
@@ -424,7 +429,8 @@ def _fwd_point(call: str):
 
 
 def _fwd_sendrecv(e: _Emit, a, tape=None):
-    zs, zr = e.calloc(e.nbytes(a["scount"], a["stype"])), e.calloc(e.nbytes(a["rcount"], a["rtype"]))
+    zs = e.spare(a["dsbuf"], e.nbytes(a["scount"], a["stype"]))
+    zr = e.spare(a["drbuf"], e.nbytes(a["rcount"], a["rtype"]))
     e.mpi("MPI_Sendrecv", [e.either(a["dsbuf"], zs), a["scount"], a["stype"], a["dest"], a["stag"],
                            e.either(a["drbuf"], zr), a["rcount"], a["rtype"], a["src"], a["rtag"], a["comm"],
                            ConstantNull(_PTR)])
@@ -439,7 +445,7 @@ def _fwd_reduction(call: str):
         b = e.b
         n = e.nbytes(a["count"], a["dt"])
         rank = e.query("rank", a["comm"])
-        t, zr = e.calloc(n), e.calloc(n)
+        t, zr = e.calloc(n), e.spare(a["drbuf"], n)
         b.memcpy(t, e.either(a["dsbuf"], t), b.select(_nonnull(e, a["dsbuf"]), n, _i64(0)))
         out = e.either(a["drbuf"], zr)
         inplace, null = a["inplace"], ConstantNull(_PTR)
@@ -464,7 +470,7 @@ def _fwd_collect(call: str):
             sn = b.mul(sn, ranks)
         else:
             rn = b.mul(rn, ranks)
-        zs, zr = e.calloc(sn), e.calloc(rn)
+        zs, zr = e.spare(a["dsbuf"], sn), e.spare(a["drbuf"], rn)
         tail = [a["root"], a["comm"]] if call != "MPI_Allgather" else [a["comm"]]
         e.mpi(call, [e.either(a["dsbuf"], zs), a["scount"], a["stype"], e.either(a["drbuf"], zr), a["rcount"],
                      a["rtype"], *tail])
@@ -490,7 +496,7 @@ def _rev_recv(e: _Emit, a, tape):
     """``dbuf`` sent back to the source, then zero (unless nothing was received: ``MPI_PROC_NULL``)."""
     b = e.b
     n = e.nbytes(a["count"], a["dt"])
-    z = e.calloc(n)
+    z = e.spare(a["dbuf"], n)
     src = e.either(a["dbuf"], z)
     e.mpi("MPI_Send", [src, a["count"], a["dt"], a["peer"], a["tag"], a["comm"]])
     e.zero(src, n, b.and_(_nonnull(e, a["dbuf"]), b.icmp("ne", a["peer"], _i32(PROC_NULL))))
@@ -501,7 +507,7 @@ def _rev_sendrecv(e: _Emit, a, tape):
     """Both at once: ``drbuf`` back to the source, the destination's adjoint into ``dsbuf``."""
     b = e.b
     sn, rn = e.nbytes(a["scount"], a["stype"]), e.nbytes(a["rcount"], a["rtype"])
-    z, t = e.calloc(rn), e.calloc(sn)
+    z, t = e.spare(a["drbuf"], rn), e.calloc(sn)
     out = e.either(a["drbuf"], z)
     e.mpi("MPI_Sendrecv", [out, a["rcount"], a["rtype"], a["src"], a["rtag"], t, a["scount"], a["stype"], a["dest"],
                            a["stag"], a["comm"], ConstantNull(_PTR)])
@@ -517,7 +523,7 @@ def _rev_allreduce(e: _Emit, a, tape):
     b = e.b
     n = e.nbytes(a["count"], a["dt"])
     rank = e.query("rank", a["comm"])
-    z, s = e.calloc(n), e.calloc(n)
+    z, s = e.spare(a["drbuf"], n), e.calloc(n)
     inp = e.either(a["drbuf"], z)
     e.mpi("MPI_Allreduce", [inp, s, *e.base(n, a["es"]), _global(e.module, SUM), a["comm"]])
     b.call(_mask_fn(e.module), [s, a["w"], a["es"], rank, n])
@@ -552,7 +558,7 @@ def _rev_bcast(e: _Emit, a, tape):
     b = e.b
     n = e.nbytes(a["count"], a["dt"])
     root = b.icmp("eq", e.query("rank", a["comm"]), a["root"])
-    z, s = e.calloc(n), e.calloc(n)
+    z, s = e.spare(a["dbuf"], n), e.calloc(n)
     inp = e.either(a["dbuf"], z)
     e.mpi("MPI_Reduce", [inp, s, *e.base(n, a["es"]), _global(e.module, SUM), a["root"], a["comm"]])
     has = _nonnull(e, a["dbuf"])
@@ -568,7 +574,7 @@ def _rev_gather(e: _Emit, a, tape):
     root = b.icmp("eq", e.query("rank", a["comm"]), a["root"])
     ranks = b.sext(e.query("size", a["comm"]), T.i64)
     sn, rn = e.nbytes(a["scount"], a["stype"]), b.mul(e.nbytes(a["rcount"], a["rtype"]), ranks)
-    z, t = e.calloc(b.select(root, rn, _i64(0))), e.calloc(sn)
+    z, t = e.spare(a["drbuf"], b.select(root, rn, _i64(0))), e.calloc(sn)
     src = e.either(a["drbuf"], z)
     e.mpi("MPI_Scatter", [src, a["rcount"], a["rtype"], t, a["scount"], a["stype"], a["root"], a["comm"]])
     e.zero(src, rn, b.and_(root, _nonnull(e, a["drbuf"])))
@@ -583,7 +589,7 @@ def _rev_scatter(e: _Emit, a, tape):
     root = b.icmp("eq", e.query("rank", a["comm"]), a["root"])
     ranks = b.sext(e.query("size", a["comm"]), T.i64)
     sn, rn = b.mul(e.nbytes(a["scount"], a["stype"]), ranks), e.nbytes(a["rcount"], a["rtype"])
-    z, t = e.calloc(rn), e.calloc(b.select(root, sn, _i64(0)))
+    z, t = e.spare(a["drbuf"], rn), e.calloc(b.select(root, sn, _i64(0)))
     inp = e.either(a["drbuf"], z)
     e.mpi("MPI_Gather", [inp, a["rcount"], a["rtype"], t, a["scount"], a["stype"], a["root"], a["comm"]])
     e.zero(inp, rn, _nonnull(e, a["drbuf"]))
@@ -598,7 +604,7 @@ def _rev_allgather(e: _Emit, a, tape):
     ranks = b.sext(e.query("size", a["comm"]), T.i64)
     block = e.nbytes(a["rcount"], a["rtype"])
     rn = b.mul(block, ranks)
-    z, t = e.calloc(rn), e.calloc(block)
+    z, t = e.spare(a["drbuf"], rn), e.calloc(block)
     inp = e.either(a["drbuf"], z)
     e.mpi("MPI_Reduce_scatter_block", [inp, t, *e.base(block, a["esr"]), _global(e.module, SUM), a["comm"]])
     e.zero(inp, rn, _nonnull(e, a["drbuf"]))
