@@ -1,0 +1,102 @@
+"""Builds real C libraries' unmodified sources with a driver of ours through enzcc, and reads the drivers'
+``name value`` lines. Shared by the tests in this folder and by bench/libraries.py (which has no pytest)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+COMPILE_TIMEOUT_S = 600
+
+
+@dataclass(frozen=True)
+class Library:
+    """How one library is built: its sources and include folders (relative to the fetched source folder), our
+    driver (in this folder), and the preprocessor definitions it needs."""
+    name: str
+    driver: str
+    sources: tuple[str, ...]
+    includes: tuple[str, ...] = (".",)
+    defines: tuple[str, ...] = ()
+    args: tuple[str, ...] = field(default=())  # the driver's arguments in check mode ({src}: the source folder)
+
+
+LIBRARIES = {
+    "liblbfgs": Library("liblbfgs", "lbfgs_driver.c", ("lib/lbfgs.c",), ("include",)),
+    "cminpack": Library("cminpack", "cminpack_driver.c",
+                        ("examples/ssqfcn.c", "examples/ssqjac.c", "examples/ssqipt.c", "lmder1.c", "lmder.c",
+                         "lmpar.c", "qrfac.c", "qrsolv.c", "enorm.c", "dpmpar.c"),
+                        (".", "examples"), (), ("check", "{src}/examples/testdata/ssq.data")),
+    "kissfft": Library("kissfft", "kissfft_driver.c", ("kiss_fft.c", "kiss_fftr.c"), (".",),
+                       ("kiss_fft_scalar=double",)),
+    "tinyexpr": Library("tinyexpr", "tinyexpr_driver.c", ("tinyexpr.c",)),
+}
+
+
+class BuildError(Exception):
+    """enzcc refused or failed; ``stderr`` holds its message."""
+
+    def __init__(self, cmd: list[str], proc: subprocess.CompletedProcess, out: Path):
+        super().__init__(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+        self.returncode = proc.returncode
+        self.stderr = proc.stderr
+        self.out = out  # the output enzcc was asked for
+
+
+def enzcc_command() -> list[str]:
+    """This checkout's enzcc, run by this Python."""
+    return [sys.executable, "-m", "enzcc"]
+
+
+def compile_command(lib: Library, src: Path, opt: str, out: Path, extra: tuple[str, ...] = ()) -> list[str]:
+    cmd = [*enzcc_command(), opt, "-w", f"-I{HERE}"]
+    cmd += [f"-I{src / inc}" for inc in lib.includes]
+    cmd += [f"-D{d}" for d in lib.defines]
+    cmd += [*extra, str(HERE / lib.driver), *(str(src / s) for s in lib.sources), "-lm", "-o", str(out)]
+    return cmd
+
+
+def build(lib: Library, src: Path, opt: str, out_dir: Path, extra: tuple[str, ...] = (),
+          env: dict | None = None) -> Path:
+    """The driver and the library's sources compiled by enzcc at ``opt`` into ``out_dir``; raises BuildError
+    with enzcc's message when it refuses."""
+    key = hashlib.sha256(repr((lib, str(src), opt, extra)).encode()).hexdigest()[:12]
+    out = out_dir / f"{lib.name}{opt}-{key}"
+    cmd = compile_command(lib, src, opt, out, extra)
+    run_env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", **(env or {})}
+    proc = subprocess.run(cmd, cwd=out_dir, env=run_env, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
+    if proc.returncode != 0:
+        raise BuildError(cmd, proc, out)
+    return out
+
+
+def check_args(lib: Library, src: Path) -> list[str]:
+    """The driver's arguments in check mode."""
+    return [a.format(src=src) for a in lib.args]
+
+
+def values(text: str) -> dict[str, float]:
+    """The ``name value`` lines of a driver's output."""
+    out = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            try:
+                out[parts[0]] = float(parts[1])
+            except ValueError:
+                pass
+    return out
+
+
+def run(exe: Path, *args: str, env: dict | None = None, timeout: float = 300) -> dict[str, float]:
+    proc = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+    if proc.returncode != 0:
+        raise AssertionError(f"{exe.name} {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+    return values(proc.stdout)
