@@ -8,7 +8,7 @@ SEED ?= 1
 O ?= 0,1,2,3
 FUZZ_ARGS ?=
 
-.PHONY: setup demo test bench bench-builds bench-frameworks bench-gpu fuzz fuzz-bad clean
+.PHONY: setup demo test test-libraries bench bench-builds bench-frameworks bench-gpu bench-libraries fuzz fuzz-bad clean
 
 setup:
 	@PYTHON=$(PYTHON) ./scripts/setup.sh
@@ -18,6 +18,11 @@ demo: setup
 
 test: setup
 	$(PYTHON) -m pytest -q $(PYTEST_ARGS)
+
+# gradients through real C libraries fetched from the package registries (also part of make test;
+# docs/testing.md, "Real libraries")
+test-libraries: setup
+	$(PYTHON) -m pytest -q tests/libraries $(PYTEST_ARGS)
 
 # the benchmark suite (docs/benchmarks.md): results in bench/results/results.json
 bench: setup
@@ -36,6 +41,11 @@ bench-builds: setup
 # results in bench/results/frameworks.json
 bench-frameworks: setup
 	$(PYTHON) -m bench.frameworks $(BENCH_ARGS)
+
+# real C libraries' primal and gradient times (docs/benchmarks.md, "Real libraries"): results in
+# bench/results/libraries.json
+bench-libraries: setup
+	$(PYTHON) -m bench.libraries $(BENCH_ARGS)
 
 # random self-checking programs through enzcc at each -O level: counts per class, reduced failures in build/fuzz
 fuzz: setup

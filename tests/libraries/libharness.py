@@ -39,6 +39,11 @@ LIBRARIES = {
 }
 
 
+class SkipRow(Exception):
+    """A benchmark row that cannot be measured here (a driver missing from this checkout, a build that does not
+    finish); the message says why."""
+
+
 class BuildError(Exception):
     """enzcc refused or failed; ``stderr`` holds its message."""
 
