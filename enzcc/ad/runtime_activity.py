@@ -111,20 +111,27 @@ def guard_lost_stores(mode, insts: list[Instruction]) -> None:
     from enzcc.ad.emit import fail_call_at_run_time_if
 
     act = mode.activity
-    writes = [i for i in insts if (isinstance(i, Store) and has_float(i.value.type) and act.is_active_ptr(i.pointer)
-                                   and act.is_active(i.value)) or _active_copy(act, i)]
+    writes = [i for i in insts if (isinstance(i, Store) and act.is_active_ptr(i.pointer) and
+                                   (has_float(i.value.type) and act.is_active(i.value) or
+                                    isinstance(i.value.type, T.PointerType) and act.is_active_ptr(i.value)))
+              or _active_copy(act, i)]
     calls = [(i, a) for i in insts for a in _written_by_call(act, i)]
     if not writes and not calls:
         return
     escaping = _escaping_roots(act, insts)
+    pointers_read = _pointer_read_roots(act, insts)
     for w in writes:
         dest = w.pointer if isinstance(w, Store) else w.args[0]
-        if not (_roots(dest) & escaping) or _own_allocation(dest):
+        read = escaping | pointers_read if not isinstance(w, Store) else \
+            pointers_read if isinstance(w.value.type, T.PointerType) else escaping
+        if not (_roots(dest) & read) or _own_allocation(dest):
             continue
         b = IRBuilder.after(w)
         lost = b.icmp("eq", dest, mode.shadows.of(dest, w))
         if not isinstance(w, Store):  # (a copy from inactive memory loses nothing)
             lost = b.and_(lost, differs(b, w.args[1], mode.shadows.of(w.args[1], w)))
+        elif isinstance(w.value.type, T.PointerType):  # (nor does a pointer without derivatives at run time)
+            lost = b.and_(lost, differs(b, w.value, mode.shadows._of_operand(w.value, w)))
         fail_call_at_run_time_if(mode.module, b, lost, _lost_message(mode, w))
     for call, dest in calls:
         if _roots(dest) & escaping and not _own_allocation(dest):
@@ -175,6 +182,11 @@ def _lost_message(mode, st: Instruction) -> str:
     at = f" ({where})" if where else ""
     what = "stored" if isinstance(st, Store) else "copied" if _is_copy(st) else \
         f"stored by a call to '{st.callee_name}'"
+    if isinstance(st, Store) and isinstance(st.value.type, T.PointerType):
+        what = "stored"
+        return (f"enzyme_runtime_activity: in '{mode.dc.fn.name}'{at}, a pointer to memory with derivatives is "
+                f"{what} into memory whose shadow is the memory itself (passed inactive at run time) and read back: "
+                "its shadow would be lost; pass that memory a shadow of its own")
     return (f"enzyme_runtime_activity: in '{mode.dc.fn.name}'{at}, a value with derivatives is {what} into memory "
             "whose shadow is the memory itself (passed inactive at run time) and read back for a result: its "
             "derivative would be lost; pass that memory a shadow of its own")
@@ -219,6 +231,16 @@ def _escaping_roots(act, insts: list[Instruction]) -> set[int]:
         roots = _roots(ld.pointer)
         if not roots <= out and _reaches_elsewhere(ld, roots):
             out |= roots
+    return out
+
+
+def _pointer_read_roots(act, insts: list[Instruction]) -> set[int]:
+    """The roots of memory with derivatives that the function reads pointers from (their shadows are read from
+    the same place in the shadow memory)."""
+    out: set[int] = set()
+    for ld in insts:
+        if isinstance(ld, Load) and isinstance(ld.type, T.PointerType) and act.is_active_ptr(ld.pointer):
+            out |= _roots(ld.pointer)
     return out
 
 

@@ -391,6 +391,49 @@ def test_lost_derivative_in_a_call_that_is_not_inlined(enzcc, opt):
         in r.stderr, r.stderr
 
 
+POINTER_KEPT = r"""
+struct node { double *p; double w; };
+double f(struct node *n, double *x) { n->p = x; return n->p[0] * 2 + n->w; }
+int main(int argc, char **argv) {
+  double x[1] = {3}, dx[1] = {0}, t[1] = {1};
+  struct node n = {0, 1}, dn = {0, 0};
+  __enzyme_autodiff((void *)f, enzyme_runtime_activity, enzyme_dup, &n, &dn, enzyme_dup, x, dx);
+  report("ad.r", dx[0]); report("an.r", 2); report("ad.w", dn.w); report("an.w", 1);
+  dn.w = 0;   /* (the tangent of n->w) */
+  report("ad.f", __enzyme_fwddiff((void *)f, enzyme_runtime_activity, enzyme_dup, &n, &dn, enzyme_dup, x, t));
+  report("an.f", 2);
+  fflush(stdout);
+  if (argc > 1) {   /* the node is its own shadow: the pointer's shadow would read back as the pointer */
+    dx[0] = 0;
+    if (argv[1][0] == 'f') report("same.f", __enzyme_fwddiff((void *)f, enzyme_runtime_activity, enzyme_dup, &n, &n,
+                                                             enzyme_dup, x, t));
+    else { __enzyme_autodiff((void *)f, enzyme_runtime_activity, enzyme_dup, &n, &n, enzyme_dup, x, dx);
+           report("same.r", dx[0]); }
+  }
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", OPTS)
+@pytest.mark.parametrize("mode", ["r", "f"])
+def test_pointer_stored_into_memory_that_is_its_own_shadow(enzcc, opt, mode):
+    """A pointer to memory with derivatives stored into memory that is its own shadow and read back would come back
+    with itself as shadow (inactive): the program stops. Where the optimizer forwards the pointer instead of
+    reading it back (-O2), nothing is lost and the gradient is right; never a zero."""
+    r = _run(enzcc, POINTER_KEPT, opt)
+    assert r.returncode == 0, r.stderr
+    assert_close(_values(r.stdout), "ad.", "an.", rel=1e-12)
+    r = _run(enzcc, POINTER_KEPT, opt, mode)
+    v = _values(r.stdout)
+    if opt == "-O0" or r.returncode != 0:
+        assert r.returncode != 0 and f"same.{mode}" not in v, r.stdout
+        assert "a pointer to memory with derivatives is stored into memory whose shadow is the memory itself" \
+            in r.stderr, r.stderr
+    else:
+        assert v[f"same.{mode}"] == 2
+
+
 SCRATCH = r"""
 struct plan { int n; double *scratch; };
 void f(const struct plan *p, const double *x, double *y) {
