@@ -8,7 +8,7 @@ SEED ?= 1
 O ?= 0,1,2,3
 FUZZ_ARGS ?=
 
-.PHONY: setup demo test test-libraries bench bench-builds bench-frameworks bench-gpu bench-libraries fuzz fuzz-bad clean
+.PHONY: setup demo test test-libraries bench bench-parallel bench-builds bench-frameworks bench-gpu bench-libraries fuzz fuzz-bad clean
 
 setup:
 	@PYTHON=$(PYTHON) ./scripts/setup.sh
@@ -32,6 +32,11 @@ bench: setup
 # bench/results/gpu.json
 bench-gpu: setup
 	$(PYTHON) -m bench.gpu $(BENCH_ARGS)
+
+# the heat equation with OpenMP threads and MPI ranks, 1 and 2 timed, 4 checked (docs/benchmarks.md, "Threads and
+# ranks"): results in bench/results/parallel.json
+bench-parallel: setup
+	$(PYTHON) -m bench.parallel $(BENCH_ARGS)
 
 # compile-time benchmarks against clang-22 (docs/benchmarks.md, "Compile time"): results in bench/results/builds.json
 bench-builds: setup
