@@ -520,7 +520,10 @@ def _inlinable(call: Call, module, is_user_function) -> bool:
     if not name or name not in module.functions:
         return False
     callee = module.functions[name]
-    return not callee.is_declaration and is_user_function(callee)
+    if callee.is_declaration:
+        return False
+    rule = rule_for(call)
+    return not (rule is not None and rule.replaces_body) and is_user_function(callee)
 
 
 def inline_call(call: Call, callee) -> list[Call]:

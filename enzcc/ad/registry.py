@@ -51,6 +51,9 @@ class CallRule:
       - ``copies``: ``(destination, source, size)``, argument indices of a call that copies bytes as ``memcpy``
         does (``cudaMemcpy``): activity and written globals treat it as one (values flow from the source to
         the destination); its rule makes the derivative code.
+      - ``replaces_body``: the rule stands for the function even where the program defines it (a reference
+        BLAS compiled in, or a mock that logs its calls): calls to it are not inlined, and its body is run, never
+        differentiated, as a library's would be.
       - ``runtime_activity``: its derivative code compares each pointer it is given with its shadow and leaves
         memory whose shadow is itself alone (:mod:`enzcc.ad.runtime_activity`); without it, a call given memory
         with derivatives is refused under ``enzyme_runtime_activity``.
@@ -83,6 +86,7 @@ class CallRule:
     allocates_through: int | None = None
     copies: tuple[int, int, int] | None = None
     runtime_activity: bool = False
+    replaces_body: bool = False
     forward: Callable | None = None
     augment: Callable | None = None
     reverse: Callable | None = None

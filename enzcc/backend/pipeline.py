@@ -225,6 +225,35 @@ def protect_hinted_functions(mod: llvm.ModuleRef) -> None:
             fn.add_function_attribute("noinline")
 
 
+def shield_rule_bodies(mod: llvm.ModuleRef) -> dict[str, object]:
+    """Functions the program defines but a call rule stands for (``replaces_body``: a reference or mock BLAS
+    compiled in) are made interposable (weak) for the optimization before AD: otherwise it reads their bodies to
+    change their calls (an argument a body ignores, such as a row-major-only BLAS's order, becomes poison at
+    the calls, and the rule that reads it to size its copies reads poison). Returns each one's linkage, which
+    :func:`unshield_rule_bodies` gives back after AD."""
+    import enzcc.ad.calls  # noqa: F401  (the families register their rules)
+    from enzcc.ad.registry import rule_named
+
+    saved = {}
+    for fn in mod.functions:
+        if fn.is_declaration:
+            continue
+        rule = rule_named(L.value_name(fn))
+        if rule is not None and rule.replaces_body:
+            saved[L.value_name(fn)] = fn.linkage
+            fn.linkage = llvm.Linkage.weak_any
+    return saved
+
+
+def unshield_rule_bodies(mod: llvm.ModuleRef, saved: dict[str, object]) -> None:
+    """The linkage :func:`shield_rule_bodies` took, given back."""
+    for name, linkage in saved.items():
+        try:
+            mod.get_function(name).linkage = linkage
+        except NameError:
+            pass  # (removed as unused)
+
+
 def run_pipeline(mod: llvm.ModuleRef, opts: PipelineOptions, tm: llvm.TargetMachine, where: str) -> llvm.ModuleRef:
     """optimize -> AD -> optimize (or AD -> optimize with ``before-opt``). The run after AD is the same in
     both modes, so they compare only where AD happens. NVPTX modules get libdevice before their last
@@ -236,6 +265,7 @@ def run_pipeline(mod: llvm.ModuleRef, opts: PipelineOptions, tm: llvm.TargetMach
         L.bounded_slp_scheduling()
         keep_enzyme_calls_apart(mod)
         protect_hinted_functions(mod)
+        shielded = shield_rule_bodies(mod)
         if opts.opt_level == 0:
             # -O0 keeps every local in memory: a marker or function passed through C++ helpers (the enzyme/enzyme
             # header) would reach the __enzyme_* call as a load from a stack slot instead of the value itself
@@ -243,6 +273,7 @@ def run_pipeline(mod: llvm.ModuleRef, opts: PipelineOptions, tm: llvm.TargetMach
     if opts.ad_mode == "before-opt":
         with TIMES.stage("ad", where):
             mod, changed = ad_stage(mod, opts, where, tm)
+        unshield_rule_bodies(mod, shielded if needs_ad else {})
         mod, _ = device_libraries(mod, opts, tm, where)
         with TIMES.stage("optimize", f"-O{opts.opt_level} after AD"):
             L.optimize(mod, tm, opts.opt_level, **opts.vectorizers())
@@ -261,6 +292,7 @@ def run_pipeline(mod: llvm.ModuleRef, opts: PipelineOptions, tm: llvm.TargetMach
     with TIMES.stage("ad", where):
         mod, changed = ad_stage(mod, opts, where, tm)
     if needs_ad:
+        unshield_rule_bodies(mod, shielded)
         mod, linked = device_libraries(mod, opts, tm, where)
         changed = changed or linked
     if changed:

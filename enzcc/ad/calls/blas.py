@@ -20,7 +20,7 @@ from enzcc.ad.errors import ad_error
 from enzcc.ad.runtime_activity import differs, enabled
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
-from enzcc.ir.values import ConstantFloat, ConstantInt
+from enzcc.ir.values import ConstantFloat, ConstantInt, ConstantPoison, ConstantUndef
 
 NO_TRANS, TRANS = 111, 112
 
@@ -50,6 +50,11 @@ class _Call:
         self.prec, self.op = routine(inst.callee_name)
         self.ty = T.f64 if self.prec == "d" else T.f32
         self.args = dict(zip(SIGNATURES[self.op], inst.args))
+        for role, v in self.args.items():
+            if isinstance(v, (ConstantPoison, ConstantUndef)):
+                # (the optimizer saw a definition of the routine in the program that ignores this argument)
+                raise ad_error(f"argument '{role}' of {inst.callee_name} is undefined here: the program's own "
+                               f"{inst.callee_name} ignores it, and its derivative needs it", inst)
         self.b = b
         self.module = inst.module
         self.when = None
@@ -60,9 +65,17 @@ class _Call:
         return ConstantFloat(self.ty, x)
 
     def blas(self, op: str, args: list, ret=T.void):
-        """Call ``cblas_<prec><op>`` with ``args`` (ints as i32, floats of the call's precision)."""
-        types = tuple(a.type for a in args)
-        fn = self.module.get_or_insert_function(f"cblas_{self.prec}{op}", T.FunctionType(ret, types))
+        """Call ``cblas_<prec><op>`` with ``args`` (floats of the call's precision). Integers go as the
+        program's definition of the routine takes them (a mock or reference BLAS compiled in may take its
+        order and transposition as ``char``), else as CBLAS's ``int``."""
+        name = f"cblas_{self.prec}{op}"
+        known = self.module.functions.get(name)
+        if known is not None and len(known.function_type.params) == len(args):
+            types = known.function_type.params
+        else:
+            types = tuple(T.i32 if isinstance(a.type, T.IntType) and a.type.bits < 32 else a.type for a in args)
+        args = [self._as_int(a, t) for a, t in zip(args, types)]
+        fn = self.module.get_or_insert_function(name, T.FunctionType(ret, tuple(types)))
         if self.when is not None:
             return call_if(self.module, self.b, self.when, fn, args)
         return self.b.call(fn, args)
@@ -75,14 +88,22 @@ class _Call:
         for x in conds:
             self.when = x if self.when is None else self.b.and_(self.when, x)
 
-    def i32(self, x: int):
-        return ConstantInt(T.i32, x)
+    def _as_int(self, v, ty):
+        """``v`` as the integer type ``ty`` (sign-extended or truncated; anything else unchanged)."""
+        if not (isinstance(ty, T.IntType) and isinstance(v.type, T.IntType)) or v.type.bits == ty.bits:
+            return v
+        return self.b.sext(v, ty) if v.type.bits < ty.bits else self.b.trunc(v, ty)
+
+    @staticmethod
+    def like(v, x: int):
+        """The constant ``x`` of the integer type of ``v`` (CBLAS's enums are ``int``, a mock's ``char``)."""
+        return ConstantInt(v.type, x)
 
     def is_no_trans(self, t):
-        return self.b.icmp("eq", t, self.i32(NO_TRANS))
+        return self.b.icmp("eq", t, self.like(t, NO_TRANS))
 
     def flip(self, t):
-        return self.b.select(self.is_no_trans(t), self.i32(TRANS), self.i32(NO_TRANS))
+        return self.b.select(self.is_no_trans(t), self.like(t, TRANS), self.like(t, NO_TRANS))
 
 
 def _vector_elements(b: IRBuilder, n, inc):
@@ -96,7 +117,7 @@ def _vector_elements(b: IRBuilder, n, inc):
 def _matrix_elements(b: IRBuilder, order, rows, cols, ld):
     """Elements a matrix stored with leading dimension ``ld`` spans: (major - 1) * ld + minor, where major is
     rows (row-major, order 101) or columns (column-major)."""
-    row_major = b.icmp("eq", order, ConstantInt(T.i32, 101))
+    row_major = b.icmp("eq", order, ConstantInt(order.type, 101))
     major = b.sext(b.select(row_major, rows, cols), T.i64)
     minor = b.sext(b.select(row_major, cols, rows), T.i64)
     return b.add(b.mul(b.sub(major, ConstantInt(T.i64, 1)), b.sext(ld, T.i64)), minor)
@@ -165,7 +186,8 @@ def forward(mode, inst) -> None:
     def live(name):  # (runtime activity: the shadow is other memory)
         return differs(b, c.args[name], shadow(name)) if enabled(act) and shadow(name) is not None else None
 
-    after = routine(inst.callee_name)[1] in ("dot", "nrm2")
+    # (the tangent calls come before the call, as Enzyme makes them, but nrm2's, which reads its result)
+    after = routine(inst.callee_name)[1] == "nrm2"
     b = IRBuilder.after(inst) if after else IRBuilder.before(inst)
     c = _Call(inst, b)
     _refuse_scalars(c, lambda v: id(v) in mode.tangents)
@@ -213,11 +235,12 @@ def forward(mode, inst) -> None:
             return
         beta = a["beta"]
         head = [a["order"], a["trans"], a["m"], a["n"], a["alpha"]]
-        if shadow("a") is not None:
-            c.blas("gemv", head + [shadow("a"), a["lda"], a["x"], a["incx"], beta, shadow("y"), a["incy"]])
-            beta = c.const(1.0)
+        # (the term of dx first, then dA's, in Enzyme's order: a program logging its BLAS calls sees the same)
         if shadow("x") is not None:
             c.blas("gemv", head + [a["a"], a["lda"], shadow("x"), a["incx"], beta, shadow("y"), a["incy"]])
+            beta = c.const(1.0)
+        if shadow("a") is not None:
+            c.blas("gemv", head + [shadow("a"), a["lda"], a["x"], a["incx"], beta, shadow("y"), a["incy"]])
             beta = c.const(1.0)
         if beta is a["beta"]:
             c.blas("scal", [_vector_length(c, "y"), beta, shadow("y"), a["incy"]])
@@ -226,11 +249,11 @@ def forward(mode, inst) -> None:
             return
         beta = a["beta"]
         head = [a["order"], a["transa"], a["transb"], a["m"], a["n"], a["k"]]
+        if shadow("b") is not None:  # (dB's term first, then dA's, in Enzyme's order)
+            c.blas("gemm", head + [a["alpha"], a["a"], a["lda"], shadow("b"), a["ldb"], beta, shadow("c"), a["ldc"]])
+            beta = c.const(1.0)
         if shadow("a") is not None:
             c.blas("gemm", head + [a["alpha"], shadow("a"), a["lda"], a["b"], a["ldb"], beta, shadow("c"), a["ldc"]])
-            beta = c.const(1.0)
-        if shadow("b") is not None:
-            c.blas("gemm", head + [a["alpha"], a["a"], a["lda"], shadow("b"), a["ldb"], beta, shadow("c"), a["ldc"]])
             beta = c.const(1.0)
         if beta is a["beta"]:  # alpha = 0: C = beta C (A and B are not read)
             c.blas("gemm", head + [c.const(0.0), a["a"], a["lda"], a["b"], a["ldb"], beta, shadow("c"), a["ldc"]])
@@ -370,8 +393,8 @@ def reverse(mode, inst, copies: dict, block, b: IRBuilder) -> None:
         if shadow("a") is not None:
             c.only_if(live("c"), live("a"))
             nt = c.is_no_trans(a["transa"])
-            c.blas("gemm", [a["order"], b.select(nt, c.i32(NO_TRANS), a["transb"]),
-                            b.select(nt, c.flip(a["transb"]), c.i32(TRANS)),
+            c.blas("gemm", [a["order"], b.select(nt, c.like(a["transb"], NO_TRANS), a["transb"]),
+                            b.select(nt, c.flip(a["transb"]), c.like(a["transb"], TRANS)),
                             b.select(nt, a["m"], a["k"]), b.select(nt, a["k"], a["m"]), a["n"], a["alpha"],
                             b.select(nt, dc, copy["b"]), b.select(nt, a["ldc"], a["ldb"]),
                             b.select(nt, copy["b"], dc), b.select(nt, a["ldb"], a["ldc"]),
@@ -379,8 +402,8 @@ def reverse(mode, inst, copies: dict, block, b: IRBuilder) -> None:
         if shadow("b") is not None:
             c.only_if(live("c"), live("b"))
             nt = c.is_no_trans(a["transb"])
-            c.blas("gemm", [a["order"], b.select(nt, c.flip(a["transa"]), c.i32(TRANS)),
-                            b.select(nt, c.i32(NO_TRANS), a["transa"]),
+            c.blas("gemm", [a["order"], b.select(nt, c.flip(a["transa"]), c.like(a["transa"], TRANS)),
+                            b.select(nt, c.like(a["transa"], NO_TRANS), a["transa"]),
                             b.select(nt, a["k"], a["n"]), b.select(nt, a["n"], a["k"]), a["m"], a["alpha"],
                             b.select(nt, copy["a"], dc), b.select(nt, a["lda"], a["ldc"]),
                             b.select(nt, dc, copy["a"]), b.select(nt, a["ldc"], a["lda"]),
@@ -421,9 +444,10 @@ def _reverse(mode, inst, copies, block, b: IRBuilder) -> bool:
     return True
 
 
+# (by name, so that the pipeline finds the definitions these rules stand for: enzcc.backend.pipeline)
 register(CallRule("blas", passes_arguments=True, forward=_forward, augment=_augment, reverse=_reverse,
-                  runtime_activity=True),
-         match=lambda call: routine(call.callee_name) is not None)
+                  runtime_activity=True, replaces_body=True),
+         names=tuple(f"cblas_{prec}{op}" for prec in "ds" for op in SIGNATURES))
 
 
 __all__ = ["forward", "prepare_reverse", "reverse", "routine"]
