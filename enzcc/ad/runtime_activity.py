@@ -185,10 +185,10 @@ def _lost_message(mode, st: Instruction) -> str:
     if isinstance(st, Store) and isinstance(st.value.type, T.PointerType):
         what = "stored"
         return (f"enzyme_runtime_activity: in '{mode.dc.fn.name}'{at}, a pointer to memory with derivatives is "
-                f"{what} into memory whose shadow is the memory itself (passed inactive at run time) and read back: "
+                f"{what} into memory whose shadow is the memory itself (inactive at run time: passed as its own shadow, or an enzyme_const buffer) and read back: "
                 "its shadow would be lost; pass that memory a shadow of its own")
     return (f"enzyme_runtime_activity: in '{mode.dc.fn.name}'{at}, a value with derivatives is {what} into memory "
-            "whose shadow is the memory itself (passed inactive at run time) and read back for a result: its "
+            "whose shadow is the memory itself (inactive at run time: passed as its own shadow, or an enzyme_const buffer) and read back for a result: its "
             "derivative would be lost; pass that memory a shadow of its own")
 
 

@@ -434,6 +434,40 @@ def test_pointer_stored_into_memory_that_is_its_own_shadow(enzcc, opt, mode):
         assert v[f"same.{mode}"] == 2
 
 
+CHOSEN = r"""
+double f(double *a, double *c, const double *x, int k, int n) {   /* stores into whichever buffer k chooses */
+  double *p = k ? a : c;
+  for (int i = 0; i < n; i++) p[i] = x[i] * x[i];
+  double s = 0;
+  for (int i = 0; i < n; i++) s += p[i] * p[n - 1 - i];
+  return s;
+}
+int main(int argc, char **argv) {
+  double a[2], da[2] = {0}, c[2], x[2] = {1, 2}, dx[2] = {0};
+  int k = argc > 1 ? 0 : 1;
+  __enzyme_autodiff((void *)f, enzyme_runtime_activity, enzyme_dup, a, da, enzyme_const, c, enzyme_dup, x, dx,
+                    enzyme_const, k, enzyme_const, 2);
+  report("ad.0", dx[0]); report("an.0", 4 * x[0] * x[1] * x[1]);
+  report("ad.1", dx[1]); report("an.1", 4 * x[1] * x[0] * x[0]);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", OPTS)
+def test_stores_into_the_const_buffer_a_select_chooses(enzcc, opt):
+    """Values with derivatives stored through a select of an enzyme_dup and an enzyme_const buffer and read back:
+    the gradient where the dup buffer is chosen; a stop at run time where the const one is (its derivative
+    would be lost). Without the marker the select is refused at compile time."""
+    r = _run(enzcc, CHOSEN, opt)
+    assert r.returncode == 0, r.stderr
+    assert_close(_values(r.stdout), "ad.", "an.", rel=1e-12)
+    r = _run(enzcc, CHOSEN, opt, "const")
+    assert r.returncode != 0 and "ad.0" not in r.stdout
+    assert "(inactive at run time: passed as its own shadow, or an enzyme_const buffer) and read back for a " \
+        "result: its derivative would be lost" in r.stderr, r.stderr
+
+
 SCRATCH = r"""
 struct plan { int n; double *scratch; };
 void f(const struct plan *p, const double *x, double *y) {
