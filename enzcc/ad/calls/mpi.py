@@ -81,7 +81,7 @@ SIGNATURES = {
 #: calls that never carry a derivative
 INACTIVE = ("MPI_Init", "MPI_Init_thread", "MPI_Finalize", "MPI_Initialized", "MPI_Finalized", "MPI_Abort",
             "MPI_Comm_rank", "MPI_Comm_size", "MPI_Wtime", "MPI_Wtick", "MPI_Barrier", "MPI_Get_processor_name",
-            "MPI_Type_contiguous", "MPI_Type_commit", "MPI_Type_free", "MPI_Type_size", "MPI_Type_dup",
+            "MPI_Type_contiguous", "MPI_Type_size", "MPI_Type_dup",
             "MPI_Comm_dup", "MPI_Comm_free", "MPI_Comm_split", "MPI_Get_count", "MPI_Query_thread")
 
 _I32, _PTR = T.i32, T.ptr
@@ -792,11 +792,12 @@ def _take_fn(module):
     return round_function(module, "__enzcc_mpi_take", T.FunctionType(_PTR, (_I32, _PTR)), body)
 
 
-def _trim_fn(module):
-    """``trim()``: the table's length without its trailing taken (null) slots."""
+def _trim_fn(module, table=None):
+    """``trim()``: a table's length (the request records', or ``table``: (array, length) globals) without its
+    trailing taken (null) slots."""
     def body(fn):
         entry, head, check, dec, done = (fn.append_block(x) for x in ("entry", "head", "check", "dec", "done"))
-        arr, length, _ = _table(module)
+        arr, length = table if table is not None else _table(module)[:2]
         IRBuilder.at_end(entry).br(head)
         h = IRBuilder.at_end(head)
         ln = h.load(T.i64, length)
@@ -808,7 +809,8 @@ def _trim_fn(module):
         d.store(d.sub(ln, _i64(1)), length)
         d.br(head)
         IRBuilder.at_end(done).ret_void()
-    return round_function(module, "__enzcc_mpi_trim", T.FunctionType(T.void, ()), body)
+    name = "__enzcc_mpi_trim" if table is None else "__enzcc_mpi_trim_deferred"
+    return round_function(module, name, T.FunctionType(T.void, ()), body)
 
 
 def _each_record_fn(module, name: str, one):
@@ -1144,14 +1146,89 @@ def _refuse(fn, call: Call, forward: bool) -> None:
     if name in REFUSED:
         raise ad_error(f"{name} in a differentiated function is not supported (complete requests with MPI_Wait "
                        "or MPI_Waitall)", call)
-    if name == "MPI_Type_free" and not forward:
-        raise ad_error("MPI_Type_free in a function differentiated in reverse mode is not supported: the reverse "
-                       "sweep still sends messages of that type (free it after __enzyme_autodiff returns)", call)
+
+
+# -- derived datatypes freed in a function differentiated in reverse mode ------------------------------------
+
+def _deferred(module):
+    """The globals of this round's list of datatypes whose release waits for the reverse sweep: the array, its
+    length."""
+    refs = []
+    for what, ty in (("deferred_types", _PTR), ("ndeferred_types", T.i64)):
+        name = f"__enzcc_mpi_{what}"
+        if name not in module.globals:
+            module.add_global(name, ty, linkage="internal")
+        refs.append(module.global_ref(name))
+    return refs
+
+
+def _defer_fn(module):
+    """``defer(slot)``, in place of ``MPI_Type_free(slot)`` in the forward sweep: the handle is noted (the
+    reverse sweep still sends messages of its type) and the slot set to ``MPI_DATATYPE_NULL``, as the call
+    would have. (The list grows by one slot here and shrinks at the release: :func:`_release_deferred_fn`.)"""
+    def body(fn):
+        slot, = fn.args
+        b = IRBuilder.at_end(fn.append_block("entry"))
+        arr, length = _deferred(module)
+        n = b.load(T.i64, length)
+        grown = _Emit(b, module).libc("realloc", _PTR, (_PTR, T.i64),
+                                      [b.load(_PTR, arr), b.mul(b.add(n, _i64(1)), _i64(8))])
+        b.store(grown, arr)
+        b.store(b.load(_PTR, slot), b.gep(_PTR, grown, [n]))
+        b.store(b.add(n, _i64(1)), length)
+        b.store(_global(module, "ompi_mpi_datatype_null"), slot)
+        b.ret_void()
+    return round_function(module, "__enzcc_mpi_defer_type_free", T.FunctionType(T.void, (_PTR,)), body)
+
+
+def _release_deferred_fn(module):
+    """``release(handle)``, at the reverse of the ``MPI_Type_commit`` that made it: ``MPI_Type_free`` if the
+    forward sweep deferred its release (once)."""
+    def step(b, args, i):
+        arr, handle, slot = args
+        at = b.gep(_PTR, arr, [i])
+        here = b.load(_PTR, at)
+        same = b.icmp("eq", here, handle)
+        b.store(b.select(same, ConstantNull(_PTR), here), at)
+        b.call(_release_fn(module), [slot, b.zext(same, _I32)])
+    loop = _loop_fn(module, "__enzcc_mpi_release_deferred_loop", (_PTR, _PTR, _PTR), step)
+
+    def body(fn):
+        handle, = fn.args
+        b = IRBuilder.at_end(fn.append_block("entry"))
+        slot = b.alloca(_PTR)
+        b.store(handle, slot)
+        arr, length = _deferred(module)
+        b.call(loop, [b.load(_PTR, arr), handle, slot, b.load(T.i64, length)])
+        b.call(_trim_fn(module, (arr, length)), [])
+        b.ret_void()
+    return round_function(module, "__enzcc_mpi_release_deferred", T.FunctionType(T.void, (_PTR,)), body)
+
+
+def _augment_type_free(mode, call: Call):
+    """Forward sweep: the release is deferred (:func:`_defer_fn`) to the reverse of the type's commit."""
+    anchor = IRBuilder.before(call).call(_defer_fn(mode.module), [call.args[0]])
+    call.erase()
+    return anchor, None, []
+
+
+def _augment_type_commit(mode, call: Call):
+    handle = IRBuilder.after(call).load(_PTR, call.args[0])
+    return call, handle, [handle]
+
+
+def _reverse_type_commit(mode, call: Call, entry, block, b: IRBuilder) -> bool:
+    if entry is not None:
+        b.call(_release_deferred_fn(mode.module), [mode._primal(entry, block, b)])
+    return True
 
 
 _RULE = CallRule("mpi", passes_arguments=True, forward=_forward, augment=_augment, reverse=_reverse)
 register(_RULE, names=tuple(SIGNATURES))
 register(CallRule("mpi", inactive=True), names=INACTIVE)
+register(CallRule("mpi", inactive=True, augment=_augment_type_free, reverse=lambda *a: True), names=("MPI_Type_free",))
+register(CallRule("mpi", inactive=True, augment=_augment_type_commit, reverse=_reverse_type_commit),
+         names=("MPI_Type_commit",))
 register_prepared_check(_refuse)
 
 __all__ = ["FLOAT_TYPES", "INACTIVE", "REFUSED", "SIGNATURES", "is_in_place"]

@@ -10,11 +10,9 @@ double f(double *x, int m) {
   int rank, size;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  static MPI_Datatype pair = MPI_DATATYPE_NULL;  /* (made once; freed by no one: see MPI_Type_free's refusal) */
-  if (pair == MPI_DATATYPE_NULL) {
-    MPI_Type_contiguous(2, MPI_DOUBLE, &pair);
-    MPI_Type_commit(&pair);
-  }
+  MPI_Datatype pair;  /* (freed below: in reverse mode, at the reverse of its commit) */
+  MPI_Type_contiguous(2, MPI_DOUBLE, &pair);
+  MPI_Type_commit(&pair);
   double out[2] = {x[0] * x[0], x[m - 1] * x[0]}, in[2] = {0, 0};
   int next = (rank + 1) % size, prev = (rank + size - 1) % size;
   MPI_Sendrecv(out, 1, pair, next, 7, in, 1, pair, prev, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
@@ -25,6 +23,7 @@ double f(double *x, int m) {
   }
   MPI_Bcast(s, 1, pair, size - 1, MPI_COMM_WORLD);
   MPI_Allreduce(s, t, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Type_free(&pair);
   float p = rank == 0 ? (float)x[0] : 0.0f;
   MPI_Bcast(&p, 1, MPI_FLOAT, 0, MPI_COMM_WORLD);
   float q = p * (float)x[m - 1], r;
