@@ -34,8 +34,10 @@ Reverse mode, with ``dx`` the shadow of ``x``:
   other's adjoint; ``MPI_Allgather``'s is ``MPI_Reduce_scatter_block``. ``MPI_IN_PLACE`` is supported for the
   reductions; other operations (``MPI_PROD``, user operations) are refused.
 - ``MPI_Barrier``, ``MPI_Comm_rank``/``size``, ``MPI_Wtime``, ``MPI_Init``/``Finalize`` and the datatype
-  constructors carry nothing. Any other MPI call through which derivatives flow has no rule: the engine's
-  one-line error names it.
+  constructors carry nothing. ``MPI_Type_free`` in reverse mode is deferred to the reverse of the type's
+  ``MPI_Type_commit`` (the reverse sweep still sends messages of that type). ``MPI_Test`` & co. are refused (their
+  requests would escape the waits' records); any other MPI call through which derivatives flow has no rule: the
+  engine's one-line error names it.
 
 Not in vector mode (``enzyme_width``) nor in an OpenMP parallel region (refused). An MPI error aborts the
 program (Open MPI's default error handler), so the derivative's own calls need no checks.
