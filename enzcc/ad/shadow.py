@@ -269,14 +269,16 @@ class Shadows:
         adjoints back into it at the realloc (see :func:`realloc_old_shadow`); forward mode frees it, as the
         primal's memory was."""
         module = self.fn.module
-        if self.activity.runtime_activity and self.has(call.args[0]):
-            raise ad_error("enzyme_runtime_activity with realloc of memory with derivatives is not supported", call,
-                           fn=self.fn)
         old = self.shadow_or_null(call.args[0])
         size = to_i64(b, call.args[1])
         s = b.call(module.get_or_insert_function("malloc", T.FunctionType(T.ptr, (T.i64,))), [size])
         zero_heap_shadow(b, module, s, size)
-        b.memcpy(s, old, b.call_intrinsic("llvm.umin", [usable_size(b, module, old), size], [T.i64]))
+        live = old
+        if self.activity.runtime_activity and not isinstance(old, ConstantNull):
+            from enzcc.ad.runtime_activity import differs  # (the old memory itself: released, no derivatives)
+
+            live = b.select(differs(b, call.args[0], old), old, ConstantNull(T.ptr))
+        b.memcpy(s, live, b.call_intrinsic("llvm.umin", [usable_size(b, module, live), size], [T.i64]))
         if self.activity.mode == "forward" and any(a is old for _, a in self.allocations):
             b.call(module.get_or_insert_function("free", T.FunctionType(T.void, (T.ptr,))), [old])
         self.allocations.append((call, s))

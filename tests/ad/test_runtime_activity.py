@@ -468,6 +468,53 @@ def test_stores_into_the_const_buffer_a_select_chooses(enzcc, opt):
         "result: its derivative would be lost" in r.stderr, r.stderr
 
 
+REALLOC = r"""
+double grow(double **pp, const double *x, int n) {   /* grows the caller's buffer */
+  double *p = realloc(*pp, 2 * n * sizeof(double));
+  for (int i = 0; i < n; i++) p[n + i] = x[i] * p[i];
+  *pp = p;
+  double s = 0;
+  for (int i = 0; i < 2 * n; i++) s += p[i] * p[i];
+  return s;
+}
+double grow_own(double *p0, const double *x, int n) {   /* grows and releases it */
+  double *p = realloc(p0, 2 * n * sizeof(double));
+  for (int i = 0; i < n; i++) p[n + i] = x[i] * p[i];
+  double s = 0;
+  for (int i = 0; i < 2 * n; i++) s += p[i] * p[i];
+  free(p);
+  return s;
+}
+int main(void) {
+  double x[2] = {2, 3}, dx[2] = {0}, t[2] = {1, 0};
+  double *p = malloc(2 * sizeof(double)), *dp = calloc(2, sizeof(double)), *q = p, *dq = dp;
+  p[0] = 1; p[1] = 5;
+  __enzyme_autodiff((void *)grow, enzyme_runtime_activity, enzyme_dup, &q, &dq, enzyme_dup, x, dx, enzyme_const, 2);
+  report("ad.x0", dx[0]); report("an.x0", 2 * x[0]); report("ad.x1", dx[1]); report("an.x1", 2 * x[1] * 25);
+  report("ad.p0", dp[0]); report("an.p0", 2 + 2 * x[0] * x[0]); report("ad.p1", dp[1]); report("an.p1", 10 + 2 * x[1] * x[1] * 5);
+  double *r = malloc(2 * sizeof(double));
+  r[0] = 1; r[1] = 5; dx[0] = dx[1] = 0;
+  __enzyme_autodiff((void *)grow_own, enzyme_runtime_activity, enzyme_dup, r, r, enzyme_dup, x, dx, enzyme_const, 2);
+  report("ad.o0", dx[0]); report("an.o0", 2 * x[0]); report("ad.o1", dx[1]); report("an.o1", 2 * x[1] * 25);
+  r = malloc(2 * sizeof(double));
+  r[0] = 1; r[1] = 5;
+  report("ad.of", __enzyme_fwddiff((void *)grow_own, enzyme_runtime_activity, enzyme_dup, r, r, enzyme_dup, x, t,
+                                   enzyme_const, 2));
+  report("an.of", 2 * x[0]);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", OPTS)
+def test_realloc(enzcc, opt):
+    """realloc of memory with derivatives: with a shadow of its own, the adjoints go back to the old shadow; where
+    the old memory is its own shadow, the new memory gets a fresh zero shadow and nothing goes back to the
+    released memory."""
+    v = build_and_run(enzcc, "extern int enzyme_runtime_activity;\n" + REALLOC, opt)
+    assert_close(v, "ad.", "an.", rel=1e-12)
+
+
 SCRATCH = r"""
 struct plan { int n; double *scratch; };
 void f(const struct plan *p, const double *x, double *y) {

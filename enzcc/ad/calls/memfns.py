@@ -149,7 +149,7 @@ def _reverse_realloc(self, inst: Call, shadow: Value, block, b: IRBuilder) -> No
         old = self.shadows.shadow_or_null(inst.args[0])
         if isinstance(old, Constant):
             return
-        old = self._primal(old, block, b)
+        old = _live_old_shadow(self, inst, self._primal(old, block, b), block, b)
         n = b.call_intrinsic("llvm.umin", [usable_size(b, self.module, old),
                                            to_i64(b, self._primal(inst.args[1], block, b))], [T.i64])
         b.call_intrinsic("llvm.memmove", [old, self._primal(shadow, block, b), n, ConstantInt(T.i1, 0)],
@@ -162,11 +162,19 @@ def _reverse_realloc(self, inst: Call, shadow: Value, block, b: IRBuilder) -> No
     old = self.shadows.shadow_or_null(inst.args[0])
     if isinstance(old, Constant):
         return  # the old memory had no derivatives (or was null): nothing to give back
-    old = self._primal(old, block, b)
+    old = _live_old_shadow(self, inst, self._primal(old, block, b), block, b)
     n = b.call_intrinsic("llvm.umin", [usable_size(b, self.module, old),
                                        to_i64(b, self._primal(inst.args[1], block, b))], [T.i64])
     b.call(self.tape.memcpy_adjoint_helper(kind), [self._primal(shadow, block, b), old, n,
                                                     ConstantInt(T.i1, 1)])
+
+def _live_old_shadow(self, inst: Call, old: Value, block, b: IRBuilder) -> Value:
+    """The old shadow of a ``realloc`` in the reverse sweep; with runtime activity, null where it was the old
+    memory itself (inactive, and released by the ``realloc``: nothing goes back there)."""
+    if not runtime_activity.enabled(self.activity):
+        return old
+    return b.select(runtime_activity.differs(b, self._primal(inst.args[0], block, b), old), old, ConstantNull(T.ptr))
+
 
 def _reverse_memcpy(self, inst: Call, block, b: IRBuilder) -> None:
     dest, src, size = inst.args[0], inst.args[1], inst.args[2]
