@@ -19,10 +19,10 @@ demo: setup
 test: setup
 	$(PYTHON) -m pytest -q $(PYTEST_ARGS)
 
-# gradients through real C libraries fetched from the package registries (also part of make test;
-# docs/testing.md, "Real libraries")
+# gradients through real C libraries fetched from the package registries (docs/testing.md, "Real libraries"):
+# make test runs them too, except REBOUND's, whose builds take minutes
 test-libraries: setup
-	$(PYTHON) -m pytest -q tests/libraries $(PYTEST_ARGS)
+	ENZCC_TEST_REBOUND=1 $(PYTHON) -m pytest -q tests/libraries $(PYTEST_ARGS)
 
 # the benchmark suite (docs/benchmarks.md): results in bench/results/results.json
 bench: setup
