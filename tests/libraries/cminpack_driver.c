@@ -15,8 +15,8 @@
 #include "bench_timer.h"
 
 extern int enzyme_dup, enzyme_dupnoneed, enzyme_const;
-void __enzyme_autodiff(void *, ...);
-void __enzyme_fwddiff(void *, ...);
+double __enzyme_autodiff(void *, ...);
+double __enzyme_fwddiff(void *, ...);
 
 #define MMAX 65
 #define NMAX 40
@@ -109,6 +109,29 @@ static struct solve solve(int nprob, int m, int n, double factor, int enzcc) {
   return s;
 }
 
+/* the gradient of cminpack's own enorm (a norm that rescales components above rgiant/n or below rdwarf to
+ * avoid overflow and underflow) against the analytic x / |x|, reverse and forward, in each of its regimes */
+static double check_enorm(void) {
+  const double scales[4][2] = {{1, 1}, {1e160, 1e160}, {1e-160, 1e-160}, {1e160, 1}}; /* mid, giant, dwarf, mixed */
+  double worst = 0;
+  for (int s = 0; s < 4; s++) {
+    double x[6], g[6] = {0}, norm2 = 0;
+    for (int i = 0; i < 6; i++) x[i] = (i % 2 ? -1 : 1) * (0.3 + 0.2 * i) * scales[s][i < 2 ? 0 : 1];
+    for (int i = 0; i < 6; i++) norm2 += (x[i] / scales[s][0]) * (x[i] / scales[s][0]);
+    double norm = sqrt(norm2) * scales[s][0];
+    __enzyme_autodiff((void *)enorm, enzyme_const, 6, enzyme_dup, x, g);
+    for (int i = 0; i < 6; i++) {
+      double dx[6] = {0};
+      dx[i] = 1;
+      double t = __enzyme_fwddiff((void *)enorm, enzyme_const, 6, enzyme_dup, x, dx);
+      double exact = x[i] / norm; /* |exact| <= 1 */
+      worst = fmax(worst, fmax(fabs(g[i] - exact), fabs(t - exact)));
+      if (isnan(g[i]) || isnan(t)) worst = INFINITY;
+    }
+  }
+  return worst;
+}
+
 static int check(const char *data) {
   FILE *f = fopen(data, "r");
   if (!f) {
@@ -141,6 +164,7 @@ static int check(const char *data) {
     }
   }
   fclose(f);
+  printf("enorm.err %.17g\n", check_enorm());
   printf("all.cases %d\nall.err_fwd %.17g\nall.err_rev %.17g\nall.err_fd %.17g\nall.same_path %d\n", cases,
          err_fwd, err_rev, err_fd, same_path);
   return 0;

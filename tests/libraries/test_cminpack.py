@@ -1,7 +1,9 @@
 """cminpack 1.3.6 (unmodified sources): the Jacobians of MINPACK's eighteen least-squares test problems
 (examples/ssqfcn.c) by enzcc, forward and reverse mode, equal the hand-written ones (examples/ssqjac.c) over the
 53 cases of examples/testdata/ssq.data and agree with central differences; lmder1 with enzcc's Jacobian
-converges wherever it does with the hand-written one (tests/libraries/cminpack_driver.c)."""
+converges wherever it does with the hand-written one. The library's own enorm (rescaled sums for components
+near overflow and underflow) is differentiated too, against x / |x| in each regime
+(tests/libraries/cminpack_driver.c)."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ def _cases(v: dict[str, float]) -> dict[str, dict[str, float]]:
 @pytest.mark.parametrize("opt", ["-O0", "-O2"])
 def test_lmder_jacobians(library_check, opt):
     v = library_check("cminpack", opt)
+    assert v["enorm.err"] <= 1e-14  # reverse and forward, mid, giant (1e160), dwarf (1e-160) and mixed scales
     assert v["all.cases"] == 53
     # entries relative to the largest of their column (a column's entries share a scale)
     assert v["all.err_fwd"] <= 1e-12
