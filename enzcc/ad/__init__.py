@@ -252,6 +252,7 @@ def differentiate_module(module: Module, prepared: dict[str, str] | None = None)
         from_sources |= source.functions(module, calls)
     module.enzcc_active_globals = ActiveGlobals(module, prepared or {}, from_sources)
     forward_split = _forward_split_keys(module, calls)
+    _check_split_runtime_activity(module, calls, forward_split)
     for call in calls:
         if isinstance(call, Invoke):  # C++: the __enzyme_* declaration may throw, as far as clang knows
             call = invoke_to_call(call)
@@ -263,7 +264,11 @@ def differentiate_module(module: Module, prepared: dict[str, str] | None = None)
         if mode == "forward-split":
             _replace_fwdsplit_call(dc, logic)
         elif mode in ("augment", "reverse-split", "size"):
-            _replace_split_call(dc, logic, forward_split)
+            logic.runtime_activity = dc.runtime_activity  # (the functions its calls need: with it too)
+            try:
+                _replace_split_call(dc, logic, forward_split)
+            finally:
+                logic.runtime_activity = False
         else:
             _replace_call(dc, logic.for_call(dc))
     logic.cleanup()
@@ -290,6 +295,29 @@ def _forward_split_keys(module, calls) -> set:
                                    f"{call.callee_name} in this program (the same argument activity): enzcc's tape serves "
                                    "one of them", call)
     return keys
+
+
+def _check_split_runtime_activity(module, calls, forward_split: set) -> None:
+    """The ``__enzyme_augmentfwd`` / ``__enzyme_reverse`` / ``__enzyme_augmentsize`` calls of one function and
+    argument activity share one tape: they must agree on ``enzyme_runtime_activity`` (a tape written with it
+    is not the tape the reverse function without it reads); and forward split mode has no runtime activity."""
+    from enzcc.ad.fwdsplit import activity_key
+
+    seen: dict[tuple, object] = {}
+    for call in calls:
+        if mode_of(call.callee_name) not in ("augment", "reverse-split", "size"):
+            continue
+        dc = parse_call(call, module)
+        if dc.runtime_activity and (dc.fn.name, activity_key(dc)) in forward_split:
+            raise ad_error(f"enzyme_runtime_activity is not supported with __enzyme_fwdsplit, which continues this "
+                           f"{call.callee_name} of '{dc.fn.name}'", call)
+        key = (dc.fn.name, tuple("dup" if s.kind == "dupnoneed" else s.kind for s in dc.args), dc.active_return)
+        other = seen.setdefault(key, dc)
+        if other.runtime_activity != dc.runtime_activity:
+            with_it, without = (other, dc) if other.runtime_activity else (dc, other)
+            raise ad_error(f"{with_it.call.callee_name} of '{dc.fn.name}' has enzyme_runtime_activity and "
+                           f"{without.call.callee_name} with the same argument activity does not: both read and "
+                           "write one tape, give the marker to both", dc.call)
 
 
 def _replace_fwdsplit_call(dc, logic) -> None:
@@ -342,7 +370,7 @@ def _reverse_split(dc, logic):
     from enzcc.ad.api import DUP, DUPNONEED, OUT
 
     kinds = tuple("dup" if s.kind in (DUP, DUPNONEED) else "out" if s.kind == OUT else "const" for s in dc.args)
-    key = ("split", dc.fn.name, kinds, dc.active_return)
+    key = ("split", dc.fn.name, kinds, dc.active_return) + (("runtime-activity",) if dc.runtime_activity else ())
     aug, rev = logic.split_of_call(dc.call, dc.fn, kinds, dc.active_return, dc=dc)
     return key, aug, rev, logic.split_makers[key].frame_size
 

@@ -369,10 +369,14 @@ def _call_markers(rest: list, mode: str, call, callee: str) -> dict:
             if mode not in ("forward", "reverse"):
                 raise ad_error(f"enzyme_primal_return is supported with __enzyme_fwddiff and __enzyme_autodiff, "
                                f"not {callee}", call)
-        elif name in ("enzyme_context", "enzyme_runtime_activity"):
+        elif name == "enzyme_context":
             if mode not in ("forward", "reverse"):
                 raise ad_error(f"{name} is supported with __enzyme_fwddiff and __enzyme_autodiff, not "
                                f"{callee}", call)
+        elif name == "enzyme_runtime_activity":
+            if mode == "forward-split":
+                raise ad_error(f"{name} is supported with __enzyme_fwddiff, __enzyme_autodiff, "
+                               f"__enzyme_augmentfwd, __enzyme_reverse and __enzyme_augmentsize, not {callee}", call)
         elif (name in ("enzyme_const_return", "enzyme_active_return") and mode == "reverse") or \
                 (name == "enzyme_noret" and mode in ("reverse", "forward")):
             pass  # (enzyme_noret: the result is not returned, already the default of these two)

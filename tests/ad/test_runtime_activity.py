@@ -19,8 +19,10 @@ pytestmark = need("clang-22")
 OPTS = ["-O0", "-O2"]
 
 RA = PRELUDE + r"""
-extern int enzyme_runtime_activity;
-void __enzyme_augmentfwd(void *, ...);
+extern int enzyme_runtime_activity, enzyme_noret;
+void *__enzyme_augmentfwd(void *, ...);
+void __enzyme_reverse(void *, ...);
+double __enzyme_fwdsplit(void *, ...);
 """
 
 
@@ -91,6 +93,38 @@ def test_shadow_that_is_the_memory_itself(enzcc, opt):
     for k in range(3):
         assert v[f"x.r{k}"] == x[k] and v[f"x.f{k}"] == x[k]
         assert v[f"out.r{k}"] == x[k] * y[k] and v[f"out.f{k}"] == x[k] * y[k]
+
+
+SPLIT = r"""
+/* the same function in split mode: x and out are their own shadows */
+int main(void) {
+  double x[3] = {1.5, -2, 0.75}, y[3] = {0.3, 1.1, -0.4}, out[3] = {0}, dy[3] = {0};
+  void *tape = __enzyme_augmentfwd((void *)f, enzyme_runtime_activity, enzyme_noret, enzyme_dup, x, x,
+                                   enzyme_dup, y, dy, enzyme_dup, out, out, enzyme_const, 3);
+  __enzyme_reverse((void *)f, enzyme_runtime_activity, enzyme_dup, x, x, enzyme_dup, y, dy, enzyme_dup, out, out,
+                   enzyme_const, 3, 1.0, tape);
+  for (int k = 0; k < 3; k++) {
+    char name[16];
+    sprintf(name, "ad.%d", k); report(name, dy[k]);
+    sprintf(name, "an.%d", k); report(name, x[k] * cos(y[k]) + 2 * y[k] * x[0]);
+    sprintf(name, "x%d", k); report(name, x[k]);
+    sprintf(name, "out%d", k); report(name, out[k]);
+  }
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", OPTS)
+def test_split_mode(enzcc, opt):
+    src = ALIASED[:ALIASED.index("static double fy")] + SPLIT
+    enzcc.write("t.c", RA + src)
+    enzcc(opt, "t.c", "-lm", "-o", "t")
+    v = _values(enzcc.run("./t").stdout)
+    assert_close(v, "ad.", "an.", rel=1e-12)
+    x, y = [1.5, -2, 0.75], [0.3, 1.1, -0.4]
+    for k in range(3):
+        assert v[f"x{k}"] == x[k] and v[f"out{k}"] == x[k] * y[k]
 
 
 # -- 2. an enzyme_const buffer and an enzyme_dup one merged in a select and a phi ---------------------------------
@@ -583,16 +617,25 @@ int main(void) { double a[2], b[1], da[2], db[1];
 """, "enzyme_runtime_activity with a call to 'modf' given memory with derivatives is not supported"),
     (r"""
 double f(double *a) { return a[0] * a[0]; }
-int main(void) { double a[1], da[1], t;
-  __enzyme_augmentfwd((void *)f, enzyme_runtime_activity, enzyme_dup, a, da); return 0; }
-""", "enzyme_runtime_activity is supported with __enzyme_fwddiff and __enzyme_autodiff, not __enzyme_augmentfwd"),
+int main(void) { double a[1], da[1];
+  void *t = __enzyme_augmentfwd((void *)f, enzyme_noret, enzyme_dup, a, da);
+  __enzyme_fwdsplit((void *)f, enzyme_runtime_activity, enzyme_dup, a, da, t); return 0; }
+""", "enzyme_runtime_activity is supported with __enzyme_fwddiff, __enzyme_autodiff, __enzyme_augmentfwd, "
+     "__enzyme_reverse and __enzyme_augmentsize, not __enzyme_fwdsplit"),
+    (r"""
+double f(double *a) { return a[0] * a[0]; }
+int main(void) { double a[1], da[1];
+  void *t = __enzyme_augmentfwd((void *)f, enzyme_runtime_activity, enzyme_noret, enzyme_dup, a, da);
+  __enzyme_reverse((void *)f, enzyme_dup, a, da, 1.0, t); return 0; }
+""", "__enzyme_augmentfwd of 'f' has enzyme_runtime_activity and __enzyme_reverse with the same argument activity "
+     "does not"),
     (r"""
 extern int enzyme_width;
 double f(double *a) { return a[0] * a[0]; }
 int main(void) { double a[1], d0[1], d1[1];
   __enzyme_fwddiff((void *)f, enzyme_runtime_activity, enzyme_width, 2, enzyme_dup, a, d0, d1); return 0; }
 """, "enzyme_runtime_activity with enzyme_width is not supported"),
-], ids=["libm-writing-through-pointer", "split-mode", "vector-mode"])
+], ids=["libm-writing-through-pointer", "forward-split-mode", "split-mode-mismatch", "vector-mode"])
 def test_refusals(enzcc, src, message):
     enzcc.write("e.c", RA + src)
     r = enzcc("-O2", "e.c", "-lm", "-o", "e", check=False)
