@@ -339,8 +339,6 @@ def parse_call(call: Call, module) -> DiffCall:
     if dc.width > 1 and dc.out_args:
         raise ad_error(f"enzyme_out (parameter {dc.out_args[0].param.index + 1} of '{fn.name}') with enzyme_width is "
                        f"not supported in {callee}: pass it by pointer with enzyme_dup (one shadow per lane)", call)
-    if dc.width > 1 and dc.runtime_activity:
-        raise ad_error(f"enzyme_runtime_activity with enzyme_width is not supported in {callee}", call)
     if dc.width > 1 and dc.primal_return and mode != "forward":
         raise ad_error(f"enzyme_primal_return with enzyme_width is not supported in {callee}", call)
     if "tape" in extra and dc.allocated is None:

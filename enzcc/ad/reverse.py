@@ -165,8 +165,11 @@ class ReverseMode(AdjointGenerator, CacheUtility):
             self.lane_shadows.append(shadows)
         self._use_lane(0)
         self._copy_pointer_shadows(primal)
-        if runtime_activity.enabled(self.activity):
-            runtime_activity.guard_lost_stores(self, [i for _, insts in primal for i in insts])
+        if runtime_activity.enabled(self.activity):  # (each lane's shadows)
+            for lane in range(self.width):
+                self._use_lane(lane)
+                runtime_activity.guard_lost_stores(self, [i for _, insts in primal for i in insts])
+            self._use_lane(0)
         self.tape = Tape(self.module, G)
         self.written_bases = None if self.split else self._written_bases()
         """Argument and global memory the function writes (:meth:`_written_bases`); None: unknown."""

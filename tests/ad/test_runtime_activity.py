@@ -127,6 +127,45 @@ def test_split_mode(enzcc, opt):
         assert v[f"x{k}"] == x[k] and v[f"out{k}"] == x[k] * y[k]
 
 
+VECTOR = r"""
+/* vector mode: lane 0 has x as its own shadow, lane 1 has y */
+typedef struct { double a, b; } d2;
+d2 __enzyme_fwddiff_d2(void *, ...) __asm__("__enzyme_fwddiff");
+void __enzyme_autodiff_v(void *, ...) __asm__("__enzyme_autodiff");
+extern int enzyme_width;
+void g(double *x, double *y, double *res, int n) { *res = f(x, y, res + 1, n); }
+int main(void) {
+  double x[3] = {1.5, -2, 0.75}, y[3] = {0.3, 1.1, -0.4}, out[3] = {0}, t0[3] = {1, 0, 0}, t1[3] = {0, 1, 0};
+  d2 r = __enzyme_fwddiff_d2((void *)f, enzyme_runtime_activity, enzyme_width, 2, enzyme_dup, x, x, t1,
+                             enzyme_dup, y, t0, y, enzyme_dup, out, out, out, enzyme_const, 3);
+  report("ad.f0", r.a); report("an.f0", x[0] * cos(y[0]) + 2 * y[0] * x[0]);
+  report("ad.f1", r.b); report("an.f1", sin(y[1]));
+  double res[4] = {0}, dres0[4] = {1, 0, 0, 0}, dres1[4] = {1, 0, 0, 0}, dx1[3] = {0}, dy0[3] = {0};
+  __enzyme_autodiff_v((void *)g, enzyme_runtime_activity, enzyme_width, 2, enzyme_dup, x, x, dx1,
+                      enzyme_dup, y, dy0, y, enzyme_dup, res, dres0, dres1, enzyme_const, 3);
+  for (int k = 0; k < 3; k++) {
+    char name[16];
+    sprintf(name, "ad.y%d", k); report(name, dy0[k]);
+    sprintf(name, "an.y%d", k); report(name, x[k] * cos(y[k]) + 2 * y[k] * x[0]);
+    sprintf(name, "ad.x%d", k); report(name, dx1[k]);
+    sprintf(name, "an.x%d", k); report(name, sin(y[k]) + (k == 0 ? y[0] * y[0] + y[1] * y[1] + y[2] * y[2] : 0));
+  }
+  report("x0", x[0]); report("y0", y[0]);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", OPTS)
+def test_vector_mode_lanes_inactive_apart(enzcc, opt):
+    src = ALIASED[:ALIASED.index("static double fy")] + VECTOR
+    enzcc.write("t.c", RA + src)
+    enzcc(opt, "t.c", "-lm", "-o", "t")
+    v = _values(enzcc.run("./t").stdout)
+    assert_close(v, "ad.", "an.", rel=1e-12)
+    assert v["x0"] == 1.5 and v["y0"] == 0.3
+
+
 # -- 2. an enzyme_const buffer and an enzyme_dup one merged in a select and a phi ---------------------------------
 
 MIXED = r"""
@@ -629,13 +668,7 @@ int main(void) { double a[1], da[1];
   __enzyme_reverse((void *)f, enzyme_dup, a, da, 1.0, t); return 0; }
 """, "__enzyme_augmentfwd of 'f' has enzyme_runtime_activity and __enzyme_reverse with the same argument activity "
      "does not"),
-    (r"""
-extern int enzyme_width;
-double f(double *a) { return a[0] * a[0]; }
-int main(void) { double a[1], d0[1], d1[1];
-  __enzyme_fwddiff((void *)f, enzyme_runtime_activity, enzyme_width, 2, enzyme_dup, a, d0, d1); return 0; }
-""", "enzyme_runtime_activity with enzyme_width is not supported"),
-], ids=["libm-writing-through-pointer", "forward-split-mode", "split-mode-mismatch", "vector-mode"])
+], ids=["libm-writing-through-pointer", "forward-split-mode", "split-mode-mismatch"])
 def test_refusals(enzcc, src, message):
     enzcc.write("e.c", RA + src)
     r = enzcc("-O2", "e.c", "-lm", "-o", "e", check=False)
