@@ -249,8 +249,9 @@ class ReverseMode(AdjointGenerator, CacheUtility):
                         for at, k in fields:
                             if isinstance(k, T.PointerType):
                                 off = [ConstantInt(T.i64, at)]
-                                p = ConstantNull(T.ptr) if not self.activity.is_active_ptr(src) else \
-                                    b.load(T.ptr, b.gep(T.i8, shadows.of(src, inst), off))
+                                p = b.load(T.ptr, b.gep(T.i8, shadows.of(src, inst), off)) \
+                                    if self.activity.is_active_ptr(src) else \
+                                    b.load(T.ptr, b.gep(T.i8, dest, off)) if ra else ConstantNull(T.ptr)
                                 slot = b.gep(T.i8, shadows.of(dest, inst), off)
                                 if ra:  # (inactive memory: the pointer the copy put there)
                                     p = runtime_activity.shadow_or_primal(
@@ -268,6 +269,8 @@ class ReverseMode(AdjointGenerator, CacheUtility):
                                                            n)
                     if self.activity.is_active_ptr(src):
                         b.call(inst.callee, [shadows.of(dest, inst), shadows.of(src, inst), n, inst.args[3]])
+                    elif ra:  # (pointers without derivatives: their own shadows, as the copy put them there)
+                        b.call(inst.callee, [shadows.of(dest, inst), dest, n, inst.args[3]])
                     else:
                         b.memset(shadows.of(dest, inst), 0, n)
 

@@ -136,7 +136,8 @@ class Shadows:
                             ConstantUndef(inst.type)
                     member = inst.value
                     if has_pointer(member.type):
-                        member = self._map.get(id(member)) or ConstantNull(member.type) \
+                        own = member if self.activity.runtime_activity else ConstantNull(member.type)
+                        member = self._map.get(id(member)) or own \
                             if isinstance(member.type, T.PointerType) else self._map.get(id(member), member)
                     self._set(inst, IRBuilder.after(inst).insert_value(base, member, list(inst.indices)))
                 elif isinstance(inst, ExtractValue):
@@ -211,8 +212,9 @@ class Shadows:
         val = store.value
         shadow_val = self._map.get(id(val))
         if shadow_val is None:
-            # a pointer without derivatives: its shadow slot holds null
-            shadow_val = ConstantNull(val.type)
+            # a pointer without derivatives: its shadow slot holds null (runtime activity: the pointer itself, its
+            # own shadow, so that what is read through it later is inactive rather than a null shadow)
+            shadow_val = val if self.activity.runtime_activity else ConstantNull(val.type)
         dest = self.of(store.pointer, store)
         b = IRBuilder.after(store)
         if self.activity.runtime_activity:  # (the primal pointer again where the memory is inactive)

@@ -588,6 +588,37 @@ def test_realloc(enzcc, opt):
     assert_close(v, "ad.", "an.", rel=1e-12)
 
 
+CONST_POINTER_KEPT = r"""
+struct S { double *p; double v; };
+double f(struct S *s, double *x, double *c) {   /* a pointer without derivatives kept in memory with them */
+  s->p = c;
+  s->v = x[0];
+  return s->p[0] * s->v;
+}
+int main(void) {
+  struct S s, ds = {0, 0};
+  double x[1] = {2}, dx[1] = {0}, c[1] = {3}, t[1] = {1};
+  __enzyme_autodiff((void *)f, enzyme_runtime_activity, enzyme_dup, &s, &ds, enzyme_dup, x, dx, enzyme_const, c);
+  report("ad.r", dx[0]); report("an.r", c[0]);
+  ds.p = 0; ds.v = 0;
+  report("ad.f", __enzyme_fwddiff((void *)f, enzyme_runtime_activity, enzyme_dup, &s, &ds, enzyme_dup, x, t,
+                                  enzyme_const, c));
+  report("an.f", c[0]);
+  report("c", c[0]);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", OPTS)
+def test_const_pointer_kept_in_memory_with_derivatives(enzcc, opt):
+    """The shadow slot of a pointer without derivatives holds the pointer itself (its own shadow: inactive), so
+    reading through it after loading it back gives no derivative instead of going through a null shadow."""
+    v = build_and_run(enzcc, "extern int enzyme_runtime_activity;\n" + CONST_POINTER_KEPT, opt)
+    assert_close(v, "ad.", "an.", rel=1e-12)
+    assert v["c"] == 3
+
+
 SCRATCH = r"""
 struct plan { int n; double *scratch; };
 void f(const struct plan *p, const double *x, double *y) {
