@@ -12,7 +12,6 @@ import collections
 import pytest
 
 
-
 def _cases(v: dict[str, float]) -> dict[str, dict[str, float]]:
     cases = collections.defaultdict(dict)
     for key, value in v.items():

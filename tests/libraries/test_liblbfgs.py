@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 
 
-
 @pytest.mark.parametrize("opt", ["-O0", "-O2"])
 def test_lbfgs_rosenbrock(library_check, opt):
     v = library_check("liblbfgs", opt)
