@@ -123,8 +123,6 @@ class ForwardMode:
             self.lane = lane
             self.shadows = Shadows(G, activity, arg_shadows, lane)
             self.shadows.build(primal)
-            if runtime_activity.enabled(activity):
-                runtime_activity.guard_lost_stores(self, self.primal_instructions)
             pending: list[tuple[Phi, Phi]] = []
             for block, insts in primal:
                 for inst in insts:
@@ -132,6 +130,8 @@ class ForwardMode:
             for phi, tphi in pending:
                 for v, blk in phi.incoming:
                     tphi.add_incoming(self._t(v), blk)
+            if runtime_activity.enabled(activity):  # (after the tangents: a store's tangent tells what is lost)
+                runtime_activity.guard_lost_stores(self, self.primal_instructions)
         for inst, (emit, lanes) in list(self.lane_calls.items()):
             emit(lanes)
         if self.lane_returns:  # {result, tangents} (return_primal) or the lanes' tangents (vector mode)

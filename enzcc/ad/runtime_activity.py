@@ -118,7 +118,8 @@ def guard_lost_stores(mode, insts: list[Instruction]) -> None:
     calls = [(i, a) for i in insts for a in _written_by_call(act, i)]
     if not writes and not calls:
         return
-    escaping = _escaping_roots(act, insts)
+    results = {id(v) for v in getattr(mode, "primal_returns", {}).values() if v is not None}
+    escaping = _escaping_roots(act, insts, results)
     pointers_read = _pointer_read_roots(act, insts)
     for w in writes:
         dest = w.pointer if isinstance(w, Store) else w.args[0]
@@ -126,18 +127,51 @@ def guard_lost_stores(mode, insts: list[Instruction]) -> None:
             pointers_read if isinstance(w.value.type, T.PointerType) else escaping
         if not (_roots(dest) & read) or _own_allocation(dest):
             continue
+        if isinstance(w, Store) and not isinstance(w.value.type, T.PointerType) and \
+                _derived_only_from(act, w.value, _roots(dest)):
+            continue  # (inactive memory at run time: what it derives from has no derivative either)
         b = IRBuilder.after(w)
         lost = b.icmp("eq", dest, mode.shadows.of(dest, w))
         if not isinstance(w, Store):  # (a copy from inactive memory loses nothing)
             lost = b.and_(lost, differs(b, w.args[1], mode.shadows.of(w.args[1], w)))
         elif isinstance(w.value.type, T.PointerType):  # (nor does a pointer without derivatives at run time)
             lost = b.and_(lost, differs(b, w.value, mode.shadows._of_operand(w.value, w)))
+        elif act.mode == "forward" and isinstance(w.value.type, T.FloatType):
+            # (forward mode knows the tangent stored: a zero one loses nothing, as x[1] = x[0] * x[0] with
+            # enzyme_dup, x, x, where x has no derivative at run time)
+            lost = b.and_(lost, b.fcmp("une", mode._t(w.value), const_float(w.value.type, 0.0)))
         fail_call_at_run_time_if(mode.module, b, lost, _lost_message(mode, w))
     for call, dest in calls:
         if _roots(dest) & escaping and not _own_allocation(dest):
             b = IRBuilder.before(call)
             fail_call_at_run_time_if(mode.module, b, b.icmp("eq", dest, mode.shadows.of(dest, call)),
                                      _lost_message(mode, call))
+
+
+def _derived_only_from(act, value: Value, roots: set[int]) -> bool:
+    """Whether the derivative of ``value`` comes only from floats loaded from memory based on ``roots`` (an update
+    in place, ``x[1] = x[0] * x[0]``): where that memory is its own shadow, those loads have no derivative, so
+    neither has ``value``, and storing it there loses nothing."""
+    from enzcc.ir.instructions import BinaryOp, ExtractElement, ExtractValue, Freeze, InsertElement, InsertValue, \
+        UnaryOp
+
+    todo, seen = [value], set()
+    while todo:
+        v = todo.pop()
+        if id(v) in seen or id(v) not in act.varied:
+            continue
+        seen.add(id(v))
+        if isinstance(v, Load):
+            if not _roots(v.pointer) <= roots:
+                return False
+        elif isinstance(v, (BinaryOp, UnaryOp, Cast, Select, Phi, Freeze, ExtractValue, InsertValue,
+                            ExtractElement, InsertElement)):
+            todo += [x for x, _ in v.incoming] if isinstance(v, Phi) else list(v.operands)
+        elif isinstance(v, Call) and _pure(v):
+            todo += list(v.args)
+        else:
+            return False
+    return True
 
 
 def _own_allocation(p: Value) -> bool:
@@ -217,19 +251,20 @@ def _roots(p: Value, values: bool = False):
     return found if values else out
 
 
-def _escaping_roots(act, insts: list[Instruction]) -> set[int]:
+def _escaping_roots(act, insts: list[Instruction], results: set[int]) -> set[int]:
     """The roots (:func:`_roots`) of memory from which the function reads floats that reach something other than
     memory with the same roots: its result, a call, a store elsewhere."""
     from enzcc.ad.api import has_float
 
     out: set[int] = set()
+    primal = {id(i) for i in insts}
     for ld in insts:
         if isinstance(ld, Call):
             out |= _read_by_call(act, ld)
         if not (isinstance(ld, Load) and has_float(ld.type) and act.is_active_ptr(ld.pointer)):
             continue
         roots = _roots(ld.pointer)
-        if not roots <= out and _reaches_elsewhere(ld, roots):
+        if not roots <= out and _reaches_elsewhere(ld, roots, primal, results):
             out |= roots
     return out
 
@@ -264,17 +299,23 @@ def _read_by_call(act, call: Call) -> set[int]:
     return out
 
 
-def _reaches_elsewhere(load: Load, roots: set[int]) -> bool:
+def _reaches_elsewhere(load: Load, roots: set[int], primal: set[int], results: set[int]) -> bool:
     """Whether the value of ``load`` flows (through arithmetic) into a result, a call, a branch condition
-    ignored, or a store into memory not based on ``roots``."""
+    ignored, or a store into memory not based on ``roots``; only the primal instructions (by id: ``primal``)
+    count, not the derivative code made next to them (``results``: the values the primal returned, where forward
+    mode's ``ret`` now returns a tangent)."""
     todo, seen = [load], set()
     while todo:
         v = todo.pop()
         if id(v) in seen:
             continue
         seen.add(id(v))
+        if id(v) in results:
+            return True
         for u in v.uses:
             user = u.user
+            if id(user) not in primal:
+                continue
             if isinstance(user, Store):
                 if user.value is v and not (_roots(user.pointer) <= roots):
                     return True

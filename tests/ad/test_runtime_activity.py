@@ -619,6 +619,35 @@ def test_const_pointer_kept_in_memory_with_derivatives(enzcc, opt):
     assert v["c"] == 3
 
 
+IN_PLACE = r"""
+double sq(double *x, double *y) {   /* x updated in place, then read back */
+  x[1] = x[0] * x[0];
+  for (int i = 0; i < 2; i++) x[i] = sin(x[i]) + 1;
+  return x[1] * y[0] + x[0];
+}
+int main(void) {
+  double x[2] = {0.5, 0}, y[1] = {2}, t[1] = {1}, dy[1] = {0};
+  double x1 = sin(0.5 * 0.5) + 1;
+  report("ad.f", __enzyme_fwddiff((void *)sq, enzyme_runtime_activity, enzyme_dup, x, x, enzyme_dup, y, t));
+  report("an.f", x1);
+  x[0] = 0.5;
+  __enzyme_autodiff((void *)sq, enzyme_runtime_activity, enzyme_dup, x, x, enzyme_dup, y, dy);
+  report("ad.r", dy[0]); report("an.r", x1);
+  report("x1", x[1]);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", OPTS)
+def test_update_in_place_of_inactive_memory(enzcc, opt):
+    """Memory that is its own shadow, updated in place from its own values and read back: what is stored there has
+    no derivative at run time either, so nothing is lost and the program does not stop."""
+    v = build_and_run(enzcc, "extern int enzyme_runtime_activity;\n" + IN_PLACE, opt)
+    assert_close(v, "ad.", "an.", rel=1e-12)
+    assert abs(v["x1"] - (__import__("math").sin(0.25) + 1)) < 1e-15
+
+
 SCRATCH = r"""
 struct plan { int n; double *scratch; };
 void f(const struct plan *p, const double *x, double *y) {
