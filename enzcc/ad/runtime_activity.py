@@ -101,12 +101,13 @@ def check_calls(mode, insts: list[Instruction], what: str) -> None:
 
 def guard_lost_stores(mode, insts: list[Instruction]) -> None:
     """Stop the program where runtime activity would lose a derivative: a store of a value with derivatives (or
-    a copy from memory with derivatives at run time) through a pointer whose shadow is the memory itself when it
-    runs, into memory that the function reads back for another result (the function's result, or memory
-    reached otherwise). Where the memory is read back only to be written there again (``y[i] = beta * y[i] +
-    ...`` with ``enzyme_dup, y, y``), the lost derivative is the one of that memory, which the caller declared
-    inactive: no check. The check is a call to a function that stops the program when the comparison is
-    true."""
+    a copy from memory with derivatives at run time, or a pointer to such memory) through a pointer whose shadow
+    is the memory itself when it runs, into memory that the function reads back for another result (the
+    function's result, or memory reached otherwise). Where the memory is read back only to be written there again
+    (``y[i] = beta * y[i] + ...`` with ``enzyme_dup, y, y``), the lost derivative is the one of that memory, which
+    the caller declared inactive: no check; nor where the value derives only from that memory (an update in
+    place). The check is a call to a function that stops the program when the condition
+    (:func:`_lost_condition`) holds."""
     from enzcc.ad.api import has_float
     from enzcc.ad.emit import fail_call_at_run_time_if
 
@@ -122,30 +123,42 @@ def guard_lost_stores(mode, insts: list[Instruction]) -> None:
     escaping = _escaping_roots(act, insts, results)
     pointers_read = _pointer_read_roots(act, insts)
     for w in writes:
-        dest = w.pointer if isinstance(w, Store) else w.args[0]
-        read = escaping | pointers_read if not isinstance(w, Store) else \
-            pointers_read if isinstance(w.value.type, T.PointerType) else escaping
-        if not (_roots(dest) & read) or _own_allocation(dest):
-            continue
-        if isinstance(w, Store) and not isinstance(w.value.type, T.PointerType) and \
-                _derived_only_from(act, w.value, _roots(dest)):
-            continue  # (inactive memory at run time: what it derives from has no derivative either)
-        b = IRBuilder.after(w)
-        lost = b.icmp("eq", dest, mode.shadows.of(dest, w))
-        if not isinstance(w, Store):  # (a copy from inactive memory loses nothing)
-            lost = b.and_(lost, differs(b, w.args[1], mode.shadows.of(w.args[1], w)))
-        elif isinstance(w.value.type, T.PointerType):  # (nor does a pointer without derivatives at run time)
-            lost = b.and_(lost, differs(b, w.value, mode.shadows._of_operand(w.value, w)))
-        elif act.mode == "forward" and isinstance(w.value.type, T.FloatType):
-            # (forward mode knows the tangent stored: a zero one loses nothing, as x[1] = x[0] * x[0] with
-            # enzyme_dup, x, x, where x has no derivative at run time)
-            lost = b.and_(lost, b.fcmp("une", mode._t(w.value), const_float(w.value.type, 0.0)))
-        fail_call_at_run_time_if(mode.module, b, lost, _lost_message(mode, w))
+        if _may_lose(act, w, escaping, pointers_read):
+            b = IRBuilder.after(w)
+            fail_call_at_run_time_if(mode.module, b, _lost_condition(mode, w, b), _lost_message(mode, w))
     for call, dest in calls:
         if _roots(dest) & escaping and not _own_allocation(dest):
             b = IRBuilder.before(call)
             fail_call_at_run_time_if(mode.module, b, b.icmp("eq", dest, mode.shadows.of(dest, call)),
                                      _lost_message(mode, call))
+
+
+def _may_lose(act, w: Instruction, escaping: set[int], pointers_read: set[int]) -> bool:
+    """Whether the store or copy ``w`` may lose a derivative: its memory is read back (floats for a float, pointers
+    for a pointer, either for a copy), is not the function's own allocation, and what it stores does not come
+    only from that same memory."""
+    dest = w.pointer if isinstance(w, Store) else w.args[0]
+    read = escaping | pointers_read if not isinstance(w, Store) else \
+        pointers_read if isinstance(w.value.type, T.PointerType) else escaping
+    if not (_roots(dest) & read) or _own_allocation(dest):
+        return False
+    return not (isinstance(w, Store) and not isinstance(w.value.type, T.PointerType) and
+                _derived_only_from(act, w.value, _roots(dest)))
+
+
+def _lost_condition(mode, w: Instruction, b: IRBuilder) -> Value:
+    """When the derivative is lost at ``w``: its memory is its own shadow, and what it stores has one (a copy's
+    source has a shadow of its own; a pointer too; forward mode: the tangent stored is not zero)."""
+    act = mode.activity
+    dest = w.pointer if isinstance(w, Store) else w.args[0]
+    lost = b.icmp("eq", dest, mode.shadows.of(dest, w))
+    if not isinstance(w, Store):
+        return b.and_(lost, differs(b, w.args[1], mode.shadows.of(w.args[1], w)))
+    if isinstance(w.value.type, T.PointerType):
+        return b.and_(lost, differs(b, w.value, mode.shadows._of_operand(w.value, w)))
+    if act.mode == "forward" and isinstance(w.value.type, T.FloatType):
+        return b.and_(lost, b.fcmp("une", mode._t(w.value), const_float(w.value.type, 0.0)))
+    return lost
 
 
 def _derived_only_from(act, value: Value, roots: set[int]) -> bool:
