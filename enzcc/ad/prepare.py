@@ -131,6 +131,7 @@ def prepare(fn: Function) -> None:
     keep = hints_of(fn.module).protected()
     policy = getattr(fn.module, "enzcc_inline", "auto")
     inline_all(fn, lambda callee: callee.name not in keep and should_inline(callee, policy))
+    _mark_size_cut_calls(fn, keep, policy)
     _math_calls_as_intrinsics(fn, keep)
     for inst in list(fn.instructions()):
         for rec in inst.debug_records:
@@ -340,6 +341,13 @@ def lower_writing_calls(fn: Function) -> None:
 #: ``--ad-inline=auto`` inlines callees of at most this many instructions (and any callee returning a pointer
 #: or passing aggregates of pointers or floats: their shadows and derivatives exist only inlined)
 INLINE_THRESHOLD = 1500
+#: ... and whose body, with the calls in it that are inlined in turn, has at most this many instructions. A
+#: library whose small functions call each other many times over (REBOUND's integrators: kepler solvers called
+#: from correctors called from each integrator's steps) expands exponentially when everything is inlined
+#: (millions of instructions); a callee past this size is differentiated once, as a function of its own, and
+#: called through its derived functions, as Enzyme does for every call. The cut falls as deep as it can: the
+#: callees inside are inlined when their own expansion fits, so code that runs often stays inlined.
+MAX_EXPANDED_SIZE = 12000
 
 
 def should_inline(callee: Function, policy: str) -> bool:
@@ -357,16 +365,67 @@ def should_inline(callee: Function, policy: str) -> bool:
     if isinstance(callee.return_type, T.PointerType) or needs_inlining(callee.return_type) or \
             any(needs_inlining(t) for t in callee.function_type.params):
         return True
-    cache = callee.module.__dict__.setdefault("_enzcc_small", {}) if callee.module is not None else {}
-    small = cache.get(callee.name)
-    if small is None:  # (asked again for every call while inlining: counted once)
+    return _own_size(callee) <= INLINE_THRESHOLD and expanded_size(callee, policy) <= MAX_EXPANDED_SIZE
+
+
+def _mark_size_cut_calls(fn: Function, keep, policy: str) -> None:
+    """Tag the calls that stay calls because their callee is too large to inline (``--ad-inline=auto``) with
+    :data:`enzcc.ad.usercalls.SIZE_CUT_CALL`: a refused derivative of such a callee stops the program where
+    the call is reached, instead of refusing the whole program for code a run may never enter."""
+    from enzcc.ad.inline import is_kept_recursive
+    from enzcc.ad.usercalls import SIZE_CUT_CALL
+
+    if policy != "auto":
+        return
+    module = fn.module
+    for inst in fn.instructions():
+        callee = module.functions.get(inst.callee_name) if isinstance(inst, Call) and inst.callee_name else None
+        if callee is not None and not callee.is_declaration and not callee.is_varargs and \
+                callee.name not in keep and not is_kept_recursive(inst) and not should_inline(callee, policy) \
+                and SIZE_CUT_CALL not in inst.fn_attrs:
+            inst.fn_attrs.append(SIZE_CUT_CALL)
+
+
+def _own_size(fn: Function) -> int:
+    """The instructions of ``fn``'s body, counted up to just past :data:`INLINE_THRESHOLD` (asked again for
+    every call while inlining: counted once per module)."""
+    cache = fn.module.__dict__.setdefault("_enzcc_small", {}) if fn.module is not None else {}
+    n = cache.get(fn.name)
+    if n is None:
         n = 0
-        for _ in callee.instructions():
+        for _ in fn.instructions():
             n += 1
             if n > INLINE_THRESHOLD:
                 break
-        small = cache[callee.name] = n <= INLINE_THRESHOLD
-    return small
+        cache[fn.name] = n
+    return n
+
+
+def expanded_size(fn: Function, policy: str) -> int:
+    """The instructions of ``fn`` once the calls in it that :func:`should_inline` inlines are inlined, and
+    theirs in turn (a call left as a call counts as one; a call back into a function being expanded, which
+    stays a recursive call, as none). Counted once per module and policy."""
+    module = fn.module
+    if module is None:
+        return 0
+    memo = module.__dict__.setdefault("_enzcc_expanded", {}).setdefault(policy, {})
+    if fn.name in memo:
+        return memo[fn.name] or 0  # (None: being expanded, a recursive call)
+    from enzcc.ad.hints import hints_of
+
+    keep = hints_of(module).protected()
+    memo[fn.name] = None
+    n = 0
+    for inst in fn.instructions():
+        n += 1
+        callee = module.functions.get(inst.callee_name) if isinstance(inst, Call) and inst.callee_name else None
+        if callee is not None and not callee.is_declaration and callee.name not in keep and \
+                memo.get(callee.name, 0) is not None and should_inline(callee, policy):
+            n += expanded_size(callee, policy)
+        if n > 100 * MAX_EXPANDED_SIZE:
+            break  # (far past any limit: the rest need not be counted)
+    memo[fn.name] = n
+    return n
 
 
 def retype_pointer_bits(fn: Function) -> None:

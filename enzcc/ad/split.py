@@ -17,12 +17,14 @@ from __future__ import annotations
 import enzcc.ad.shadow_reuse as shadow_reuse
 from enzcc.ad.adjoint import NESTED_REVERSE, SHADOW_FREE
 from enzcc.ad.emit import fail_at_run_time
-from enzcc.ad.errors import ad_error
+from enzcc.ad.errors import ADError, ad_error
 from enzcc.ad.hints import hints_of
 from enzcc.ad.prepare import derivative_attributes
+from enzcc.ad.usercalls import SIZE_CUT_CALL, has_call_attribute
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.clone import clone_blocks
+from enzcc.ir.errors import IRError
 from enzcc.ir.function import Function
 from enzcc.ir.instructions import Alloca, Call, Ret
 from enzcc.ir.values import ConstantInt, ConstantNull
@@ -48,10 +50,37 @@ def make_split(logic, dc, kinds: tuple[str, ...], active_return: bool, key, para
     logic.cache[key] = (aug, rev)  # before the body is built: a recursive call finds the pair
     logic.split_makers[key] = maker
     logic.pair_keys[rev.name] = key
-    maker.build()
-    _cut(maker, aug, rev, buffer=False)
+    try:
+        maker.build()
+        _cut(maker, aug, rev, buffer=False)
+    except ADError as exc:
+        if not stop_instead(logic, key, G, (aug, rev), exc) or not has_call_attribute(dc.call, SIZE_CUT_CALL):
+            raise
+        return aug, rev
     logic.scratch.append(G.name)
     return aug, rev
+
+
+def stop_instead(logic, key, G, derived, exc: ADError) -> bool:
+    """After ``exc`` refused the derivative of a call that is not inlined: the derived functions already handed
+    out (``derived``, cached under ``key``, still without a body) stop the program with the refusal's message
+    when called, and the unfinished combined function ``G`` goes. A call left as a call for its size
+    (:data:`SIZE_CUT_CALL`: a library's large machinery, such as REBOUND's other integrators beside the one a
+    run uses) is then compiled, and stops the program only if the run reaches it; any other caller still gets
+    the refusal (this only keeps the module whole for it). False when a derived function already has a body."""
+    if any(fn.blocks for fn in derived):
+        return False
+    logic.split_makers.pop(key, None)
+    module = logic.module
+    message = f"{exc.location}: {exc.message}" if exc.location else exc.message
+    for fn in derived:
+        fail_at_run_time(module, IRBuilder.at_end(fn.append_block("entry")), message)
+    if G.module is not None and G.name in module.functions:
+        try:
+            module.remove_function(G.name)
+        except IRError:
+            logic.scratch.append(G.name)
+    return True
 
 
 def buffer_variant(logic, key):

@@ -12,6 +12,10 @@ from enzcc.ir import types as T
 #: the attribute of a direct call made from a call through a function pointer with too many candidates to inline
 #: (:class:`enzcc.ad.inline.Dispatched`): its errors name that reason alone
 DISPATCHED_CALL = '"enzcc-dispatched-call"'
+#: the attribute of a call left as a call because its callee is too large to inline (:func:`enzcc.ad.prepare.
+#: should_inline`): where its derived functions are refused, the call stops the program when reached instead
+#: (:func:`enzcc.ad.split.stop_instead`)
+SIZE_CUT_CALL = '"enzcc-size-cut-call"'
 #: the most candidates such a call is compared against and inlined when derived functions cannot pass its
 #: arguments or result (a struct of floats returned by value, ``{ double, double }``): dispatching it could only
 #: be refused
@@ -91,5 +95,5 @@ def not_inlined_error(call, what: str):
                     "such calls are not supported", call)
 
 
-__all__ = ["DISPATCHED_CALL", "MAX_INLINED_AGGREGATE_TARGETS", "call_kinds", "check_call_signature",
+__all__ = ["DISPATCHED_CALL", "SIZE_CUT_CALL", "MAX_INLINED_AGGREGATE_TARGETS", "call_kinds", "check_call_signature",
            "has_call_attribute", "needs_inlining", "not_inlined_error", "variadic_call_stays"]

@@ -1,0 +1,110 @@
+"""Calls inside differentiated code that are not inlined because the callee, with everything it would inline in
+turn, is too large (``enzcc.ad.prepare.MAX_EXPANDED_SIZE``): small functions calling each other many times over
+(REBOUND's integrators) expanded exponentially when everything was inlined ('too many calls to inline' after
+minutes). Such a callee is differentiated once, as a function of its own; a derivative refused inside it stops
+the program only if a run reaches the call. Gradients against finite differences; structure from the symbols of
+the program (the cut callee's augmented primal)."""
+
+import subprocess
+
+from adharness import PRELUDE
+from enzcc_testing import need
+
+pytestmark = need("clang-22", "nm")
+
+DEPTH = 16  # 2**16 calls to the leaf: far past what inlining everything could take
+
+
+def _dag_source() -> str:
+    """level0 calls level1 twice, which calls level2 twice... (noinline: LLVM keeps the tree); the leaves step a
+    pair of bodies. ``other`` (called only with an argument on the command line) is as large and has a stack
+    array of variable size, which a function differentiated as a call cannot have."""
+    lines = ["struct body { double x, v; };",
+             f"__attribute__((noinline)) void level{DEPTH}(struct body *b, int k) {{"
+             " b[k & 1].v -= 0.01 * sin(b[(k + 1) & 1].x - b[k & 1].x); b[k & 1].x += 0.01 * b[k & 1].v; }"]
+    for d in range(DEPTH - 1, -1, -1):
+        lines.append(f"__attribute__((noinline)) void level{d}(struct body *b, int k) {{ if (b[0].x > 1e6) return;"
+                     f" level{d + 1}(b, 2 * k); level{d + 1}(b, 2 * k + 1); }}")
+    lines.append(r"""
+__attribute__((noinline)) void other(struct body *b, int n) {
+  double tmp[n];
+  for (int i = 0; i < n; i++) tmp[i] = b[i & 1].x * (i + 1);
+  level8(b, n); level8(b, n + 1);
+  for (int i = 0; i < n; i++) b[i & 1].v += 1e-3 * tmp[n - 1 - i];
+}
+int mode;
+double f(double *x0) {
+  struct body b[2] = {{x0[0], 0.0}, {x0[1], 0.1}};
+  level0(b, 0);
+  if (mode) other(b, mode + 2);
+  return b[0].x * b[1].x;
+}
+int main(int argc, char **argv) {
+  mode = argc > 1;
+  double x[2] = {0.3, -0.4}, d[2] = {0, 0};
+  __enzyme_autodiff((void *)f, enzyme_dup, x, d);
+  for (int i = 0; i < 2; i++) {
+    double h = 1e-6, s = x[i];
+    x[i] = s + h; double up = f(x); x[i] = s - h; double dn = f(x); x[i] = s;
+    report(i ? "ad.1" : "ad.0", d[i]);
+    report(i ? "fd.1" : "fd.0", (up - dn) / (2 * h));
+  }
+  return 0;
+}
+""")
+    return "\n".join(lines)
+
+
+def test_exponential_call_tree_is_cut_and_differentiated(enzcc):
+    enzcc.write("dag.c", PRELUDE + _dag_source())
+    enzcc("-O2", "dag.c", "-lm", "-o", "dag")
+    out = enzcc.run("./dag").stdout
+    v = dict((k, float(x)) for k, x in (line.split() for line in out.splitlines()))
+    for i in (0, 1):
+        assert abs(v[f"ad.{i}"]) > 1.0  # (a gradient that is there)
+        assert abs(v[f"ad.{i}"] - v[f"fd.{i}"]) <= 1e-6 * abs(v[f"fd.{i}"]), v
+    symbols = subprocess.run(["nm", str(enzcc.cwd / "dag")], capture_output=True, text=True).stdout
+    # (the cut: the first level whose expansion is past the limit is called through its augmented primal)
+    assert "augmented_level7" in symbols, symbols
+    # a refused derivative inside a cut callee stops the program where the call is reached, before any
+    # derivative is returned
+    r = enzcc.run("./dag", "other", check=False)
+    assert r.returncode != 0 and "ad.0" not in r.stdout
+    assert "stack allocation of variable size" in r.stderr and r.stderr.startswith("enzcc: "), r.stderr
+
+
+def test_string_copies_carry_no_derivative(enzcc):
+    """strcpy, strncpy and strcat write characters, also into buffers that hang off a struct with derivatives
+    (REBOUND's message log): no derivative, where they were 'no derivative rule' before. (Characters written
+    over floats stay refused: test_plain_code.)"""
+    src = r"""
+struct sim { double x[2]; char *log; char **names; };
+char msg[16] = "leapfrog";
+double f(struct sim *s) {
+  strcpy(s->names[1], msg);
+  strncpy(s->log, "step", 8);
+  strcat(s->log, msg);
+  double y = s->x[0] * s->x[1] + sin(s->x[0]);
+  s->x[1] = y;
+  return y * y;
+}
+int main(void) {
+  char log[32] = "", dlog[32] = "", n0[16], n1[16], dn0[16], dn1[16];
+  char *names[2] = {n0, n1}, *dnames[2] = {dn0, dn1};
+  struct sim s = {{0.5, 2.0}, log, names}, ds = {{0, 0}, dlog, dnames};
+  __enzyme_autodiff((void *)f, enzyme_dup, &s, &ds);
+  double x0 = 0.5, x1 = 2.0, y = x0 * x1 + sin(x0);
+  report("ad.0", ds.x[0]); report("an.0", 2 * y * (x1 + cos(x0)));
+  report("ad.1", ds.x[1]); report("an.1", 2 * y * x0);
+  printf("%s %s\n", n1, s.log);
+  return 0;
+}
+"""
+    for opt in ("-O0", "-O2"):
+        enzcc.write("s.c", PRELUDE + src)
+        enzcc(opt, "s.c", "-lm", "-o", "s")
+        out = enzcc.run("./s").stdout
+        assert "leapfrog stepleapfrog" in out
+        v = dict((k, float(x)) for k, x in (line.split() for line in out.splitlines() if line.startswith("a")))
+        for i in (0, 1):
+            assert abs(v[f"ad.{i}"] - v[f"an.{i}"]) <= 1e-12 * abs(v[f"an.{i}"]), (opt, v)
