@@ -120,7 +120,7 @@ int main(int argc, char **argv) {
   for (int c = 0; c < 3; c++) {
     int owner = (int)(coords[c] / local);
     long k = coords[c] - (long)owner * local;
-    const double h = 1e-4;
+    const double h = 1e-3;
     double keep = rank == owner ? p[k] : 0, ad = rank == owner ? g[k] : 0, adall;
     if (rank == owner) p[k] = keep + h;
     double up = objective(p, rows, n, steps, t);

@@ -89,7 +89,7 @@ int main(int argc, char **argv) {
   double worst = 0;
   for (int c = 0; c < 3; c++) {
     long k = coords[c];
-    const double h = 1e-4;
+    const double h = 1e-3;
     double keep = p[k];
     p[k] = keep + h;
     double up = objective(p, n, steps, t);
