@@ -7,7 +7,7 @@ import json
 import subprocess
 import sys
 
-from tests.enzcc_testing import ROOT, need
+from enzcc_testing import ROOT, need
 
 
 @need("clang-22")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.enzcc_testing import need
+from enzcc_testing import need
 
 HERE = Path(__file__).resolve().parent / "mpi"
 RANKS = (1, 2, 4)
