@@ -269,6 +269,33 @@ class MemoryTypes:
             return "bytes"
         return None
 
+    def reallocated_records(self, call: Call):
+        """For memory ``realloc`` moves that is an array of records (REBOUND's particles: doubles, a pointer and
+        an integer each), indexed as such (``getelementptr %struct.R, ptr %p, i64 %i``) on the old or the new
+        pointer or anything they flow through: ``(record bytes, [(byte offset, float type), ...])`` of the
+        record's float fields, when every such index uses one record type, it has a float field, and every float
+        type found in the memory is one of its fields' types; else None."""
+        dl = call.module.data_layout if call.module is not None else None
+        if dl is None:
+            return None
+        records = set()
+        for v in _with_reloads(list(memory_web(call)), dl):
+            for use in getattr(v, "uses", []):
+                u = use.user
+                if isinstance(u, GetElementPtr) and use.index == 0 and \
+                        isinstance(u.source_type, (T.StructType, T.NamedStructType)):
+                    records.add(u.source_type)
+        if len(records) != 1:
+            return None
+        record = records.pop()
+        if isinstance(record, T.NamedStructType) and record.is_opaque:
+            return None
+        fields = [(at, k) for at, k in dl.scalar_leaves(record) if isinstance(k, T.FloatType)]
+        floats = {k for k in self.web_kinds(call) if isinstance(k, T.FloatType)}
+        if not fields or not floats <= {k for _, k in fields}:
+            return None
+        return dl.alloc_size(record), fields
+
     def _web_is_local(self, call: Call) -> bool:
         """Every object in ``call``'s realloc web (:func:`memory_web`) is null, an allocation made here, or a
         phi or select of them."""
@@ -393,6 +420,28 @@ def _offset_mod(p, dl, m: int):
     if walk is None or any(stride % m for stride, _ in walk[2]):
         return None
     return walk[1] % m
+
+
+def _with_reloads(values: list, dl) -> list:
+    """``values`` and the loads, in the same function, of a place one of them is stored to (the same base object
+    and constant offset): a pointer kept in a struct field and read back from it (unoptimized code)."""
+    places = set()
+    for v in values:
+        for use in getattr(v, "uses", []):
+            if isinstance(use.user, Store) and use.index == 0:
+                base, off = byte_offset(use.user.pointer, dl)
+                if base is not None and off is not None:
+                    places.add((id(base), off))
+    fn = getattr(values[0], "function", None) if values else None
+    if not places or fn is None:
+        return values
+    out = list(values)
+    for inst in fn.instructions():
+        if isinstance(inst, Load) and isinstance(inst.type, T.PointerType):
+            base, off = byte_offset(inst.pointer, dl)
+            if base is not None and (id(base), off) in places:
+                out.append(inst)
+    return out
 
 
 def memory_web(p: Value):

@@ -155,6 +155,11 @@ def _reverse_realloc(self, inst: Call, shadow: Value, block, b: IRBuilder) -> No
         b.call_intrinsic("llvm.memmove", [old, self._primal(shadow, block, b), n, ConstantInt(T.i1, 0)],
                          [T.ptr, T.ptr, T.i64])
         return
+    if kind is None and not self.parallel:
+        records = self.memtypes.reallocated_records(inst)
+        if records is not None:
+            _reverse_realloc_records(self, inst, shadow, records, block, b)
+            return
     if not isinstance(kind, T.FloatType):
         raise ad_error("cannot tell whether the memory realloc moves holds floating-point values", inst)
     if self.parallel:
@@ -167,6 +172,55 @@ def _reverse_realloc(self, inst: Call, shadow: Value, block, b: IRBuilder) -> No
                                        to_i64(b, self._primal(inst.args[1], block, b))], [T.i64])
     b.call(self.tape.memcpy_adjoint_helper(kind), [self._primal(shadow, block, b), old, n,
                                                     ConstantInt(T.i1, 1)])
+
+def _reverse_realloc_records(self, inst: Call, shadow: Value, records, block, b: IRBuilder) -> None:
+    """The reverse of a ``realloc`` of an array of records mixing floats with pointers and integers
+    (:meth:`enzcc.ad.memory.MemoryTypes.reallocated_records`): each float field's adjoints in the records
+    moved go back to the old shadow (added; the new shadow's zeroed), the other fields stay as they are."""
+    stride, fields = records
+    old = self.shadows.shadow_or_null(inst.args[0])
+    if isinstance(old, Constant):
+        return  # the old memory had no derivatives (or was null): nothing to give back
+    old = _live_old_shadow(self, inst, self._primal(old, block, b), block, b)
+    new = self._primal(shadow, block, b)
+    n = b.call_intrinsic("llvm.umin", [usable_size(b, self.module, old),
+                                       to_i64(b, self._primal(inst.args[1], block, b))], [T.i64])
+    count = b.udiv(n, ConstantInt(T.i64, stride))
+    for at, kind in fields:
+        b.call(_strided_adjoint_helper(self.module, kind),
+               [b.gep(T.i8, new, [ConstantInt(T.i64, at)]), b.gep(T.i8, old, [ConstantInt(T.i64, at)]), count,
+                ConstantInt(T.i64, stride)])
+
+
+def _strided_adjoint_helper(module, kind: T.Type):
+    """``helper(dnew, dold, count, stride)``: for each of ``count`` records ``stride`` bytes apart,
+    ``dold += dnew; dnew = 0`` on the float of type ``kind`` at the start of each."""
+    from enzcc.ir.function import Function
+
+    name = f"__enzcc_realloc_record_adjoint_{kind}"
+    fn = module.functions.get(name)
+    if fn is not None:
+        return fn
+    fn = Function(name, T.FunctionType(T.void, (T.ptr, T.ptr, T.i64, T.i64)), ["dnew", "dold", "count", "stride"])
+    fn.linkage = "internal"
+    module.add_function(fn)
+    dnew, dold, count, stride = fn.args
+    entry, loop, done = fn.append_block("entry"), fn.append_block("loop"), fn.append_block("done")
+    eb = IRBuilder.at_end(entry)
+    eb.cond_br(eb.icmp("eq", count, ConstantInt(T.i64, 0)), done, loop)
+    lb = IRBuilder.at_end(loop)
+    i = lb.phi(T.i64, [(ConstantInt(T.i64, 0), entry)])
+    at = lb.mul(i, stride)
+    pn, po = lb.gep(T.i8, dnew, [at]), lb.gep(T.i8, dold, [at])
+    d = lb.load(kind, pn)
+    lb.store(IRBuilder.const_zero(kind), pn)
+    lb.store(lb.fadd(lb.load(kind, po), d), po)
+    nxt = lb.add(i, ConstantInt(T.i64, 1))
+    i.add_incoming(nxt, loop)
+    lb.cond_br(lb.icmp("eq", nxt, count), done, loop)
+    IRBuilder.at_end(done).ret_void()
+    return fn
+
 
 def _live_old_shadow(self, inst: Call, old: Value, block, b: IRBuilder) -> Value:
     """The old shadow of a ``realloc`` in the reverse sweep; with runtime activity, null where it was the old
