@@ -102,9 +102,41 @@ def region(mode, inst: Call):
     if mode.width > 1:
         raise ad_error("vector mode (enzyme_width) with an OpenMP parallel region is not supported", inst)
     fn = outlined_function(mode.module, inst, mode.logic)
-    kinds = (CONST, CONST) + tuple(DUP if isinstance(a.type, T.PointerType) and mode.activity.is_active_ptr(a)
-                                   else CONST for a in inst.args[3:])
+    kinds = (CONST, CONST) + tuple(DUP if isinstance(a.type, T.PointerType) and mode.activity.is_active_ptr(a) and
+                                   not _holds_only_constant_pointers(mode, a) else CONST
+                                   for a in inst.args[3:])
     return fn, kinds
+
+
+def _holds_only_constant_pointers(mode, slot: Value) -> bool:
+    """Whether captured ``slot`` is a local that holds only pointers without derivatives (clang captures a
+    shared pointer variable by reference: ``&target`` of an ``enzyme_const`` argument) and that every region it
+    is captured by only reads (its parameter there only loaded). Such a local gets a shadow in the forking
+    function, since it escapes to the fork, but that shadow holds a null pointer: passed as ``dup``, the region
+    would take the pointer it loads as having derivatives and add adjoints through the null shadow (a segfault
+    in the reverse sweep). It is passed as a constant instead: what the region loads from it has none."""
+    from enzcc.ir.instructions import Alloca, Load, Store
+
+    if not isinstance(slot, Alloca):
+        return False
+    stored = False
+    for use in slot.uses:
+        u = use.user
+        if isinstance(u, Store) and use.index == 1:
+            if not isinstance(u.value.type, T.PointerType) or mode.activity.is_active_ptr(u.value):
+                return False
+            stored = True
+        elif isinstance(u, Call) and (u.callee_name or "").startswith("llvm.lifetime."):
+            continue
+        elif isinstance(u, Call) and forked_function_name(u) is not None:
+            fn = outlined_function(mode.module, u, mode.logic)
+            k = use.index - 2  # (operand 0 is the callee; arguments 0-2 are loc, count, function)
+            if not 2 <= k < len(fn.args) or not fn.args[k].uses or \
+                    not all(isinstance(x.user, Load) and x.index == 0 for x in fn.args[k].uses):
+                return False
+        elif not (isinstance(u, Load) and use.index == 0):
+            return False
+    return stored
 
 
 def check_body(module, fn, reverse: bool) -> None:
