@@ -251,6 +251,7 @@ def differentiate_module(module: Module, prepared: dict[str, str] | None = None)
     for source in global_shadow_sources():
         from_sources |= source.functions(module, calls)
     module.enzcc_active_globals = ActiveGlobals(module, prepared or {}, from_sources)
+    module.enzcc_prepared = dict(prepared or {})  # (function -> the copy derivatives are made from)
     forward_split = _forward_split_keys(module, calls)
     _check_split_runtime_activity(module, calls, forward_split)
     for call in calls:

@@ -13,7 +13,7 @@ import re
 
 from enzcc.ir import types as T
 from enzcc.ad.errors import ad_error
-from enzcc.ad.registry import rule_named
+from enzcc.ad.registry import called_arguments, called_function, rule_named
 from enzcc.ir.instructions import Alloca, AtomicRMW, Call, Cast, GetElementPtr, Load, Phi, Select, Store
 from enzcc.ir.values import ConstantInt, GlobalRef, Value
 
@@ -66,15 +66,16 @@ def byte_offset(p, dl):
 class MemoryTypes:
     """Access-type facts about the memory objects of one function."""
 
-    def __init__(self, fn, seeds: dict[int, set] | None = None):
+    def __init__(self, fn, seeds: dict[int, set] | None = None, _depth: int = 0):
         self.fn = fn
         self._types: dict[int, set] = {}
         self._fields: dict[int, dict[int, set]] = {}
         """id(object) -> byte offset -> the kinds accessed there."""
         self._loose: set[int] = set()
         """Objects accessed at an offset that is not constant (or through a cast): their fields are unknown."""
-        self._seeds = seeds or {}
-        """id(argument) -> kinds its memory is known to hold from outside (the caller, at the call site)."""
+        self._seeds = dict(seeds or {})
+        """id(argument) -> kinds its memory is known to hold from outside (the caller, at the call site); id(object)
+        -> kinds a function the program runs through a call (an OpenMP region) accesses it with."""
         for inst in fn.instructions():
             if isinstance(inst, Load):
                 if _tbaa_float(inst) is not None:  # a double moved as an i64, tagged as a double
@@ -96,6 +97,53 @@ class MemoryTypes:
                 self._types.setdefault(id(inst), set()).update(_declared_kinds(inst.allocated_type))
             elif isinstance(inst, Call) and inst.args and _declared_type(inst) is not None:
                 self._note(inst.args[0], _declared_type(inst))  # (__enzyme_double(p) and the like)
+            if isinstance(inst, Call) and _depth < 4:
+                self._note_called(inst, _depth)
+
+    def _note_called(self, call: Call, depth: int) -> None:
+        """The memory a call hands to a function it runs (an OpenMP region: :func:`called_arguments`) holds what
+        that function accesses it with: memory used only inside a parallel region is typed by the region's
+        loads and stores (a ``memcpy`` into it before the region). A pointer captured by reference (a local the
+        call's argument points to, holding it) counts as well: what the function reads through the pointer it
+        loads from its parameter is what the memory of each pointer stored into that local holds."""
+        pairs = called_arguments(call)
+        module = getattr(self.fn, "module", None)
+        name = called_function(call) if pairs else None
+        if name and module is not None:  # (the prepared copy: simplified, its parameters used directly)
+            name = getattr(module, "enzcc_prepared", {}).get(name, name)
+        callee = module.functions.get(name) if module is not None and name else None
+        if callee is None or callee.is_declaration:
+            return
+        inner = MemoryTypes(callee, _depth=depth + 1)
+        for arg, k in pairs:
+            if not (isinstance(arg.type, T.PointerType) and 0 <= k < len(callee.args)):
+                continue
+            param = callee.args[k]
+            self._seed(arg, inner.kinds(param))
+            held = set()
+            for use in param.uses:
+                if isinstance(use.user, Load) and isinstance(use.user.type, T.PointerType):
+                    held |= inner.kinds(use.user)
+            if held and isinstance(arg, Alloca):
+                self._seed_held(arg, held)
+
+    def _seed(self, p: Value, kinds: set) -> None:
+        if kinds:
+            key = id(base_object(p))
+            self._seeds[key] = self._seeds.get(key, set()) | kinds
+
+    def _seed_held(self, slot: Alloca, kinds: set, depth: int = 0) -> None:
+        """The memory of every pointer local ``slot`` holds (stored into it, loaded from it) holds ``kinds``; a
+        pointer stored there that was itself loaded from another local (unoptimized code keeps each variable
+        in one) stands for every pointer that local holds too."""
+        for use in slot.uses:
+            u = use.user
+            if isinstance(u, Store) and use.index == 1 and isinstance(u.value.type, T.PointerType):
+                self._seed(u.value, kinds)
+                if isinstance(u.value, Load) and isinstance(u.value.pointer, Alloca) and depth < 2:
+                    self._seed_held(u.value.pointer, kinds, depth + 1)
+            elif isinstance(u, Load) and use.index == 0 and isinstance(u.type, T.PointerType):
+                self._seed(u, kinds)
 
     def _note(self, p: Value, ty: T.Type) -> None:
         base = base_object(p)

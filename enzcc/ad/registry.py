@@ -133,6 +133,7 @@ class _Registry:
     module_preparations: list[tuple[int, Callable]] = field(default_factory=list)
     prepared_checks: list[Callable] = field(default_factory=list)
     called_functions: list[Callable] = field(default_factory=list)
+    called_arguments: list[Callable] = field(default_factory=list)
     request_completions: list[Callable] = field(default_factory=list)
     global_shadow_sources: list = field(default_factory=list)
     global_shadow_zeroings: list = field(default_factory=list)
@@ -272,6 +273,21 @@ def called_function(inst) -> str | None:
     return None
 
 
+def register_called_arguments(find: Callable) -> None:
+    """``find(call)``: for a call that runs a function on the program's behalf (an OpenMP fork), the pairs
+    ``(argument of the call, index of the parameter it becomes in that function)``, or None. The memory types
+    of the calling function count what that function does with the memory it is given."""
+    _REGISTRY.called_arguments.append(find)
+
+
+def called_arguments(call) -> list | None:
+    for find in _REGISTRY.called_arguments:
+        pairs = find(call)
+        if pairs is not None:
+            return pairs
+    return None
+
+
 def register_request_completion(complete: Callable) -> None:
     """``complete(call, module, mode, callee, extra)`` while an ``__enzyme_*`` call is read
     (:func:`enzcc.ad.api.parse_call`): checks and completes ``extra``, the call-level markers (width, context)."""
@@ -325,10 +341,12 @@ def families() -> list[str]:
     return seen
 
 
-__all__ = ["CallRule", "GlobalShadowSource", "allocates_through", "called_function", "copied_arguments",
+__all__ = ["CallRule", "GlobalShadowSource", "allocates_through", "called_arguments", "called_function",
+           "copied_arguments",
            "copy_preparations", "families",
            "global_shadow_sources", "global_shadow_zeroings", "hook", "is_inactive", "loop_rule", "lowerings",
-           "module_preparations", "passes_arguments", "prepared_checks", "register", "register_called_function",
+           "module_preparations", "passes_arguments", "prepared_checks", "register", "register_called_arguments",
+           "register_called_function",
            "register_copy_preparation", "register_global_shadow_source", "register_global_shadow_zeroing",
            "register_lowering", "register_module_preparation", "register_prepared_check",
            "register_request_completion", "request_completions", "rule_for", "rule_named"]

@@ -27,8 +27,8 @@ in a way :func:`capture_floats_by_reference` does not recognise; vector mode.
 from __future__ import annotations
 
 from enzcc.ad.api import CONST, DUP
-from enzcc.ad.registry import (CallRule, register, register_called_function, register_copy_preparation,
-                               register_module_preparation)
+from enzcc.ad.registry import (CallRule, register, register_called_arguments, register_called_function,
+                               register_copy_preparation, register_module_preparation)
 from enzcc.ad.memory import is_thread_private
 from enzcc.ad.emit import fail_at_run_time, internal_function, signed_i64
 from enzcc.ad.errors import ad_error
@@ -71,6 +71,14 @@ def forked_function_name(inst) -> str | None:
         return None
     ref = resolve_function(inst.args[2])
     return ref.symbol if isinstance(ref, GlobalRef) else None
+
+
+def forked_arguments(inst) -> list | None:
+    """For a ``__kmpc_fork_call``: each captured value with the index of the outlined function's parameter it
+    becomes (after the two thread ids); None for any other instruction."""
+    if forked_function_name(inst) is None:
+        return None
+    return [(a, k + 2) for k, a in enumerate(inst.args[3:])]
 
 
 def outlined_function(module, inst: Call, logic=None):
@@ -554,6 +562,7 @@ register(CallRule("openmp", passes_arguments=True, forward=_fork_forward, augmen
 register(CallRule("openmp", inactive=True, reverse=_mirrored_reverse), names=tuple(MIRRORED))
 register(CallRule("openmp", inactive=True), prefixes=INACTIVE_PREFIXES)
 register_called_function(forked_function_name)
+register_called_arguments(forked_arguments)
 register_copy_preparation(-10, reductions_as_critical)
 register_module_preparation(0, lambda module, prepared: capture_floats_by_reference(module, prepared))
 
