@@ -13,7 +13,7 @@ from enzcc.ad.api import CONST, DUP, OUT, is_float
 from enzcc.ad.atomics import read_shadow, reverse_atomic_add
 from enzcc.ad.emit import add_values, atomic_add, emit_partial, fail_call_at_run_time, splat, times, zero
 from enzcc.ad.memory import is_thread_private
-from enzcc.ad.threads import ThreadOwnership
+from enzcc.ad.threads import ThreadOwnership, WrittenElements, summed_in_thread
 from enzcc.ad.errors import ad_error, no_rule_error
 from enzcc.ad.inline import unknown_target_message
 from enzcc.ad.hints import hints_of
@@ -206,7 +206,12 @@ class AdjointGenerator:
         if is_thread_private(p):
             return True
         if not self.module.targets_gpu:
-            return False
+            if not self.parallel:
+                return False
+            if getattr(self, "_written", None) is None:
+                primal = [i for insts in self.orig_insts.values() for i in insts]
+                self._written = WrittenElements(self.module, self.activity, primal, self._noalias_params())
+            return self._written.owns(p)
         if getattr(self, "_ownership", None) is None:
             primal = [i for insts in self.orig_insts.values() for i in insts]
             self._ownership = ThreadOwnership(self.module, self.activity, primal,
@@ -219,11 +224,50 @@ class AdjointGenerator:
         the primal block, where ``p`` is read), nothing is added where the shadow is the memory itself."""
         active = self._active_at_run_time(p, sp, block, b)
         if self.concurrent and not self.owns(p):
+            if active is None and self._sum_in_thread(b, p, sp, d, align):
+                return
             atomic_add(self.module, b, sp, d if active is None else b.select(active, d, no_adjoint(d.type)), align)
             return
         old = b.load(d.type, sp, align=align)
         new = add_values(b, old, d)
         b.store(new if active is None else b.select(active, new, old), sp, align=align)
+
+    def _noalias_params(self) -> set[int]:
+        """ids of this function's pointer parameters that the function it was copied from declares ``noalias``."""
+        params = self.dc.fn.args
+        return {id(a) for a in self.G.args if a.index < len(params) and isinstance(a.type, T.PointerType) and
+                "noalias" in params[a.index].attrs}
+
+    def _sum_in_thread(self, b: IRBuilder, p: Value, sp: Value, d: Value, align) -> bool:
+        """In an OpenMP parallel function: ``*sp += d`` into a slot of the thread's own when the adjoints of
+        ``p`` can be summed there (:func:`enzcc.ad.threads.summed_in_thread`: a shared scalar the region only
+        reads, such as a coefficient read in every iteration); :meth:`flush_thread_sums` adds the slot to the
+        shadow once, atomically, at the end of the reverse code. Instead of one atomic add per iteration."""
+        if not self.parallel or self.module.targets_gpu or not isinstance(d.type, T.FloatType) or \
+                not isinstance(sp, Argument):
+            return False
+        sums = self.__dict__.setdefault("_thread_sums", {})
+        key = (id(sp), str(d.type))
+        if key not in sums:
+            primal = {id(i) for insts in self.orig_insts.values() for i in insts}
+            sums[key] = None
+            if not summed_in_thread(p, id(p) in self._noalias_params(), primal):
+                return False
+            eb = IRBuilder.at_start(self.G.entry_block)
+            slot = eb.alloca(d.type, in_entry=True)
+            IRBuilder.after(slot).store(zero(d.type), slot)  # (the thread's frame: its tape, in split mode)
+            sums[key] = (slot, sp, d.type, align)
+        if sums[key] is None:
+            return False
+        slot = sums[key][0]
+        b.store(b.fadd(b.load(d.type, slot), d), slot)
+        return True
+
+    def flush_thread_sums(self, b: IRBuilder) -> None:
+        """At the end of the reverse code (``b``): each thread's sums (:meth:`_sum_in_thread`) added to their
+        shadows, one atomic add each."""
+        for slot, sp, ty, align in filter(None, getattr(self, "_thread_sums", {}).values()):
+            atomic_add(self.module, b, sp, b.load(ty, slot), align)
 
     def _active_at_run_time(self, p: Value, sp: Value, block, b: IRBuilder) -> Value | None:
         """With runtime activity, ``p != sp`` in the reverse sweep (``sp``: the shadow already read there); None

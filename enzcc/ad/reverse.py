@@ -194,6 +194,7 @@ class ReverseMode(AdjointGenerator, CacheUtility):
         self._emit_exit()
         self._emit_caches()
         self._drop_unneeded_outputs()
+        self.flush_thread_sums(IRBuilder.before(self.exit_block.terminator))
         self._defer_frees(IRBuilder.before(self.exit_block.terminator))
         self.tape.finish()
         promote_single_block_slots(G, [s for slots in self.lane_slots for s in slots.values()])

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from enzcc.ad.api import has_float
 from enzcc.ad.memory import base_object, is_thread_private
+from enzcc.ad.registry import hook
 from enzcc.ir import types as T
 from enzcc.ir.instructions import (Alloca, AtomicRMW, BinaryOp, Call, Cast, CmpXchg, GetElementPtr, ICmp,
                                    Instruction, Load, Store)
@@ -160,6 +161,173 @@ class ThreadOwnership:
                 else:
                     return False
         return True
+
+
+class WrittenElements:
+    """The elements of memory a thread of an OpenMP parallel function owns because it writes them (a
+    ``parallel for`` updating ``a[i]`` from ``a[i]``).
+
+    Without synchronisation in the function (no barrier, critical section, reduction: calls whose rule mirrors
+    them in the reverse sweep), an element one thread writes is accessed by no other thread during the region:
+    that would be a data race of the primal. So where every access of an array in the function is a plain
+    (not atomic) load or store of element ``root + S*i + c`` for one and the same index value ``i``, and each
+    load shares its block with a store of that element (so the thread that reads it writes it too, in the same
+    iteration), no other thread reads the element, and the adjoints added to it need no atomic add. The array is
+    an argument, a global, or a pointer loaded from a ``noalias`` parameter that the function only reads (a
+    pointer variable captured by reference: every load of it gives the same pointer); other memory read with
+    derivatives must not overlap it (a ``noalias`` parameter, the thread's stack and distinct globals do not).
+    Read-only arrays (a stencil's neighbours, a loss's inputs) are not proven here: they keep atomic adds."""
+
+    def __init__(self, module, activity, primal: list[Instruction], noalias: set[int]):
+        self.dl = module.data_layout
+        self.activity = activity
+        self.noalias = noalias
+        """ids of the function's ``noalias`` pointer parameters."""
+        self._owned: dict[object, bool] = {}
+        self._primal = {id(i) for i in primal}
+        self._accesses = []
+        self._enabled = True
+        for inst in primal:
+            if isinstance(inst, (Load, Store)):
+                self._accesses.append((inst, inst.pointer))
+            elif isinstance(inst, (AtomicRMW, CmpXchg)):
+                self._accesses.append((inst, inst.operands[0]))
+            elif isinstance(inst, Call):
+                if hook(inst, "inactive") and hook(inst, "reverse") is not None:
+                    self._enabled = False  # (synchronisation: a barrier, a critical section)
+                self._accesses += [(inst, a) for a in inst.args if isinstance(a.type, T.PointerType)]
+
+    def owns(self, p: Value) -> bool:
+        if not self._enabled:
+            return False
+        root = _root(p)
+        key = self._key(root)
+        if key is None:
+            return False
+        if key not in self._owned:
+            self._owned[key] = self._prove(key)
+        return self._owned[key]
+
+    def _key(self, root: Value):
+        if isinstance(root, Load) and isinstance(root.pointer, Argument) and id(root.pointer) in self.noalias and \
+                not root.volatile and root.ordering is None and \
+                all(isinstance(u.user, Load) for u in root.pointer.uses if id(u.user) in self._primal):
+            return ("slot", id(root.pointer))
+        return _root_key(root)
+
+    def _prove(self, key) -> bool:
+        form, loads, stores = None, [], []
+        roots = []
+        for inst, p in self._accesses:
+            other = _root(p)
+            if self._key(other) == key:
+                if not isinstance(inst, (Load, Store)) or inst.ordering is not None or \
+                        (isinstance(inst, Store) and p is not inst.pointer):
+                    return False
+                element = self._element(inst, p)
+                if element is None or element != (form or element):
+                    return False
+                form = element
+                (loads if isinstance(inst, Load) else stores).append(inst)
+                roots.append(other)
+            elif self._may_overlap(key, other) and _adds_adjoints(self.activity, inst, p):
+                return False
+        if form is None or not stores:
+            return False
+        if not all(any(s.parent is ld.parent for s in stores) for ld in loads):
+            return False
+        return all(_only_accessed(r, self._primal) for r in {id(r): r for r in roots}.values())
+
+    def _element(self, inst, p: Value):
+        size = self.dl.store_size(inst.type if isinstance(inst, Load) else inst.operands[0].type)
+        walk = _walk(p, self.dl)
+        if walk is None:
+            return None
+        stride, index, offset = walk
+        if offset < 0 or offset + size > stride:
+            return None
+        return stride, _value_key(index)
+
+    def _may_overlap(self, key, other: Value) -> bool:
+        if isinstance(other, Alloca) or (isinstance(other, Argument) and id(other) in self.noalias):
+            return False
+        if key[0] == "global" and isinstance(other, GlobalRef):
+            return key[1] == other.symbol
+        return True
+
+
+def _value_key(v: Value, depth: int = 0):
+    """What tells equal index values apart from others: the value itself, or the same widening (``sext``,
+    ``zext``) or arithmetic with a constant of equal values (unoptimized code computes ``(long)i`` again at each
+    access)."""
+    if depth < 8 and isinstance(v, Cast) and v.opcode in ("sext", "zext"):
+        return (v.opcode, v.type.bits, _value_key(v.value, depth + 1))
+    if depth < 8 and isinstance(v, BinaryOp) and v.opcode in ("add", "mul", "sub", "shl") and \
+            isinstance(v.operands[1], ConstantInt):
+        return (v.opcode, v.type.bits, _value_key(v.operands[0], depth + 1), v.operands[1].value)
+    return id(v)
+
+
+def _adds_adjoints(act, inst: Instruction, p: Value) -> bool:
+    """As :meth:`ThreadOwnership._adds_adjoints`: whether the reverse of ``inst`` may add to the shadow at
+    ``p``."""
+    if (isinstance(inst, Store) and p is inst.pointer) or (isinstance(inst, (AtomicRMW, CmpXchg)) and
+                                                            p is inst.operands[0]):
+        return False
+    if isinstance(inst, Load) and isinstance(inst.type, T.PointerType):
+        return False
+    if isinstance(inst, Call) and hook(inst, "inactive"):
+        return False  # (the runtime's bookkeeping: loop bounds, thread numbers)
+    return act.is_active_ptr(p) or not isinstance(inst, Load)
+
+
+def _only_accessed(root: Value, primal: set[int]) -> bool:
+    """Whether the addresses computed from ``root`` in the primal are only loaded from or stored to."""
+    stack, seen = [root], set()
+    while stack:
+        v = stack.pop()
+        for use in v.uses:
+            u = use.user
+            if id(u) in seen or (isinstance(u, Instruction) and id(u) not in primal):
+                continue
+            seen.add(id(u))
+            if isinstance(u, (GetElementPtr, Cast)) and use.index == 0 and \
+                    u.opcode in ("getelementptr", "bitcast", "addrspacecast"):
+                stack.append(u)
+            elif isinstance(u, (Load, ICmp)) or (isinstance(u, Store) and use.index == 1):
+                continue
+            else:
+                return False
+    return True
+
+
+def summed_in_thread(p: Value, noalias: bool, primal_ids: set[int]) -> bool:
+    """Whether the adjoints a parallel function's reverse code adds to the shadow of ``p`` can be summed in the
+    thread (a private slot) and added to the shadow once, atomically, at the end of its reverse code: ``p`` is a
+    ``noalias`` parameter (``noalias``: the function it was copied from says so) (a shared variable captured by reference, which no other pointer of the function
+    reaches: :mod:`enzcc.ad.calls.openmp` says so where it can prove it) and the primal (``primal_ids``: its
+    instructions) only reads its memory, never writes it nor passes its address on. Then no reverse code reads
+    that shadow before the region ends: every thread's share of it is only ever added to it, in any order."""
+    if not (isinstance(p, Argument) and isinstance(p.type, T.PointerType) and noalias):
+        return False
+    stack, seen = [p], set()
+    while stack:
+        v = stack.pop()
+        for use in v.uses:
+            u = use.user
+            if id(u) not in primal_ids or id(u) in seen:
+                continue
+            seen.add(id(u))
+            if isinstance(u, (GetElementPtr, Cast)) and use.index == 0 and \
+                    u.opcode in ("getelementptr", "bitcast", "addrspacecast"):
+                stack.append(u)
+            elif isinstance(u, (Load, ICmp)):
+                continue
+            elif isinstance(u, Call) and (u.callee_name or "").startswith("llvm.lifetime."):
+                continue
+            else:
+                return False  # (a write, an atomic, an address stored, passed to a call, merged by a phi...)
+    return True
 
 
 def reads_other_axes(module) -> bool:
@@ -291,4 +459,4 @@ def _may_overlap(root: Value, other: Value) -> bool:
     return not any(isinstance(r, GlobalRef) and _addrspace(r) == SHARED for r in (root, other))
 
 
-__all__ = ["BLOCK", "GLOBAL", "SREG", "ThreadOwnership", "thread_index"]
+__all__ = ["BLOCK", "GLOBAL", "SREG", "ThreadOwnership", "WrittenElements", "summed_in_thread", "thread_index"]

@@ -331,6 +331,7 @@ def augment_fork(mode, inst: Call):
     if all(k == CONST for k in kinds) and not (info is not None and info.reached_by(fn.name)):
         return None
     check_body(module, fn, reverse=True)
+    _mark_private_captures(fn, inst)
     aug, rev = mode.logic.split_of_call(inst, fn, kinds, False, args=[ConstantNull(T.ptr)] * 2 + captured,
                                         parallel=True)
     aug_wrap, rev_wrap = _wrappers(module, fn, aug, rev, captured, kinds)
@@ -346,6 +347,33 @@ def augment_fork(mode, inst: Call):
     new = b.call(inst.callee, [loc, ConstantInt(T.i32, len(args)), module.global_ref(aug_wrap.name), *args])
     inst.erase()
     return new, loc, captured, kinds, tapes, pushed, rev_wrap
+
+
+def _mark_private_captures(fn, inst: Call) -> None:
+    """A captured local of the forking function whose address goes nowhere but to forks (each once) and its
+    own loads and stores (a shared variable captured by reference: ``s`` of ``a[i] * s``) is reached, in the
+    region, only through its parameter: the parameter of ``fn`` (the copy derivatives are made from) is marked
+    ``noalias``, which lets the reverse code sum the adjoints of a shared scalar the region only reads in each
+    thread and add them once (:func:`enzcc.ad.threads.summed_in_thread`) instead of atomically at each read.
+    The copy's forks are all clones of the same forking function: checked on this one."""
+    from enzcc.ir.instructions import Alloca, Load, Store
+
+    for k, a in enumerate(inst.args[3:]):
+        if k + 2 >= len(fn.args) or not isinstance(a, Alloca) or "noalias" in fn.args[k + 2].attrs:
+            continue
+        private = True
+        for use in a.uses:
+            u = use.user
+            if isinstance(u, Load) and use.index == 0 or isinstance(u, Store) and use.index == 1 and u.value is not a:
+                continue
+            if isinstance(u, Call) and ((u.callee_name or "").startswith("llvm.lifetime.") or
+                                        (forked_function_name(u) is not None and
+                                         sum(1 for x in u.args if x is a) == 1)):
+                continue
+            private = False
+            break
+        if private:
+            fn.args[k + 2].attrs.append("noalias")
 
 
 def _pushed_threads(inst: Call):
