@@ -351,8 +351,8 @@ def augment_fork(mode, inst: Call):
 
 def _mark_private_captures(fn, inst: Call) -> None:
     """A captured local of the forking function whose address goes nowhere but to forks (each once) and its
-    own loads and stores (a shared variable captured by reference: ``s`` of ``a[i] * s``) is reached, in the
-    region, only through its parameter: the parameter of ``fn`` (the copy derivatives are made from) is marked
+    own loads and stores (a shared variable captured by reference: ``s`` of ``a[i] * s``), and which the region
+    only reads, is reached, in the region, only through its parameter: the parameter of ``fn`` (the copy derivatives are made from) is marked
     ``noalias``, which lets the reverse code sum the adjoints of a shared scalar the region only reads in each
     thread and add them once (:func:`enzcc.ad.threads.summed_in_thread`) instead of atomically at each read.
     The copy's forks are all clones of the same forking function: checked on this one."""
@@ -361,6 +361,8 @@ def _mark_private_captures(fn, inst: Call) -> None:
     for k, a in enumerate(inst.args[3:]):
         if k + 2 >= len(fn.args) or not isinstance(a, Alloca) or "noalias" in fn.args[k + 2].attrs:
             continue
+        if not all(isinstance(u.user, Load) and u.index == 0 for u in fn.args[k + 2].uses):
+            continue  # (only a variable the region only reads: nobody writes it while the region runs)
         private = True
         for use in a.uses:
             u = use.user
