@@ -333,6 +333,8 @@ class MemoryTypes:
                 if isinstance(u, GetElementPtr) and use.index == 0 and \
                         isinstance(u.source_type, (T.StructType, T.NamedStructType)):
                     records.add(u.source_type)
+        if not records:
+            records = _pointee_records(list(memory_web(call)))
         if len(records) != 1:
             return None
         record = records.pop()
@@ -468,6 +470,28 @@ def _offset_mod(p, dl, m: int):
     if walk is None or any(stride % m for stride, _ in walk[2]):
         return None
     return walk[1] % m
+
+
+def _pointee_records(values: list) -> set:
+    """The struct types that the ``!tbaa`` tags of the loads of ``values``, and of the stores of them, say the
+    pointer points to (clang's ``p1 _ZTS12reb_particle``: a pointer to ``struct reb_particle``), found among the
+    module's types: memory the function never reads or writes itself (a buffer grown for a mode of another
+    integrator) is typed by the field its pointer is kept in."""
+    found = set()
+    accesses = [v for v in values if isinstance(v, Load)]
+    accesses += [u.user for v in values for u in getattr(v, "uses", []) if isinstance(u.user, Store) and u.index == 0]
+    for inst in accesses:
+        m = re.fullmatch(r"p1 _ZTS(\d+)(\w+)", tbaa_access_type(inst) or "")
+        module = inst.module
+        if m is None or len(m.group(2)) != int(m.group(1)) or module is None:
+            continue
+        # (the link renames a type defined in several translation units: struct.rec.0)
+        names = {f"{prefix}{m.group(2)}" for prefix in ("struct.", "class.")}
+        types = [ty for key, ty in module.named_types.items()
+                 if key in names or re.fullmatch(r"(.*)\.\d+", key) and key.rsplit(".", 1)[0] in names]
+        if len({str(ty.body) for ty in types}) == 1:
+            found.add(types[0])
+    return found
 
 
 def _with_reloads(values: list, dl) -> list:
