@@ -149,6 +149,9 @@ class Activity:
         self._check_float_bits(insts)
         self._check_integer_pointers(insts)
         self._check_lost_stores(insts, arg_kinds)
+        from enzcc.ad.ptrstores import check as check_pointer_stores
+
+        check_pointer_stores(self, insts, is_user_call)  # (a pointer without a shadow kept where one is read back)
         # 3. useful floats: backward from the return value and from stores into shadowed memory (into memory
         # private to the function, only once something useful reads it back)
         from enzcc.ad.memory import base_object
@@ -435,12 +438,7 @@ class Activity:
         back = self._const_read_back(insts, const_args)
         for key, arg in reached.items():
             if any(reader is not inst for reader in back.get(key, ())):
-                from enzcc.ad.debuginfo import parameter_name
-
-                name = parameter_name(self.fn, arg.index)
-                what = f"'{name}' (enzyme_const, parameter {arg.index + 1})" if name else \
-                    f"parameter {arg.index + 1} (enzyme_const)"
-                who = f"'{name}'" if name else f"parameter {arg.index + 1}"
+                what, who = self.const_parameter_words(arg)
                 how = f"by this call to '{inst.callee_name}'" if isinstance(inst, Call) and \
                     is_user_call(inst) else "here"
                 ra = " (enzyme_runtime_activity does not help: that memory has no shadow to keep the derivative in)" \
@@ -449,6 +447,17 @@ class Activity:
                                f"in the function: its derivative would be lost; pass {who} with enzyme_dup and a "
                                "shadow (a struct holding scratch pointers: a shadow struct whose pointers point to "
                                f"zeroed shadow buffers) (Enzyme: mismatched activity){ra}", inst)
+
+    def const_parameter_words(self, arg: Argument) -> tuple[str, str]:
+        """How a message names the ``enzyme_const`` parameter ``arg``: its source name when debug info has it
+        (``'p' (enzyme_const, parameter 1)``), and the short form for the advice (``'p'``). The number is the
+        position among the primal's parameters (forward mode's function has the shadows between them)."""
+        from enzcc.ad.debuginfo import parameter_name
+
+        k = next((i for i, a in enumerate(self.fn.args) if a is arg), arg.index)
+        name = parameter_name(self.fn, k)
+        what = f"'{name}' (enzyme_const, parameter {k + 1})" if name else f"parameter {k + 1} (enzyme_const)"
+        return what, (f"'{name}'" if name else f"parameter {k + 1}")
 
     def _const_read_back(self, insts: list[Instruction], const_args: set[int]) -> dict[int, list[Instruction]]:
         """The ``enzyme_const`` arguments (by id) through which the function reads floats again, with the

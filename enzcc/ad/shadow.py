@@ -10,36 +10,14 @@ from __future__ import annotations
 import enzcc.ad.shadow_reuse as shadow_reuse
 from enzcc.ad.activity import ALLOCATORS, Activity, has_pointer, is_allocation, returns_shadow
 from enzcc.ad.errors import ad_error, describe_pointer  # noqa: F401  (re-exported)
-from enzcc.ad.memory import base_object
+from enzcc.ad.ptrstores import null_based as _null_based
 from enzcc.ad.registry import hook
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.cfg import reverse_post_order
 from enzcc.ir.instructions import (Alloca, Call, Cast, ExtractValue, Freeze, GetElementPtr, InsertValue, Instruction,
                                    Load, Phi, Select, Store)
-from enzcc.ir.values import ConstantExpr, ConstantInt, ConstantNull, ConstantPoison, ConstantUndef, GlobalRef, Placeholder, Value
-
-
-def _null_based(v: Value, seen: set | None = None) -> bool:
-    """Whether every address ``v`` can hold is null plus an offset (through getelementptr, casts, selects and
-    phis): it points to no memory, so it needs no shadow."""
-    seen = set() if seen is None else seen
-    if id(v) in seen:
-        return True
-    seen.add(id(v))
-    v = base_object(v)
-    if isinstance(v, ConstantNull):
-        return True
-    if isinstance(v, ConstantExpr) and v.opcode == "inttoptr" and isinstance(v.operands[0], ConstantInt) and \
-            0 <= v.operands[0].value < 4096:
-        return True  # (the optimizer's null->field on a path a valid run never takes: inttoptr (i64 8 to ptr))
-    if isinstance(v, Load) and _null_based(v.pointer, seen):
-        return True  # read from no memory: the path faults before its value is used
-    if isinstance(v, Select):
-        return _null_based(v.true_value, seen) and _null_based(v.false_value, seen)
-    if isinstance(v, Phi):
-        return all(_null_based(x, seen) for x, _ in v.incoming)
-    return False
+from enzcc.ir.values import ConstantInt, ConstantNull, ConstantPoison, ConstantUndef, GlobalRef, Placeholder, Value
 
 
 class Shadows:
