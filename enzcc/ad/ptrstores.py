@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from enzcc.ad.api import has_float, has_pointer
 from enzcc.ad.memory import base_object, byte_offset
-from enzcc.ad.registry import is_inactive
+from enzcc.ad.registry import called_function, is_inactive
 from enzcc.ir import types as T
 from enzcc.ir.instructions import Alloca, Call, ExtractValue, InsertValue, Instruction, Load, Phi, Select, Store
 from enzcc.ir.values import (ConstantExpr, ConstantInt, ConstantNull, ConstantPoison, ConstantUndef, ConstantZero,
@@ -127,9 +127,28 @@ def _may_alias(slot, q, dl) -> bool:
     else:
         base_p, off_p = base_object(p), None
     base_q, off_q = byte_offset(q, dl)
+    if base_p is not None and base_q is not None and base_p is not base_q and \
+            _distinct_object(base_p) and _distinct_object(base_q):
+        return False  # (two different locals: an OpenMP region's captured variables at -O0)
     if base_p is None or base_q is None or base_p is not base_q:
         return True
     return off_p is None or off_q is None or abs(off_p - off_q) < dl.alloc_size(T.ptr)
+
+
+def _distinct_object(base) -> bool:
+    """A local (``alloca``) only loaded from and stored to (or handed to a function the program runs through a
+    call, an OpenMP region, whose own derivative sees what it holds): no pointer is read from it but what was
+    stored into it, none copied from another local's bytes."""
+    if not isinstance(base, Alloca):
+        return False
+    for use in base.uses:
+        u = use.user
+        if isinstance(u, Load) and use.index == 0 or isinstance(u, Store) and use.index == 1 and u.value is not base:
+            continue
+        if isinstance(u, Call) and ((u.callee_name or "").startswith("llvm.lifetime.") or called_function(u)):
+            continue
+        return False
+    return True
 
 
 def _reads_back(fn, k: int, seen: set) -> bool:
