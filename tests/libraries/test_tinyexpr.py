@@ -22,7 +22,7 @@ def test_te_eval_gradient(library_check, opt):
         assert v[f"{case}.err_fd"] <= 1e-6, case
 
 
-@pytest.mark.xfail(strict=True, reason="enzcc bug (reported): te_eval's loads of the bound variables through a "
+@pytest.mark.xfail(strict=True, reason="documented limit (docs/limitations.md#what-enzcc-cannot-detect): te_eval's loads of the bound variables through a "
                    "tree passed enzyme_const give a zero gradient instead of a refusal (mismatched activity) or "
                    "the derivative")
 def test_const_tree_is_never_silently_zero(library_build):
