@@ -33,7 +33,6 @@ than 2^32 threads along x). Anything else, and every other GPU target than NVPTX
 
 from __future__ import annotations
 
-from enzcc.ad.api import has_float
 from enzcc.ad.memory import base_object, is_thread_private
 from enzcc.ad.registry import hook
 from enzcc.ir import types as T
@@ -88,13 +87,7 @@ class ThreadOwnership:
     # -- the proof -------------------------------------------------------------------------------------
 
     def _collect(self, primal: list[Instruction]) -> None:
-        for inst in primal:
-            if isinstance(inst, (Load, Store)):
-                self._accesses.append((inst, inst.pointer))
-            elif isinstance(inst, (AtomicRMW, CmpXchg)):
-                self._accesses.append((inst, inst.operands[0]))
-            elif isinstance(inst, Call):
-                self._accesses += [(inst, a) for a in inst.args if isinstance(a.type, T.PointerType)]
+        self._accesses = memory_accesses(primal)
         self._primal = {id(i) for i in primal}
 
     def _prove(self, root: Value, key) -> bool:
@@ -185,17 +178,9 @@ class WrittenElements:
         """ids of the function's ``noalias`` pointer parameters."""
         self._owned: dict[object, bool] = {}
         self._primal = {id(i) for i in primal}
-        self._accesses = []
-        self._enabled = True
-        for inst in primal:
-            if isinstance(inst, (Load, Store)):
-                self._accesses.append((inst, inst.pointer))
-            elif isinstance(inst, (AtomicRMW, CmpXchg)):
-                self._accesses.append((inst, inst.operands[0]))
-            elif isinstance(inst, Call):
-                if hook(inst, "inactive") and hook(inst, "reverse") is not None:
-                    self._enabled = False  # (synchronisation: a barrier, a critical section)
-                self._accesses += [(inst, a) for a in inst.args if isinstance(a.type, T.PointerType)]
+        self._accesses = memory_accesses(primal)
+        self._enabled = not any(isinstance(inst, Call) and hook(inst, "inactive") and hook(inst, "reverse") is not None
+                                for inst in primal)  # (synchronisation: a barrier, a critical section)
 
     def owns(self, p: Value) -> bool:
         if not self._enabled:
@@ -256,6 +241,39 @@ class WrittenElements:
         return True
 
 
+def memory_accesses(primal: list[Instruction]) -> list[tuple[Instruction, Value]]:
+    """Every (instruction, address) of ``primal`` that touches memory: loads, stores, atomics, and each pointer
+    argument of a call."""
+    out: list[tuple[Instruction, Value]] = []
+    for inst in primal:
+        if isinstance(inst, (Load, Store)):
+            out.append((inst, inst.pointer))
+        elif isinstance(inst, (AtomicRMW, CmpXchg)):
+            out.append((inst, inst.operands[0]))
+        elif isinstance(inst, Call):
+            out += [(inst, a) for a in inst.args if isinstance(a.type, T.PointerType)]
+    return out
+
+
+def _address_users(root: Value, primal: set[int]):
+    """The users (instructions of the primal, ``primal``: their ids; any other value) of ``root`` and of the
+    addresses computed from it (``getelementptr``, ``bitcast``, ``addrspacecast``: followed, not given), each
+    once, as ``(use, user)``."""
+    stack, seen = [root], set()
+    while stack:
+        v = stack.pop()
+        for use in v.uses:
+            u = use.user
+            if id(u) in seen or (isinstance(u, Instruction) and id(u) not in primal):
+                continue
+            seen.add(id(u))
+            if isinstance(u, (GetElementPtr, Cast)) and use.index == 0 and \
+                    u.opcode in ("getelementptr", "bitcast", "addrspacecast"):
+                stack.append(u)
+            else:
+                yield use, u
+
+
 def _value_key(v: Value, depth: int = 0):
     """What tells equal index values apart from others: the value itself, or the same widening (``sext``,
     ``zext``) or arithmetic with a constant of equal values (unoptimized code computes ``(long)i`` again at each
@@ -283,22 +301,8 @@ def _adds_adjoints(act, inst: Instruction, p: Value) -> bool:
 
 def _only_accessed(root: Value, primal: set[int]) -> bool:
     """Whether the addresses computed from ``root`` in the primal are only loaded from or stored to."""
-    stack, seen = [root], set()
-    while stack:
-        v = stack.pop()
-        for use in v.uses:
-            u = use.user
-            if id(u) in seen or (isinstance(u, Instruction) and id(u) not in primal):
-                continue
-            seen.add(id(u))
-            if isinstance(u, (GetElementPtr, Cast)) and use.index == 0 and \
-                    u.opcode in ("getelementptr", "bitcast", "addrspacecast"):
-                stack.append(u)
-            elif isinstance(u, (Load, ICmp)) or (isinstance(u, Store) and use.index == 1):
-                continue
-            else:
-                return False
-    return True
+    return all(isinstance(u, (Load, ICmp)) or (isinstance(u, Store) and use.index == 1)
+               for use, u in _address_users(root, primal))
 
 
 def summed_in_thread(p: Value, noalias: bool, primal_ids: set[int]) -> bool:
@@ -310,24 +314,10 @@ def summed_in_thread(p: Value, noalias: bool, primal_ids: set[int]) -> bool:
     that shadow before the region ends: every thread's share of it is only ever added to it, in any order."""
     if not (isinstance(p, Argument) and isinstance(p.type, T.PointerType) and noalias):
         return False
-    stack, seen = [p], set()
-    while stack:
-        v = stack.pop()
-        for use in v.uses:
-            u = use.user
-            if id(u) not in primal_ids or id(u) in seen:
-                continue
-            seen.add(id(u))
-            if isinstance(u, (GetElementPtr, Cast)) and use.index == 0 and \
-                    u.opcode in ("getelementptr", "bitcast", "addrspacecast"):
-                stack.append(u)
-            elif isinstance(u, (Load, ICmp)):
-                continue
-            elif isinstance(u, Call) and (u.callee_name or "").startswith("llvm.lifetime."):
-                continue
-            else:
-                return False  # (a write, an atomic, an address stored, passed to a call, merged by a phi...)
-    return True
+    # (anything else is a write, an atomic, an address stored, passed to a call, merged by a phi...)
+    return all(isinstance(u, (Load, ICmp)) or
+               (isinstance(u, Call) and (u.callee_name or "").startswith("llvm.lifetime."))
+               for _, u in _address_users(p, primal_ids))
 
 
 def reads_other_axes(module) -> bool:
