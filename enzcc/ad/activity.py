@@ -358,9 +358,7 @@ class Activity:
                 read_back = {}
                 for i in insts:
                     src = i.pointer if isinstance(i, Load) and has_float(i.type) else \
-                        i.args[1] if isinstance(i, Call) and (i.callee_name or "").startswith(
-                            ("llvm.memcpy", "llvm.memmove")) else \
-                        copied_arguments(i)[1] if isinstance(i, Call) and copied_arguments(i) else None
+                        (_copy_ends(i) or (None, None))[1]
                     if src is not None and id(src) not in self.active_ptrs:
                         r = self._unknown_root(src, const_args)
                         if r is not None:
@@ -388,14 +386,10 @@ class Activity:
         """A copy (``memcpy``, a call whose rule says it copies) from memory with derivatives into memory reached
         only through ``enzyme_const`` arguments stores values with derivatives there, as a store does: refused
         when that memory is read back (:meth:`_refuse_const_read_back`)."""
-        if not isinstance(inst, Call):
+        ends = _copy_ends(inst)
+        if ends is None:
             return
-        if (inst.callee_name or "").startswith(("llvm.memcpy", "llvm.memmove")):
-            dst, src = inst.args[0], inst.args[1]
-        elif copied_arguments(inst):
-            dst, src = copied_arguments(inst)[0], copied_arguments(inst)[1]
-        else:
-            return
+        dst, src = ends
         if id(src) not in self.active_ptrs or id(dst) in self.active_ptrs:
             return
         reached: dict[int, Argument] = {}
@@ -472,10 +466,8 @@ class Activity:
                 srcs: list[Value] = []
                 if isinstance(i, Load) and has_float(i.type):
                     srcs = [i.pointer]
-                elif isinstance(i, Call) and (i.callee_name or "").startswith(("llvm.memcpy", "llvm.memmove")):
-                    srcs = [i.args[1]]
-                elif isinstance(i, Call) and copied_arguments(i):
-                    srcs = [copied_arguments(i)[1]]
+                elif _copy_ends(i) is not None:
+                    srcs = [_copy_ends(i)[1]]
                 elif isinstance(i, Call) and is_user_call(i):
                     callee = i.module.functions[i.callee_name]
                     srcs = [a for k, a in enumerate(i.args)
@@ -839,6 +831,17 @@ def _accesses_floats(p: Value) -> bool:
                 seen.add(id(u))
                 stack.append(u)
     return False
+
+
+def _copy_ends(inst: Instruction) -> tuple[Value, Value] | None:
+    """``(destination, source)`` of a ``memcpy`` / ``memmove`` or of a call whose rule says it copies bytes as they
+    do (:func:`enzcc.ad.registry.copied_arguments`), else None."""
+    if not isinstance(inst, Call):
+        return None
+    if (inst.callee_name or "").startswith(("llvm.memcpy", "llvm.memmove")):
+        return inst.args[0], inst.args[1]
+    copied = copied_arguments(inst)
+    return (copied[0], copied[1]) if copied else None
 
 
 def _copies_through(call: Call, use) -> str | None:
