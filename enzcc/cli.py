@@ -52,8 +52,20 @@ def _drive(argv: list[str], cxx: bool) -> int:
     return Driver(parse_args(argv), cxx=cxx).run()
 
 
+def _rustc_call(argv: list[str]) -> bool:
+    """cargo's ``RUSTC_WRAPPER=enzcc`` (``enzcc /path/to/rustc ARGS``) or ``RUSTC=enzcc`` (``enzcc -vV``,
+    ``enzcc - --crate-name ___ --print ...``, ``enzcc --crate-name foo ...``): see :mod:`enzcc.rustc_wrapper`."""
+    name = os.path.basename(argv[0])
+    return name in ("rustc", "clippy-driver") or (name.startswith("rustc-") and name[6:].replace(".", "").isdigit()) \
+        or argv[0] == "-vV" or "--crate-name" in argv
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv and _rustc_call(argv):
+        from enzcc.rustc_wrapper import main as rustc_main
+
+        return guarded(rustc_main, argv)
     cxx = os.path.basename(sys.argv[0]).endswith("++")
     return guarded(_drive, argv, cxx)
 
