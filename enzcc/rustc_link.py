@@ -81,6 +81,7 @@ def differentiating_compile(call: RustcCall) -> int:
             "linker": call.codegen_value("linker") or "cc",
             "opt_level": _level(call.codegen_value("opt-level")),
             "cpu": call.codegen_value("target-cpu"),
+            "target": call.target,
             "sysroot": _sysroot(call.rustc),
             "error_file": os.path.join(work, "error"),
             "workdir": work,
@@ -94,11 +95,25 @@ def differentiating_compile(call: RustcCall) -> int:
         error = _read(settings["error_file"])
         _replay(proc.stderr, without_errors=bool(error))
         if error:
-            print(error, file=sys.stderr)
+            print(_diagnostic(error) if _json_errors(call) else error, file=sys.stderr)
             return 1
         return proc.returncode
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _json_errors(call: RustcCall) -> bool:
+    """cargo reads rustc's diagnostics as JSON (``--error-format=json``)."""
+    return "--error-format=json" in call.args or any(
+        a == "--error-format" and b == "json" for a, b in zip(call.args, call.args[1:]))
+
+
+def _diagnostic(line: str) -> str:
+    """enzcc's one-line error as rustc's JSON diagnostic, which cargo prints as it prints rustc's errors."""
+    text = line[len("enzcc: "):] if line.startswith("enzcc: ") else line
+    message = text[len("error: "):] if text.startswith("error: ") else text
+    return json.dumps({"$message_type": "diagnostic", "message": message, "code": None, "level": "error",
+                       "spans": [], "children": [], "rendered": f"{line}\n"})
 
 
 def _read(path: str) -> str:
@@ -202,6 +217,7 @@ def _rlib_records(path: str, level: int) -> tuple[list[E.BitcodeRecord], bool]:
 def _differentiated_line(argv: list[str], settings: dict) -> list[str]:
     """The real linker's arguments: rustc's, with the object enzcc made from all the bitcode in place of the
     crate's bitcode objects, rlibs whose code it holds left out, and the LTO plugin's options dropped."""
+    from enzcc.ad.errors import MissingBodyError
     from enzcc.backend.pipeline import PipelineOptions, build
 
     level = settings["opt_level"]
@@ -209,6 +225,7 @@ def _differentiated_line(argv: list[str], settings: dict) -> list[str]:
     records: list[E.BitcodeRecord] = []
     archives: list[tuple[str, list[E.BitcodeRecord]]] = []
     drop: set[int] = set()
+    without: list[str] = []
     first = None
     for i, path in _inputs(argv):
         with open(path, "rb") as fh:
@@ -224,24 +241,50 @@ def _differentiated_line(argv: list[str], settings: dict) -> list[str]:
                 archives.append((path, recs))
                 if complete:
                     drop.add(i)
+            else:
+                without.append(path)
     if not records:
         raise EnzccError("rustc gave enzcc's linker no bitcode (was the crate compiled with -C linker-plugin-lto?)")
     output = _output(argv)
     opts = PipelineOptions(opt_level=level, cpu=settings.get("cpu") or None)
-    obj = build(records, opts, "object", os.path.basename(output), archives)
+    try:
+        obj = build(records, opts, "object", os.path.basename(output), archives)
+    except MissingBodyError as exc:
+        if without:  # (cargo does not rebuild a crate when only RUSTC_WRAPPER changed)
+            names = ", ".join(os.path.basename(p) for p in without)
+            exc.message += f"; {names} {'carry' if len(without) > 1 else 'carries'} no bitcode (built without enzcc): `cargo clean` and build again " \
+                           "with RUSTC_WRAPPER=enzcc"
+        raise
     whole = os.path.join(settings["workdir"], "enzcc-whole-program.o")
     with open(whole, "wb") as fh:
         fh.write(obj)
+    markers = os.path.join(settings["workdir"], "enzcc-markers.o")
+    with open(markers, "wb") as fh:
+        fh.write(_marker_object(settings.get("target")))
     line = []
     for i, arg in enumerate(argv):
         if i == first:
-            line.append(whole)
+            line += [whole, markers]
         if i in drop:
             continue
         arg = _without_plugin_options(arg)
         if arg:
             line.append(arg)
     return line
+
+
+def _marker_object(triple: str | None) -> bytes:
+    """An object defining ``enzyme_dup`` & co. as weak ``int``s. AD consumes the markers' values; what may still
+    name them is code rustc adds at -O0 (a check that an ``extern`` static's address is not null), which
+    would otherwise leave them undefined at the link. (Weak: a program's own definition wins.)"""
+    from enzcc.ad.api import CALL_MARKERS, MARKERS, NOCACHE
+    from enzcc.backend import llvm as L
+
+    tm = L.target_machine(triple or L.host_triple(), 0)
+    text = "".join(f"@{name} = weak global i32 0, align 4\n" for name in (*MARKERS, *CALL_MARKERS, NOCACHE))
+    mod = L.llvm.parse_assembly(text)
+    mod.triple = triple or L.host_triple()
+    return L.emit_object(mod, tm)
 
 
 def _output(argv: list[str]) -> str:

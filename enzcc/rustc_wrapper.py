@@ -53,7 +53,12 @@ class RustcCall:
         self.out_dir = ""
         self.sources: list[str] = []
         self.test = False
+        self.target: str | None = None
         self._parse()
+        if not self.emit:
+            self.emit = ["link"]  # (rustc's defaults)
+        if not self.crate_types:
+            self.crate_types = ["bin"]
 
     def _parse(self) -> None:
         args, i = self.args, 0
@@ -97,6 +102,8 @@ class RustcCall:
                 self.externs.append(path)
         elif name == "--out-dir":
             self.out_dir = value
+        elif name == "--target":
+            self.target = value if not value.endswith(".json") else None
 
     def codegen_value(self, key: str) -> str | None:
         """The last ``-C key=value``'s value (``""`` for a bare ``-C key``), or None."""
@@ -112,11 +119,7 @@ class RustcCall:
     @property
     def links(self) -> bool:
         """The compile ends in a native link (an executable, a test harness, a shared library)."""
-        return "link" in self.emit and (self.test or any(t in LINKING_TYPES for t in self.crate_types) or
-                                        not self.crate_types and not self.test and self._root_is_main())
-
-    def _root_is_main(self) -> bool:
-        return any(os.path.basename(s) == "main.rs" for s in self.sources)
+        return "link" in self.emit and (self.test or any(t in LINKING_TYPES for t in self.crate_types))
 
     @property
     def library(self) -> bool:
