@@ -33,6 +33,10 @@ fi
 if ! command -v rustc >/dev/null && [ ! -x "$HOME/.cargo/bin/rustc" ]; then
   echo "setup: note: rustc not found; Rust sources will not compile (tests that need it are skipped)"
 fi
+if ! command -v cargo >/dev/null && [ ! -x "$HOME/.cargo/bin/cargo" ]; then
+  # (rustup installs cargo with rustc; Debian's rustc package does not)
+  echo "setup: note: cargo not found; RUSTC_WRAPPER=enzcc builds cannot run (tests/test_cargo.py is skipped)"
+fi
 
 here=$(pwd)
 if ! "$PYTHON" -c 'import enzcc, enzcc_plugins, llvmlite, click, rich, tomli, yaml, pytest' 2>/dev/null \
