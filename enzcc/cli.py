@@ -42,13 +42,18 @@ def guarded(fn, *args) -> int:
 
 
 def _drive(argv: list[str], cxx: bool) -> int:
-    from enzcc.driver import Driver
-    from enzcc.flags import parse_args
-
     if argv and argv[0] == "build":
         from enzcc.buildconfig import build_main
 
         return build_main(argv[1:])
+    from enzcc.fastpath import try_fast  # (calls that differentiate nothing, without the driver's imports)
+
+    code = try_fast(argv, cxx)
+    if code is not None:
+        return code
+    from enzcc.driver import Driver
+    from enzcc.flags import parse_args
+
     return Driver(parse_args(argv), cxx=cxx).run()
 
 

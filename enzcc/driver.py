@@ -8,6 +8,7 @@ import sys
 from enzcc import __version__
 from enzcc.backend import embed as E
 from enzcc.errors import EnzccError
+from enzcc.files import atomic_output, mentions_enzyme, private_directory
 from enzcc.flags import Input, Invocation
 from enzcc.frontends import CompileRequest, frontend_for
 from enzcc.frontends.clang import dependency_args
@@ -33,54 +34,11 @@ ENZCC OPTIONS (besides clang's, above; Fortran, Rust, LLVM IR and MLIR inputs ar
                                         ENZCC_CUDA_HOST_ORDER=forward|reverse|shuffle[:seed] at run time)
   --enzcc-version                       Print enzcc's version alone
   build [-f enzcc.toml] [outputs...]    Multi-language builds described by enzcc.toml (enzcc build --help)
-Environment: ENZCC_VERBOSE=1 prints each command run; ENZCC_CLANG, ENZCC_FLANG, ENZCC_RUSTC... choose the
+Fortran sources (.f90, .f, ... or --lang fortran) are compiled by flang-22, the flang LLVM compiler
+(`enzcc --lang fortran --help` shows its options).
+Environment: ENZCC_VERBOSE=1 prints each command run; ENZCC_NO_FAST_PATH=1 sends every call through the full
+driver (enzcc/fastpath.py says which calls skip it); ENZCC_CLANG, ENZCC_FLANG, ENZCC_RUSTC... choose the
 tools; ENZCC_RUSTFLAGS adds rustc flags; ENZCC_NO_PTXAS=1 skips the ptxas check of generated PTX."""
-
-
-class atomic_output:
-    """``with atomic_output(path) as tmp``: a temporary path beside ``path``, moved into place only if the
-    block succeeds, so a failed build never leaves a half-written output (and parallel makes never share a
-    temporary). (A class: ``contextlib`` costs every enzcc run.)"""
-
-    def __init__(self, path: str):
-        directory = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(directory):
-            raise EnzccError(f"cannot write {path}: directory {directory} does not exist")
-        self.path = path
-        self.tmp = os.path.join(directory, f".{os.path.basename(path)}.enzcc-{os.getpid()}-{os.urandom(4).hex()}")
-
-    def __enter__(self) -> str:
-        return self.tmp
-
-    def __exit__(self, exc_type, exc, tb) -> bool:
-        try:
-            if exc_type is None:
-                if not os.path.exists(self.tmp):
-                    raise EnzccError(f"no output was produced for {self.path}")
-                os.replace(self.tmp, self.path)
-        finally:
-            if os.path.exists(self.tmp):
-                os.unlink(self.tmp)
-        return False
-
-
-def _private_directory() -> str:
-    """A new directory only this user can read, for the run's temporaries, in the first usable one of the
-    places ``tempfile`` tries ($TMPDIR, $TEMP, $TMP, /tmp, /var/tmp, /usr/tmp, the current directory), as
-    ``tempfile.mkdtemp``, whose import costs more than a small compile's start-up."""
-    bases = [os.environ.get(v) for v in ("TMPDIR", "TEMP", "TMP")] + ["/tmp", "/var/tmp", "/usr/tmp", os.curdir]
-    for base in filter(None, bases):
-        for _ in range(100):
-            path = os.path.abspath(os.path.join(base, f"enzcc-{os.urandom(6).hex()}"))
-            try:
-                os.mkdir(path, 0o700)
-                return path
-            except FileExistsError:
-                continue
-            except OSError:
-                break  # (not usable: the next place)
-    raise EnzccError("cannot make a directory for temporaries ($TMPDIR, /tmp, /var/tmp, /usr/tmp and the current "
-                     "directory are not writable)")
 
 
 def write_atomically(path: str, data: bytes, mode: int | None = None) -> None:
@@ -94,17 +52,6 @@ def write_atomically(path: str, data: bytes, mode: int | None = None) -> None:
             fh.write(data)
         if mode is not None:
             os.chmod(tmp, mode)
-
-
-def mentions_enzyme(path: str) -> bool:
-    """Whether the source's own text names Enzyme (``__enzyme_autodiff``, ``enzyme::autodiff``, the
-    ``<enzyme/...>`` headers): such a translation unit most likely differentiates something. (One whose calls
-    come from a header alone is found in its bitcode, at the cost of a native compile thrown away.)"""
-    try:
-        with open(path, "rb") as fh:
-            return b"enzyme" in fh.read()
-    except OSError:  # (stdin, or unreadable: the frontend reports it)
-        return False
 
 
 def build(*args, **kwargs):
@@ -140,7 +87,7 @@ class Driver:
         self.inv = inv
         self.cxx = cxx
         self.extra_lang_args = extra_lang_args or {}
-        self.workdir = _private_directory()
+        self.workdir = private_directory()
 
     # -- entry ----------------------------------------------------------------------------------
 
@@ -169,54 +116,31 @@ class Driver:
         finally:
             if self.inv.time_report:
                 TIMES.report()
-            if self.inv.keep_temps:
-                print(f"enzcc: temporaries kept in {self.workdir}", file=sys.stderr)
-            else:
-                try:
-                    os.rmdir(self.workdir)  # (mostly it is empty: no need to import shutil)
-                except OSError:
-                    import shutil
+            self.close()
 
-                    shutil.rmtree(self.workdir, ignore_errors=True)
+    def close(self) -> None:
+        """Remove the temporaries (or say where they are kept)."""
+        if self.inv.keep_temps:
+            print(f"enzcc: temporaries kept in {self.workdir}", file=sys.stderr)
+            return
+        try:
+            os.rmdir(self.workdir)  # (mostly it is empty: no need to import shutil)
+        except OSError:
+            import shutil
+
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
     # -- things clang does alone ----------------------------------------------------------------
 
-    def _own_flags_removed(self) -> list[str]:
-        from enzcc.flags import ENZCC, lookup
-
-        out, skip = [], False
-        for arg in self.inv.args:
-            if skip:
-                skip = False
-                continue
-            spec, joined = lookup(arg)
-            if spec is not None and spec.role == ENZCC:
-                skip = spec.arity == 1 and joined is None
-                continue
-            out.append(arg)
-        return out
-
-    def _native_driver(self) -> str:
-        langs = {i.lang for i in self.inv.inputs}
-        if "fortran" in langs:
-            return find_tool("flang")
-        return find_tool("clang++" if (self.cxx or "c++" in langs) else "clang")
-
     def query(self) -> int:
-        args = self._own_flags_removed()
-        proc = run([self._native_driver(), *args], check=False)
-        if "--version" in args and proc.returncode == 0:
-            print(f"enzcc {__version__}: Enzyme-style automatic differentiation on LLVM 22 (clang-compatible driver)")
-        if ("--help" in args or "-help" in args) and proc.returncode == 0:
-            print(ENZCC_HELP)
-        return proc.returncode
+        from enzcc.fastpath import query
+
+        return query(self.inv, self.cxx, become=False)
 
     def passthrough(self) -> int:
-        from enzcc.frontends.clang import include_args
+        from enzcc.fastpath import passthrough
 
-        # (-E, -M, -fsyntax-only...: enzcc's headers are found as in a compile)
-        extra = next((include_args(i.lang) for i in self.inv.inputs if include_args(i.lang)), [])
-        return run([self._native_driver(), *self._own_flags_removed(), *extra], check=False).returncode
+        return passthrough(self.inv, self.cxx, become=False)
 
     # -- compiling one source ---------------------------------------------------------------------
 

@@ -117,6 +117,28 @@ def lookup(arg: str) -> tuple[FlagSpec | None, str | None]:
     return best, value
 
 
+def without_flags(args: list[str], roles: tuple[str, ...] = (ENZCC,)) -> list[str]:
+    """``args`` without the flags of these roles (by default enzcc's own, which clang does not know) and their
+    separate values."""
+    out, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+            continue
+        spec, joined = lookup(arg)
+        if spec is not None and spec.role in roles:
+            skip = spec.arity == 1 and joined is None
+            continue
+        out.append(arg)
+    return out
+
+
+def asks_the_linker(args: list[str]) -> bool:
+    """Flags for the linker without inputs (``-Wl,--version``, ``-Xlinker -v``: meson's and CMake's linker
+    probes), which clang answers by running the linker."""
+    return any(a.startswith("-Wl,") or a == "-Xlinker" for a in args)
+
+
 # ---------------------------------------------------------------------------------------------
 # languages
 
@@ -426,7 +448,7 @@ def parse_args(argv: list[str]) -> Invocation:
         inv.mode = "enzcc-version"
     elif "cache-stats" in modes:
         inv.mode = "cache-stats"
-    elif "query" in modes or (not inv.inputs and "-v" in args):
+    elif "query" in modes or (not inv.inputs and ("-v" in args or asks_the_linker(args))):
         inv.mode = "query"
     elif "-E" in modes or (("-M" in modes or "-MM" in modes) and "-c" not in modes):
         inv.mode = "preprocess"

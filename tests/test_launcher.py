@@ -1,5 +1,5 @@
 """The launchers ``make setup`` writes for enzcc and enzcc++ (enzcc/launcher.py): Python starts without
-``site``; a plain compile imports neither ``site`` nor ``subprocess``; a build that differentiates gets
+``site``; a plain compile imports neither ``site`` nor ``subprocess`` nor the driver; a build that differentiates gets
 ``site`` (and llvmlite) on demand and the right gradient."""
 
 import os
@@ -50,8 +50,9 @@ def test_a_plain_compile_starts_without_site(launchers, tmp_path):
     proc, names = _imports(launchers / "enzcc", "-O2", "-c", "p.c", "-o", "p.o", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "p.o").is_file()
-    assert "enzcc.driver" in names
-    assert not names & {"site", "subprocess", "tempfile", "shutil", "llvmlite", "re", "json"}, names
+    assert "enzcc.fastpath" in names  # (the no-AD path: not even the driver and its frontends)
+    assert not names & {"site", "subprocess", "tempfile", "shutil", "llvmlite", "re", "json", "enzcc.driver",
+                        "enzcc.frontends"}, names
     # clang's diagnostics and exit code pass through
     (tmp_path / "bad.c").write_text("int f(void) { return nope; }\n")
     bad = subprocess.run([launchers / "enzcc", "-c", "bad.c", "-o", "bad.o"], cwd=tmp_path, capture_output=True,

@@ -2,32 +2,13 @@
 
 from __future__ import annotations
 
-import os
-
+from enzcc.clang_args import ATTRIBUTE_DEFINES, INCLUDE_DIR, compile_with_bitcode_command, dependency_flags, \
+    include_args, x_args
 from enzcc.frontends.base import CompileRequest, Frontend
 from enzcc.tools import find_tool, run
 
-
-#: Enzyme's function attributes. clang-22 does not know them and would drop them with a warning; as macros they
-#: become ``annotate`` attributes, which reach the IR in ``@llvm.global.annotations`` (read by enzcc.ad.hints,
-#: which refuses those it does not implement). Not ``enzyme_nofree``: that is also the name of a marker global
-#: programs declare (``int enzyme_nofree;``, split mode), and as an attribute a promise enzcc does not need
-#: (clang warns that it ignores it).
-ENZYME_ATTRIBUTES = ("enzyme_inactive", "enzyme_inactive_noblock", "enzyme_notypeanalysis",
-                     "enzyme_no_escaping_allocation", "enzyme_sparse_accumulate")
-ATTRIBUTE_DEFINES = [f'-D{a}=annotate("{a}")' for a in ENZYME_ATTRIBUTES] + \
-    ['-Denzyme_function_like(name)=annotate("enzyme_function_like=" name)',
-     '-Denzyme_shadow(name)=annotate("enzyme_shadow=" #name)']  # the global that is a global's shadow
-
-
-#: enzcc's own headers (``#include <enzyme/enzyme>``, the C++ interface; ``<enzyme/fixed_point.h>``), searched
-#: after the user's -I/-isystem
-INCLUDE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "include")
-
-
-def include_args(lang: str | None) -> list[str]:
-    """Where a compile of ``lang`` finds enzcc's headers."""
-    return ["-idirafter", INCLUDE_DIR] if lang in ("c", "c++") else []
+__all__ = ["ATTRIBUTE_DEFINES", "INCLUDE_DIR", "include_args", "dependency_args", "ClangFrontend",
+           "AssemblerFrontend"]
 
 
 def _include_args(req: CompileRequest) -> list[str]:
@@ -35,22 +16,12 @@ def _include_args(req: CompileRequest) -> list[str]:
 
 
 def _x_args(req: CompileRequest) -> list[str]:
-    if not req.forced_lang:
-        return []
-    return ["-x", {"c": "c", "c++": "c++", "assembler": "assembler",
-                   "assembler-with-cpp": "assembler-with-cpp"}[req.lang]]
+    return x_args(req.lang, req.forced_lang)
 
 
 def dependency_args(req: CompileRequest) -> list[str]:
     """The user's -MD style flags, made explicit so they name the final object, not a temporary."""
-    deps = list(req.dep_args)
-    if not deps:
-        return deps
-    if ("-MD" in deps or "-MMD" in deps) and not any(a.startswith("-MF") for a in deps):
-        deps += ["-MF", os.path.splitext(req.final_name)[0] + ".d"]
-    if not any(a.startswith(("-MT", "-MQ")) for a in deps):
-        deps += ["-MQ", req.final_name]
-    return deps
+    return dependency_flags(req.dep_args, req.final_name)
 
 
 class ClangFrontend(Frontend):
@@ -88,20 +59,15 @@ class ClangFrontend(Frontend):
         return self.bitcode(req, dependencies=True)
 
     def compile_with_bitcode(self, req: CompileRequest) -> bytes:
-        """One clang run: the real compile, which also puts the module as it was before optimization into the
-        object (``-fembed-bitcode=all``: the same bitcode as ``-Xclang -disable-llvm-passes``, and the same
-        machine code as without it). At -O0 the bitcode must stay optimizable: ``-disable-O0-optnone``, which
-        changes nothing in -O0 machine code."""
+        """One clang run (:func:`enzcc.clang_args.compile_with_bitcode_command`): the real compile, and the
+        module before optimization, read back from the object's ``.llvmbc``."""
         from enzcc.backend.embed import elf_section
         from enzcc.errors import EnzccError
 
-        cmd = [self.driver(req), *_x_args(req), *ATTRIBUTE_DEFINES, *req.compile_args, *req.lang_args,
-               *_include_args(req), *dependency_args(req)]
-        if req.opt_flag:
-            cmd.append(req.opt_flag)
-        if req.level == 0:
-            cmd += ["-Xclang", "-disable-O0-optnone"]
-        cmd += ["-Xclang", "-fembed-bitcode=all", "-c", req.src, "-o", req.out_obj]
+        cmd = compile_with_bitcode_command(self.driver(req), req.src, req.out_obj, req.final_name, lang=req.lang,
+                                           forced=req.forced_lang, compile_args=req.compile_args,
+                                           lang_args=req.lang_args, dep_args=req.dep_args, opt_flag=req.opt_flag,
+                                           level=req.level)
         run(cmd, tool="clang")
         with open(req.out_obj, "rb") as fh:
             obj = fh.read()
