@@ -214,63 +214,80 @@ def _rlib_records(path: str, level: int) -> tuple[list[E.BitcodeRecord], bool]:
     return records, complete
 
 
+class LinkInputs:
+    """The bitcode on rustc's link line: the crate's own objects, and that of the rlibs of the build."""
+
+    def __init__(self, argv: list[str], level: int, sysroot: str):
+        self.records: list[E.BitcodeRecord] = []
+        self.archives: list[tuple[str, list[E.BitcodeRecord]]] = []
+        self.replaced: set[int] = set()
+        """Indices of the arguments enzcc's object stands for (bitcode objects, rlibs wholly in bitcode)."""
+        self.without_bitcode: list[str] = []
+        """rlibs of the build that carry no bitcode (built without enzcc)."""
+        self.first: int | None = None
+        """Where enzcc's object goes: the place of the crate's first bitcode object."""
+        sysroot = os.path.join(sysroot, "")
+        for i, path in _inputs(argv):
+            with open(path, "rb") as fh:
+                head = fh.read(8)
+            if head[:4] in BITCODE_MAGIC:
+                with open(path, "rb") as fh:
+                    self.records.append(E.BitcodeRecord(bitcode=fh.read(), source=path, lang="rust", opt=level))
+                self.replaced.add(i)
+                self.first = i if self.first is None else self.first
+            elif head == b"!<arch>\n" and not os.path.abspath(path).startswith(sysroot):
+                self._rlib(i, path, level)
+
+    def _rlib(self, i: int, path: str, level: int) -> None:
+        records, complete = _rlib_records(path, level)
+        if not records:
+            self.without_bitcode.append(path)
+            return
+        self.archives.append((path, records))
+        if complete:
+            self.replaced.add(i)
+
+
 def _differentiated_line(argv: list[str], settings: dict) -> list[str]:
     """The real linker's arguments: rustc's, with the object enzcc made from all the bitcode in place of the
     crate's bitcode objects, rlibs whose code it holds left out, and the LTO plugin's options dropped."""
-    from enzcc.ad.errors import MissingBodyError
-    from enzcc.backend.pipeline import PipelineOptions, build
-
-    level = settings["opt_level"]
-    sysroot = os.path.join(settings["sysroot"], "")
-    records: list[E.BitcodeRecord] = []
-    archives: list[tuple[str, list[E.BitcodeRecord]]] = []
-    drop: set[int] = set()
-    without: list[str] = []
-    first = None
-    for i, path in _inputs(argv):
-        with open(path, "rb") as fh:
-            head = fh.read(8)
-        if head[:4] in BITCODE_MAGIC:
-            with open(path, "rb") as fh:
-                records.append(E.BitcodeRecord(bitcode=fh.read(), source=path, lang="rust", opt=level))
-            drop.add(i)
-            first = i if first is None else first
-        elif head == b"!<arch>\n" and not os.path.abspath(path).startswith(sysroot):
-            recs, complete = _rlib_records(path, level)
-            if recs:
-                archives.append((path, recs))
-                if complete:
-                    drop.add(i)
-            else:
-                without.append(path)
-    if not records:
+    inputs = LinkInputs(argv, settings["opt_level"], settings["sysroot"])
+    if not inputs.records:
         raise EnzccError("rustc gave enzcc's linker no bitcode (was the crate compiled with -C linker-plugin-lto?)")
-    output = _output(argv)
-    opts = PipelineOptions(opt_level=level, cpu=settings.get("cpu") or None)
-    try:
-        obj = build(records, opts, "object", os.path.basename(output), archives)
-    except MissingBodyError as exc:
-        if without:  # (cargo does not rebuild a crate when only RUSTC_WRAPPER changed)
-            names = ", ".join(os.path.basename(p) for p in without)
-            exc.message += f"; {names} {'carry' if len(without) > 1 else 'carries'} no bitcode (built without enzcc): `cargo clean` and build again " \
-                           "with RUSTC_WRAPPER=enzcc"
-        raise
     whole = os.path.join(settings["workdir"], "enzcc-whole-program.o")
     with open(whole, "wb") as fh:
-        fh.write(obj)
+        fh.write(_whole_program(inputs, settings, os.path.basename(_output(argv))))
     markers = os.path.join(settings["workdir"], "enzcc-markers.o")
     with open(markers, "wb") as fh:
         fh.write(_marker_object(settings.get("target")))
     line = []
     for i, arg in enumerate(argv):
-        if i == first:
+        if i == inputs.first:
             line += [whole, markers]
-        if i in drop:
+        if i in inputs.replaced:
             continue
         arg = _without_plugin_options(arg)
         if arg:
             line.append(arg)
     return line
+
+
+def _whole_program(inputs: LinkInputs, settings: dict, where: str) -> bytes:
+    """enzcc's pipeline on the bitcode: one native object. A body AD misses may be in an rlib built without
+    enzcc: cargo does not rebuild a crate when only ``RUSTC_WRAPPER`` changed, so the error says so."""
+    from enzcc.ad.errors import MissingBodyError
+    from enzcc.backend.pipeline import PipelineOptions, build
+
+    opts = PipelineOptions(opt_level=settings["opt_level"], cpu=settings.get("cpu") or None)
+    try:
+        return build(inputs.records, opts, "object", where, inputs.archives)
+    except MissingBodyError as exc:
+        if inputs.without_bitcode:
+            names = ", ".join(os.path.basename(p) for p in inputs.without_bitcode)
+            verb = "carry" if len(inputs.without_bitcode) > 1 else "carries"
+            exc.message += f"; {names} {verb} no bitcode (built without enzcc): `cargo clean` and build again " \
+                           "with RUSTC_WRAPPER=enzcc"
+        raise
 
 
 def _marker_object(triple: str | None) -> bytes:

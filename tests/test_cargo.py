@@ -177,3 +177,40 @@ def test_refused_call_is_one_line(tmp_path, cargo_env):
     assert len(errors) == 2 and errors[1].startswith("error: could not compile `bad`"), proc.stderr
     assert "Traceback" not in proc.stderr and "linking with" not in proc.stderr
     assert not (Path(cargo_env["CARGO_TARGET_DIR"]) / "debug" / "bad").exists()
+
+
+def test_library_built_without_enzcc(example, cargo_env):
+    """cargo does not rebuild a dependency when only RUSTC_WRAPPER changes: the error names the rlib without
+    bitcode and what to do."""
+    cargo(example, cargo_env, "build", "-p", "model")
+    proc = cargo(example, cargo_env, "build", check=False, RUSTC_WRAPPER="enzcc")
+    assert proc.returncode != 0
+    assert re.search(r"its body is not available.*libmodel-\w+\.rlib carries no bitcode \(built without enzcc\): "
+                     r"`cargo clean`", proc.stderr), proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_rustc_command_lines():
+    """What the wrapper reads from cargo's command lines (both spellings of -C and --emit)."""
+    from enzcc.rustc_link import _ad_arguments, _without_plugin_options
+    from enzcc.rustc_wrapper import RustcCall, _with_bitcode
+
+    lib = RustcCall("rustc", ["--crate-name", "m", "m/src/lib.rs", "--crate-type", "lib",
+                              "--emit=dep-info,metadata,link", "-C", "embed-bitcode=no", "-Copt-level=3",
+                              "-C", "extra-filename=-ab", "--out-dir", "/t"])
+    assert lib.library and not lib.links and not lib.passes_through
+    assert lib.codegen_value("opt-level") == "3" and lib.rlib_path() == "/t/libm-ab.rlib"
+    assert _with_bitcode(lib)[-2:] == ["-C", "embed-bitcode=yes"] and "embed-bitcode=no" not in _with_bitcode(lib)
+    test = RustcCall("rustc", ["--crate-name", "app", "src/main.rs", "--emit", "dep-info,link", "--test",
+                               "-C", "linker=cc", "-C", "lto", "--extern", "m=/t/libm-ab.rlib"])
+    assert test.links and test.externs == ["/t/libm-ab.rlib"] and test.sources == ["src/main.rs"]
+    assert _ad_arguments(test, "/w/enzcc-linker")[-4:] == ["-C", "linker-plugin-lto", "-C", "linker=/w/enzcc-linker"]
+    assert "lto" not in _ad_arguments(test, "x") and "linker=cc" not in _ad_arguments(test, "x")
+    for probe in (["-vV"], ["-", "--crate-name", "___", "--print=file-names", "--crate-type", "bin"],
+                  ["--crate-name", "build_script_build", "build.rs", "--crate-type", "bin", "--emit=dep-info,link"],
+                  ["--crate-name", "m", "m/src/lib.rs", "--crate-type", "proc-macro", "--emit=dep-info,link"],
+                  ["--crate-name", "m", "m/src/lib.rs", "--crate-type", "lib", "--emit=dep-info,metadata"]):
+        assert RustcCall("rustc", probe).passes_through, probe
+    assert _without_plugin_options("-Wl,-plugin-opt=O0,-plugin-opt=mcpu=x86-64") == ""
+    assert _without_plugin_options("-Wl,--as-needed,-plugin-opt=O2") == "-Wl,--as-needed"
+    assert _without_plugin_options("-Wl,-z,relro") == "-Wl,-z,relro"
