@@ -9,9 +9,10 @@
 - ``enzcc_plugins.tensorflow.enzyme(...)``: a TensorFlow custom op (needs TensorFlow).
 """
 
-from .build import (ArraySpec, CompiledKernel, EnzccBuildError, In, Int, Kernel, Out, Plan, PrototypeError, Scalar,
-                    SecondOrderError, ShapeError, cache_dir, detect_dtype, load, load_kernel, normalize_dtype)
+from .build import (ArraySpec, CheckedCallError, CompiledKernel, EnzccBuildError, In, Int, Kernel, Out, Plan,
+                    PrototypeError, Scalar, SecondOrderError, ShapeError, cache_dir, detect_dtype, load, load_kernel,
+                    normalize_dtype)
 
-__all__ = ["ArraySpec", "CompiledKernel", "EnzccBuildError", "In", "Int", "Kernel", "Out", "Plan", "PrototypeError",
-           "Scalar", "SecondOrderError", "ShapeError", "cache_dir", "detect_dtype", "load", "load_kernel",
+__all__ = ["ArraySpec", "CheckedCallError", "CompiledKernel", "EnzccBuildError", "In", "Int", "Kernel", "Out", "Plan",
+           "PrototypeError", "Scalar", "SecondOrderError", "ShapeError", "cache_dir", "detect_dtype", "load", "load_kernel",
            "normalize_dtype"]

@@ -33,6 +33,7 @@ import ctypes
 import hashlib
 import inspect
 import json
+import logging
 import math
 import os
 import re
@@ -41,9 +42,12 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
+
+from .guard import CheckedCallError  # (the checked mode's error, exported with the others)
 
 try:
     import fcntl
@@ -52,12 +56,14 @@ except ImportError:  # pragma: no cover - not POSIX: concurrent builds are still
 
 __all__ = ["EnzccBuildError", "PrototypeError", "SecondOrderError", "ShapeError", "In", "Out", "Scalar", "Int",
            "ArraySpec", "Plan", "CompiledKernel", "load_kernel", "Kernel", "load", "cache_dir", "normalize_dtype",
-           "detect_dtype", "WRAPPER_ABI"]
+           "detect_dtype", "WRAPPER_ABI", "memoised", "memoise_ops", "CheckedCallError"]
 
 #: bumped whenever the generated wrapper or the build command changes meaning (part of the cache key)
 WRAPPER_ABI = 3
 #: bumped whenever the generated code changes without changing the ABI (part of the cache key)
-WRAPPER_REVISION = 3
+WRAPPER_REVISION = 4
+
+_log = logging.getLogger("enzcc")
 
 _CTYPES = {"float32": ctypes.c_float, "float64": ctypes.c_double}
 _C_NAMES = {"float32": "float", "float64": "double"}
@@ -429,6 +435,8 @@ class _Prototype:
     llvm: list            # LLVM type names of the parameters ("ptr", "double", "i32", ...)
     elem: list            # element / value dtype from debug info ("float32"/"float64"/None) per parameter
     text: str             # e.g. "void (ptr, i64, ptr)"
+    bitcode: bytes = b""  # the module defining the function, as the frontend made it (for checks.py)
+    consts: frozenset = frozenset()  # the parameters the debug info types ``const T *``
 
 
 def _read_prototype(obj: Path, name: str, source: str, lang: str) -> _Prototype:
@@ -450,7 +458,10 @@ def _read_prototype(obj: Path, name: str, source: str, lang: str) -> _Prototype:
             continue
         ftype = fn.global_value_type
         llvm_types = [str(a.type) for a in fn.arguments]
-        return _Prototype(str(ftype).split(" (")[0], llvm_types, _debug_elements(str(mod), str(fn), len(llvm_types)), str(ftype))
+        from . import checks
+        mod_text, fn_text = str(mod), str(fn)
+        return _Prototype(str(ftype).split(" (")[0], llvm_types, _debug_elements(mod_text, fn_text, len(llvm_types)),
+                          str(ftype), rec.bitcode, frozenset(checks.const_pointers(mod_text, fn_text, len(llvm_types))))
     hint = {"c++": ' (a C++ function must be declared extern "C")',
             "rust": " (declare it #[no_mangle] pub extern \"C\" fn)",
             "fortran": " (give the subroutine bind(c, name=\"...\") with that name)"}.get(lang, "")
@@ -829,35 +840,120 @@ class _Build:
 
 def _build(b: _Build, second_order: bool, vector: bool = False) -> tuple[Path, list[Param]]:
     """The library for ``b`` (first order, the second-order one or the vector-mode one), from the cache or built
-    now, and the declaration as checked against the prototype (dtypes and integer types filled in)."""
+    now, and the declaration as checked against the prototype (dtypes and integer types filled in). A cached
+    library whose recorded headers changed since is built again; a build says what it does and how long it
+    took (:func:`_announce`), a cache hit says nothing."""
     stem = f"{b.name}-{b.key}" + ("-vjp_jvp" if second_order else "") + ("-vec" if vector else "")
     path = b.root / f"{stem}.so"
     meta_path = path.with_suffix(".json")
-    params = _cached_params(path, meta_path, b.params)
-    if params is not None:
-        return path, params
+    cached = _cached_params(path, meta_path, b.params)
+    if cached is not None:
+        return cached
     with _build_lock(b.root / f"{stem}.lock"):  # another process building the same key: wait for it
-        params = _cached_params(path, meta_path, b.params)
-        if params is None:
-            params = _compile_into(b, path, second_order, vector)
-    return path, params
+        cached = _cached_params(path, meta_path, b.params)
+        if cached is None:
+            what = ("the vector-mode second derivatives" if second_order and vector else
+                    "the second derivatives" if second_order else "the vector-mode derivatives" if vector else
+                    "its derivatives")
+            with _announce(f"enzcc: compiling {b.name} from {b.source.name} with {what}"):
+                cached = _compile_into(b, path, second_order, vector)
+    return cached
 
 
-def _cached_params(path: Path, meta_path: Path, params: list[Param]) -> list[Param] | None:
-    if not path.exists():
-        return None
+@contextlib.contextmanager
+def _announce(what: str):
+    """Tell the user about a build that takes time: a rich status line (a spinner, then the time it took) when
+    stderr is a terminal, else ``logging`` (logger ``enzcc``: INFO when it starts and when it is done)."""
+    start = time.perf_counter()
+    console = None
+    if _stderr_is_terminal():
+        try:
+            from rich.console import Console
+            console = Console(stderr=True)
+        except ImportError:  # pragma: no cover - rich comes with enzcc
+            console = None
+    if console is None:
+        _log.info("%s ...", what)
+        try:
+            yield
+        except BaseException:
+            _log.info("%s: failed after %.1f s", what, time.perf_counter() - start)
+            raise
+        _log.info("%s: done in %.1f s", what, time.perf_counter() - start)
+        return
+    ok = False
+    try:
+        with console.status(f"{what} ..."):
+            yield
+        ok = True
+    finally:
+        took = time.perf_counter() - start
+        console.print(f"{what}: {'done' if ok else 'failed'} in {took:.1f} s", highlight=False)
+
+
+def _stderr_is_terminal() -> bool:
+    try:
+        return sys.stderr is not None and sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _cached_params(path: Path, meta_path: Path, params: list[Param]) -> tuple[Path, list[Param]] | None:
+    """(the library, the resolved declaration) of a cache entry, or None when it must be built: absent,
+    damaged, of another ABI, or one of the headers it included has changed."""
     try:
         meta = json.loads(meta_path.read_text())
         resolved = meta["params"]
         if meta.get("wrapper_abi") != WRAPPER_ABI or len(resolved) != len(params):
             return None
-        return [Param(p.name, p.kind, r["dtype"], p.const, p.shape, p.value, p.index, r["ctype"])
-                for p, r in zip(params, resolved)]
+        if not _dependencies_unchanged(meta.get("dependencies", [])):
+            return None  # an included header changed: build again
+        library = path.with_name(meta.get("library", path.name))
+        if not library.exists():
+            return None
+        return library, [Param(p.name, p.kind, r["dtype"], p.const, p.shape, p.value, p.index, r["ctype"])
+                         for p, r in zip(params, resolved)]
     except (OSError, ValueError, KeyError, TypeError):
         return None  # no or damaged metadata: rebuild
 
 
-def _compile_into(b: _Build, path: Path, second_order: bool, vector: bool = False) -> list[Param]:
+def _file_digest(path: str) -> str | None:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def _dependencies_unchanged(deps) -> bool:
+    """Whether every header a build recorded (``[path, sha256]``) still has that content."""
+    return all(_file_digest(p) == h for p, h in deps)
+
+
+def _read_dependencies(dep_file: Path, skip: Sequence[Path]) -> list[list[str]]:
+    """``[path, sha256]`` of each file a ``-MMD`` dependency file names (the headers the source includes,
+    system headers left out), except ``skip`` (the source itself and the build's own files)."""
+    try:
+        text = dep_file.read_text()
+    except OSError:
+        return []
+    body = text.replace("\\\n", " ").partition(": ")[2]
+    names = re.findall(r"(?:\\ |[^\s])+", body)
+    skipped = {str(Path(s).resolve()) for s in skip}
+    out = []
+    for n in names:
+        full = str(Path(n.replace("\\ ", " ")).resolve())
+        if full in skipped or any(full.startswith(str(Path(s).resolve()) + os.sep) for s in skip if Path(s).is_dir()):
+            continue
+        digest = _file_digest(full)
+        if digest is not None and [full, digest] not in out:
+            out.append([full, digest])
+    return out
+
+
+def _compile_into(b: _Build, path: Path, second_order: bool, vector: bool = False) -> tuple[Path, list[Param]]:
+    """Build the library into the cache: ``path``, or, when the source includes headers, a name that also holds
+    their digest (a library already loaded in this process is never replaced under its name: dlopen would
+    return the old one)."""
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=b.root))
     try:
         src_dir = str(b.source.parent)
@@ -871,15 +967,19 @@ def _compile_into(b: _Build, path: Path, second_order: bool, vector: bool = Fals
             src.write_text(f"#include <stddef.h>\n#include <stdint.h>\n#line 1 {_c_string(str(b.source))}\n{text}"
                            f"#line 1 {_c_string(f'<enzcc_plugins check of {b.name}>')}\n"
                            f"__attribute__((used)) static void *const enzcc_plugins_keep = (void *)&{b.name};\n")
+        deps_flags = ["-MMD", "-MF", str(tmp / "deps.d")] if one_tu else []  # (clang's: the included headers)
         try:
             _run([b.compiler, "-O2", "-g", "-fPIC", *b.lang_flags(), *b.cflags, "-iquote", src_dir, "-c",
-                  str(src), "-o", str(obj)], "compile", str(b.source), b.name, retry_debug=False)
+                  str(src), "-o", str(obj), *deps_flags], "compile", str(b.source), b.name, retry_debug=False)
         except EnzccBuildError as e:
             first = str(e).partition("\n")[0]
             if "enzcc_plugins check" in first and "undeclared" in first:
                 raise PrototypeError(f"{b.source} defines no function {b.name}", e.output, e.command) from None
             raise
-        params = _check_prototype(b.params, _read_prototype(obj, b.name, str(b.source), b.lang), b.name, b.lang)
+        proto = _read_prototype(obj, b.name, str(b.source), b.lang)
+        params = _check_prototype(b.params, proto, b.name, b.lang)
+        if not second_order and not vector:  # (the other libraries come after this one, checked then)
+            _check_accesses(params, proto, b)
         # 2. the library: C and C++ in one translation unit with the wrapper, others linked with it
         out = tmp / "lib.so"
         wrapper = wrapper_source(b.name, params, prototype=not one_tu, second_order=second_order, vector=vector)
@@ -898,14 +998,34 @@ def _compile_into(b: _Build, path: Path, second_order: bool, vector: bool = Fals
               "-lm"], what, str(b.source), b.name, SecondOrderError if second_order else EnzccBuildError)
         meta = {"source": str(b.source), "name": b.name, "lang": b.lang, "cflags": b.cflags,
                 "compiler": b.compiler, "wrapper_abi": WRAPPER_ABI, "second_order": second_order, "vector": vector,
+                "dependencies": _read_dependencies(tmp / "deps.d", [tmp, b.source]),
                 "params": [{"name": p.name, "kind": p.kind, "dtype": p.dtype, "const": p.const, "ctype": p.ctype}
                            for p in params]}
+        if meta["dependencies"]:
+            digest = hashlib.sha256(json.dumps(meta["dependencies"]).encode()).hexdigest()[:12]
+            path = path.with_name(f"{path.stem}.h{digest}.so")
+        meta["library"] = path.name
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
-        os.replace(tmp / "meta.json", path.with_suffix(".json"))
         os.replace(out, path)  # atomic: readers see no file or a whole one
-        return params
+        os.replace(tmp / "meta.json", path.with_name(path.name.split(".")[0] + ".json"))
+        return path, params
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _check_accesses(params: list[Param], proto: _Prototype, b: _Build) -> None:
+    """PrototypeError when the code contradicts the declaration of an array (plugins/checks.py): an In it
+    writes, an Out it reads before writing or never writes, a ``const T *`` declared Out. An analysis that
+    cannot be done (IR enzcc's model does not read) is no error: the declaration is then trusted."""
+    from . import checks
+    try:
+        uses = checks.analyse_pointers(proto.bitcode, b.name, str(b.source))
+    except Exception as e:  # noqa: BLE001 - the check is an extra: never a reason to refuse a build
+        _log.debug("enzcc_plugins: no access check of %s: %s", b.name, e)
+        uses = {}
+    problems = checks.declaration_problems([p for p in params if p.is_array], uses, set(proto.consts), b.name)
+    if problems:
+        raise PrototypeError("\n".join(problems))
 
 
 def _load_library(path: Path) -> ctypes.CDLL:
@@ -935,8 +1055,10 @@ class CompiledKernel:
     logic of the declaration (``bind``, ``resolve``) and a NumPy-level API (``k(...)``, ``vjp``, ``jvp``,
     ``vjp_jvp``). Built by :func:`load_kernel`."""
 
-    def __init__(self, build: _Build, library: Path, params: list[Param]):
+    def __init__(self, build: _Build, library: Path, params: list[Param], checked: bool = False):
         self._build = build
+        self.checked = bool(checked)
+        """Calls given a plan run on guarded copies of their arrays (plugins/guard.py)."""
         self.name = build.name
         self.source = build.source
         self.library = Path(library)
@@ -956,6 +1078,8 @@ class CompiledKernel:
         self._vector_libraries: dict[bool, Path] = {}
         """Whether second order -> the library of the vector-mode entry points (see :meth:`vector`)."""
         self._vector_error: dict[bool, EnzccBuildError] = {}
+        self.dependencies = _recorded_dependencies(self.library)
+        """The headers the source includes (``[path, sha256]``), as the build recorded them."""
         lib = _load_library(self.library)
         for entry in ("primal", "vjp", "jvp"):
             self._bind_entry(lib, entry)
@@ -1018,9 +1142,11 @@ class CompiledKernel:
             self.vector(entry.rsplit("_v", 1)[0])
         return self._addresses[entry]
 
-    def call(self, entry: str, a, d=None, ta=None, td=None) -> None:
+    def call(self, entry: str, a, d=None, ta=None, td=None, *, plan: Plan | None = None) -> None:
         """Call an entry point with arrays of addresses (ints, 0 = NULL), one per C parameter (``d`` of
-        ``jvp_v<W>``: W per parameter, lane after lane)."""
+        ``jvp_v<W>``: W per parameter, lane after lane). plan: the call's sizes (:meth:`resolve`); in the
+        checked mode (:attr:`checked`) the call then runs on guarded copies of the arrays (plugins/guard.py),
+        and an access outside them is a :class:`CheckedCallError` naming the parameter."""
         if entry in _SECOND_ORDER:
             self._ensure_second_order()
         if entry in _VECTOR or entry in _VECTOR2:
@@ -1034,7 +1160,43 @@ class CompiledKernel:
             if x is None or len(x) != m:
                 want = ", ".join(map(str, sizes[:len(given)]))
                 raise ValueError(f"{self.name}: {entry} needs address arrays of {want} entries")
+        if self.checked and plan is not None:
+            from . import guard
+            guard.guarded_call(self._addresses[entry], self._guard_layout(entry, given, plan), self.name)
+            return
         fn(*[(ctypes.c_void_p * m)(*x) for x, m in zip(given, sizes)])
+
+    def _guard_layout(self, entry: str, given, plan: Plan) -> list:
+        """The address arrays of a checked call as :class:`guard.Buffer` lists: each entry's size from the plan,
+        whether the function may write it, and what it is in the terms of the declaration."""
+        from .guard import Buffer
+        base, _, w = entry.partition("_v")
+        lanes = int(w) if w.isdigit() else 1
+        buffers = []
+        for k, addresses in enumerate(given):
+            row = []
+            per_lane = len(addresses) // len(self.params)
+            for j, addr in enumerate(addresses):
+                p = self.params[j % len(self.params)]
+                lane = f" (lane {j // len(self.params)})" if per_lane > 1 else ""
+                row.append(self._guard_buffer(Buffer, base, k, p, addr, plan, lane))
+            buffers.append(row)
+        return buffers
+
+    def _guard_buffer(self, Buffer, base: str, k: int, p: Param, addr: int, plan: Plan, lane: str):
+        """One :class:`guard.Buffer`: ``k`` is the address array (0: a, 1: d, 2: ta, 3: td)."""
+        if p.kind == "int":
+            return Buffer(addr, 8 if k == 0 else None, False, f"Int {p.name!r}")
+        item = ctypes.sizeof(_CTYPES[p.dtype])
+        shape = plan.shapes.get(p.name, ())
+        nbytes = math.prod(shape) * item
+        desc = f"{p.name!r} (shape {tuple(shape)}, {p.dtype})"
+        if k == 0:
+            kind = {"in": "input", "scalar": "scalar", "out": "output"}[p.kind]
+            return Buffer(addr, nbytes, p.kind == "out", f"{kind} {desc}", item)
+        role = {1: "the derivative buffer", 2: "the tangent buffer", 3: "the second tangent buffer"}[k]
+        read_only = base == "jvp" and k == 1 and p.kind != "out"  # an input's tangent: read
+        return Buffer(addr, nbytes, not read_only, f"{role} of {desc}{lane}", item)
 
     # --- declaration logic shared by the frameworks ---
 
@@ -1231,7 +1393,7 @@ class CompiledKernel:
         arrays, plan, ints = self._prepare(args, kwargs)
         for p in self.outputs:
             arrays[p.name] = np.empty(plan.shapes[p.name], dtype=p.dtype)
-        self.call("primal", self._addr_list(arrays, ints))
+        self.call("primal", self._addr_list(arrays, ints), plan=plan)
         return self._result(arrays, self.outputs)
 
     def _seeds(self, given, what: str, plan, params):
@@ -1272,7 +1434,7 @@ class CompiledKernel:
         for p in self.outputs:
             arrays[p.name] = np.empty(plan.shapes[p.name], dtype=p.dtype)
         grads = {p.name: np.zeros(plan.shapes[p.name], dtype=p.dtype) for p in self.inputs if p.differentiable}
-        self.call("vjp", self._addr_list(arrays, ints), self._per_param({**grads, **seeds}))
+        self.call("vjp", self._addr_list(arrays, ints), self._per_param({**grads, **seeds}), plan=plan)
         return self._result(grads, self.inputs)
 
     def jvp(self, args, tangents):
@@ -1290,7 +1452,7 @@ class CompiledKernel:
         touts = {p.name: np.empty(plan.shapes[p.name], dtype=p.dtype) for p in self.outputs}
         arrays.update(outs)
         d = {**{k: v for k, v in tans.items() if self.by_name[k].differentiable}, **touts}
-        self.call("jvp", self._addr_list(arrays, ints), self._per_param(d))
+        self.call("jvp", self._addr_list(arrays, ints), self._per_param(d), plan=plan)
         return self._result(outs, self.outputs), self._result(touts, self.outputs)
 
     def vjp_jvp(self, args, cotangents, tangents, cotangent_tangents=None):
@@ -1311,7 +1473,7 @@ class CompiledKernel:
         grads = {p.name: np.zeros(plan.shapes[p.name], dtype=p.dtype) for p in self.inputs if p.differentiable}
         tgrads = {p.name: np.zeros(plan.shapes[p.name], dtype=p.dtype) for p in self.inputs if p.differentiable}
         self.call("vjp_jvp", self._addr_list(arrays, ints), self._per_param({**grads, **seeds}),
-                  self._per_param({**tans, **scratch}), self._per_param({**tgrads, **tseeds}))
+                  self._per_param({**tans, **scratch}), self._per_param({**tgrads, **tseeds}), plan=plan)
         return self._result(grads, self.inputs), self._result(tgrads, self.inputs)
 
 
@@ -1391,20 +1553,196 @@ def _prepare_build(source, name, params, dtype, cflags, compiler, cache, lang) -
 
 def load_kernel(source, name: str, params: Sequence[Param], dtype=None, *, cflags: Sequence[str] = (),
                 compiler: str | None = None, cache: str | os.PathLike | None = None,
-                lang: str | None = None) -> CompiledKernel:
+                lang: str | None = None, checked: bool | None = None) -> CompiledKernel:
     """Compile (or fetch from the cache) ``name`` from ``source`` with its derivatives, for the declaration
     ``params`` (:func:`In`, :func:`Out`, :func:`Scalar`, :func:`Int`, in the C order).
 
     dtype: the default element type of parameters declared without one (None: read from the prototype).
     cflags: extra enzcc flags (``-DREAL=float``, ``-I...``). compiler: the enzcc executable (default
     ``$ENZCC_PLUGINS_COMPILER`` or ``enzcc``). cache: the cache directory (default :func:`cache_dir`).
-    lang: 'c', 'c++', 'fortran' or 'rust' when the suffix does not tell. Raises :class:`EnzccBuildError`
-    when the source does not compile or enzcc refuses a derivative, :class:`PrototypeError` when the
-    declaration does not match the function.
+    lang: 'c', 'c++', 'fortran' or 'rust' when the suffix does not tell. checked: run calls on guarded copies
+    of the arrays, so that an out-of-bounds access is a :class:`CheckedCallError` (default: ``ENZCC_CHECKED``
+    set; plugins/guard.py). Raises :class:`EnzccBuildError` when the source does not compile or enzcc refuses
+    a derivative, :class:`PrototypeError` when the declaration does not match the function, or when the code
+    contradicts it (an ``In`` it writes, an ``Out`` it reads before writing: plugins/checks.py).
     """
     b = _prepare_build(source, name, params, dtype, cflags, compiler, cache, lang)
     library, resolved = _build(b, second_order=False)
-    return CompiledKernel(b, library, resolved)
+    from .guard import checked_default
+    kernel = CompiledKernel(b, library, resolved, checked_default(checked))
+    seen = getattr(_made, "kernels", None)
+    if seen is not None:  # (memoised(): the headers this op depends on)
+        seen.append(kernel)
+    return kernel
+
+
+def _recorded_dependencies(library: Path) -> list:
+    try:
+        meta = json.loads(library.with_name(library.name.split(".")[0] + ".json").read_text())
+        return [list(d) for d in meta.get("dependencies", [])]
+    except (OSError, ValueError, TypeError, AttributeError):
+        return []
+
+
+# --- one op per source, function, declaration and options in a process ----------------------------------------------
+
+
+_made = threading.local()          # the kernels load_kernel makes while memoised() runs make()
+_memo_ops_lock = threading.RLock()
+_ops_by_content: dict[str, tuple] = {}       # content digest -> (op, the headers' [path, sha256])
+_CALL_MEMO_SIZE = 1024
+#: the same call within this many seconds of the last comparison of its files' stamps is not compared again: a
+#: ``stat`` costs ~2 us on a VM, a small op's whole call ~10 us (an edit is seen by the calls after this window)
+_RESTAT_S = 0.002
+
+
+def memoised(framework: str, make: Callable[[], Any], source, name: str, params=None, dtype=None, **options) -> Any:
+    """The op an earlier ``enzyme(...)`` of ``framework`` made for the same source (its content, and the
+    headers it includes), function, declaration and options in this process, else ``make()``'s (remembered).
+
+    So ``enzyme("f.c", "f").apply(x)`` in a training loop builds and registers its ops once (each framework's
+    ``enzyme()`` is decorated with :func:`memoise_ops`, which asks this). The key is a digest of the content:
+    the source text, the declaration (a shape callable by its code, constants, closure and the globals it
+    names), the options; the headers the build recorded are hashed again on a hit. A callable that cannot be
+    described by content (its closure holds an object printed with its address) is taken by identity.
+    ``make()`` raising is not remembered."""
+    return _memoised(framework, make, source, name, params, dtype, **options)[0]
+
+
+def _memoised(framework, make, source, name, params=None, dtype=None, **options) -> tuple[Any, list, tuple | None]:
+    """(the op, its headers' paths, the stat stamps of the source and the headers when it was found or made;
+    None: the source is unreadable)."""
+    path = Path(source).expanduser()
+    with _memo_ops_lock:
+        try:
+            full = path.resolve()
+            text = full.read_bytes()
+        except OSError:
+            return make(), [], None  # (make() reports the unreadable source as it always did)
+        h = hashlib.sha256()
+        for part in (framework, str(full), name, _describe(params), _describe(dtype),
+                     _describe(tuple(sorted(options.items())))):
+            h.update(part.encode() + b"\0\1")
+        h.update(text)
+        digest = h.hexdigest()
+        entry = _ops_by_content.get(digest)
+        if entry is not None and not _dependencies_unchanged(entry[1]):
+            entry = None  # an included header changed: a new op from the rebuilt library
+        if entry is None:
+            stamp = _stamps(path, ())  # (before reading: a change while building is seen next time)
+            _made.kernels = kernels = []
+            try:
+                op = make()
+            finally:
+                del _made.kernels
+            deps = [d for k in kernels for d in k.dependencies]
+            entry = _ops_by_content[digest] = (op, deps)
+        else:
+            stamp = _stamps(path, ())
+        deps = [d[0] for d in entry[1]]
+        return entry[0], deps, stamp + _stamps(path, deps)[1:]
+
+
+def memoise_ops(framework: str):
+    """Decorator of a framework's ``enzyme(source, name, ...)`` (its first two parameters: the source and the
+    function's name): calls with the same source content, name and other arguments return the first call's
+    op (:func:`memoised`). The same call again (equal arguments, the source and its headers not touched since,
+    by their ``stat``, compared at most every :data:`_RESTAT_S`) costs a dictionary lookup: the paper's
+    ``enzyme("test.c", "f").apply(x)`` in a loop. Arguments that do not bind go to the function as they are
+    (its own error)."""
+    import functools
+
+    def decorate(fn):
+        sig = inspect.signature(fn)
+        first, second = list(sig.parameters)[:2]
+        calls: dict = {}  # (args, kwargs) -> (op, source, header paths, their stamps, [when last compared])
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            try:
+                key = (args, tuple(kwargs.items()))
+                hit = calls.get(key)
+            except TypeError:  # a list (the declaration): as tuples
+                key = (_hashable(args), _hashable(tuple(kwargs.items())))
+                try:
+                    hit = calls.get(key)
+                except TypeError:
+                    key = hit = None
+            if hit is not None:
+                now = time.monotonic()
+                if now - hit[4][0] < _RESTAT_S:
+                    return hit[0]
+                if _stamps(hit[1], hit[2]) == hit[3]:
+                    hit[4][0] = now
+                    return hit[0]
+            try:
+                bound = sig.bind(*args, **kwargs)
+            except TypeError:
+                return fn(*args, **kwargs)
+            bound.apply_defaults()
+            rest = dict(bound.arguments)
+            source, name = rest.pop(first), rest.pop(second)
+            if not isinstance(name, str) or not isinstance(source, (str, os.PathLike)):
+                return fn(*args, **kwargs)
+            op, deps, stamps = _memoised(framework, lambda: fn(*args, **kwargs), source, name, **rest)
+            if key is not None and stamps is not None:
+                if len(calls) >= _CALL_MEMO_SIZE:
+                    calls.clear()
+                calls[key] = (op, Path(source).expanduser(), deps, stamps, [time.monotonic()])
+            return op
+        return wrapper
+    return decorate
+
+
+def _stamps(path, deps) -> tuple:
+    """The ``stat`` stamps (modification time, size, inode) of the source and of each header in ``deps``
+    (paths): what the fast lookup of :func:`memoise_ops` compares."""
+    return (_stat_stamp(path),) + tuple(_stat_stamp(d) for d in deps)
+
+
+def _stat_stamp(path):
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size, st.st_ino
+
+
+def _hashable(v):
+    """``v`` as a hashable key (lists as tuples; Param, callables and the rest as they are)."""
+    if isinstance(v, (list, tuple)):
+        return tuple(_hashable(x) for x in v)
+    if isinstance(v, dict):
+        return tuple(sorted((k, _hashable(x)) for k, x in v.items()))
+    return v
+
+
+def _describe(v) -> str:
+    """A text that is equal for equal declarations and options: callables by their code and what it refers to."""
+    if isinstance(v, Param):
+        return "Param(" + ",".join(_describe(getattr(v, f)) for f in ("name", "kind", "dtype", "const", "shape",
+                                                                       "value")) + ")"
+    if isinstance(v, (list, tuple)):
+        return "(" + ",".join(_describe(x) for x in v) + ")"
+    if isinstance(v, dict):
+        return "{" + ",".join(f"{_describe(k)}:{_describe(x)}" for k, x in sorted(v.items(), key=repr)) + "}"
+    if inspect.isfunction(v):
+        return _describe_function(v)
+    text = repr(v)
+    return text if " at 0x" not in text else f"<id {id(v)}>"
+
+
+def _describe_function(fn) -> str:
+    code = fn.__code__
+    parts = [fn.__module__ or "", fn.__qualname__, code.co_code.hex(), repr(code.co_consts), repr(fn.__defaults__),
+             repr(fn.__kwdefaults__)]
+    try:
+        parts.append(repr([c.cell_contents for c in fn.__closure__ or ()]))
+    except ValueError:  # an empty cell
+        parts.append("<empty cell>")
+    parts.append(repr([(n, fn.__globals__.get(n)) for n in code.co_names if n in fn.__globals__]))
+    text = "\0".join(parts)
+    return text if " at 0x" not in text else f"<function id {id(fn)}>"
 
 
 # --- the seed's one-array API ---------------------------------------------------------------------------------------

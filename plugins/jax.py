@@ -53,6 +53,7 @@ import numpy as np
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
+from .build import memoise_ops
 from .build import EnzccBuildError, In, Int, Out, Scalar, build_native_once, cache_dir
 
 __all__ = ["enzyme", "EnzymeFunction", "EnzccBuildError", "In", "Out", "Scalar", "Int"]
@@ -693,6 +694,7 @@ class EnzymeFunction:
         return outs[0] if len(outs) == 1 else tuple(outs)
 
 
+@memoise_ops("jax")  # the same source, function, declaration and options: the same function
 def enzyme(source, name: str, params=None, dtype=None, *, out_size: int | Callable[[int], int] | None = None,
            cflags: Sequence[str] = (), compiler: str | None = None, cache=None,
            lang: str | None = None) -> EnzymeFunction:

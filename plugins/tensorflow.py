@@ -463,6 +463,7 @@ _seed_lock = threading.Lock()
 _seed_ops: dict[tuple, EnzccOp] = {}
 
 
+@_build.memoise_ops("tensorflow")  # the same source, function, declaration and options: the same op
 def _load(source, name, params, dtype, cflags, compiler, cache, lang) -> EnzccOp:
     if isinstance(cflags, str):
         cflags = cflags.split()

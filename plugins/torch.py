@@ -36,7 +36,7 @@ from typing import Callable, Sequence
 import torch
 
 from .build import (VECTOR_WIDTHS, CompiledKernel, EnzccBuildError, In, Int, Out, PrototypeError, SecondOrderError,
-                    ShapeError, load_kernel)
+                    ShapeError, load_kernel, memoise_ops)
 
 __all__ = ["enzyme", "EnzymeFunction", "EnzccBuildError", "PrototypeError", "SecondOrderError", "ShapeError"]
 
@@ -725,6 +725,7 @@ class EnzymeFunction:
         return self.apply(*(bound[n] for n in self.kernel.arg_names))
 
 
+@memoise_ops("torch")  # the same source, function, declaration and options: the same op
 def enzyme(source, name: str, params: Sequence | None = None, dtype=None, *,
            out_size: int | Callable[[int], int] | None = None, cflags: Sequence[str] = (),
            compiler: str | None = None, cache=None, lang: str | None = None) -> EnzymeFunction:

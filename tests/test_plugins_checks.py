@@ -1,0 +1,295 @@
+"""enzcc_plugins: declarations checked against the code (plugins/checks.py), the checked mode (plugins/guard.py),
+one op per source and declaration in a process (build.memoised), rebuilds that follow included headers, and
+builds that say what they do (issue 36, items 1 and 3).
+
+The framework-independent parts need no framework (the NumPy level of load_kernel); the PyTorch ones skip
+without PyTorch. Every library goes to a private cache directory.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import textwrap
+import time
+
+import pytest
+
+from enzcc_testing import plugins_importable
+
+plugins_importable()
+
+np = pytest.importorskip("numpy")
+
+from enzcc_plugins import CheckedCallError, In, Int, Out, PrototypeError, load_kernel  # noqa: E402
+from enzcc_plugins import build as B  # noqa: E402
+
+SOURCE = r"""
+#include <math.h>
+#include <stddef.h>
+/* the three mistakes of issue 36 and their correct twins */
+void scale_into(double *x, long n, double *y) {        /* writes its input: x is not an In */
+  for (long i = 0; i < n; i++) { y[i] = 2 * x[i]; x[i] = 3.81; }
+}
+void energy(const double *a, long n, double *E) {      /* a is const: never an Out */
+  double s = 0;
+  for (long i = 0; i < n; i++) s += a[i] * a[i];
+  E[0] = s;
+}
+void accumulate(const double *x, long n, double *y) {  /* y[i] += ...: reads y before writing it */
+  for (long i = 0; i < n; i++) y[i] += sin(x[i]);
+}
+void forgets(const double *x, long n, double *y) {     /* never writes y */
+  (void)x; (void)n; (void)y;
+}
+void softmax(const double *in, long n, double *out) {  /* reads out, but after writing it */
+  double m = in[0], s = 0;
+  for (long i = 1; i < n; i++) m = fmax(m, in[i]);
+  for (long i = 0; i < n; i++) { out[i] = exp(in[i] - m); s += out[i]; }
+  for (long i = 0; i < n; i++) out[i] /= s;
+}
+void runsum0(const double *in, long n, double *out) {  /* out[0] = 0, then out[i + 1] = out[i] + in[i] */
+  out[0] = 0;
+  for (long i = 0; i < n; i++) out[i + 1] = out[i] + in[i];
+}
+__attribute__((noinline)) static void clobber(double *v, long n) { for (long i = 0; i < n; i++) v[i] = 3.81; }
+void hidden_write(double *x, long n, double *y) {      /* writes x through a call: no static verdict */
+  for (long i = 0; i < n; i++) y[i] = x[i] * x[i];
+  clobber(x, n);
+}
+void overrun(const double *x, long n, double *y) {     /* writes n + 2 elements of y */
+  for (long i = 0; i < n + 2; i++) y[i] = x[i % n] * x[i % n];
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def src(tmp_path_factory):
+    d = tmp_path_factory.mktemp("checks")
+    path = d / "kernels.c"
+    path.write_text(SOURCE)
+    return path
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("checks-cache")
+
+
+def decl(x="in", y="out", y_shape=("n",)):
+    mk = {"in": lambda name, s: In(name, shape=s), "out": lambda name, s: Out(name, shape=s)}
+    return [mk[x]("x", ("n",)), Int("n"), mk[y]("y", y_shape)]
+
+
+def fd_gradient(f, x, seed, h=1e-6):
+    """Central differences of sum(f(x) * seed)."""
+    g = np.zeros_like(x)
+    for i in range(x.size):
+        e = np.zeros_like(x)
+        e[i] = h
+        g[i] = (np.sum(f(x + e) * seed) - np.sum(f(x - e) * seed)) / (2 * h)
+    return g
+
+
+# --- declarations checked against the code ---------------------------------------------------------------
+
+
+def test_in_the_code_writes_is_an_error(src, cache):
+    # issue 36: the caller's tensor was overwritten silently (123.0 became 3.81)
+    with pytest.raises(PrototypeError) as e:
+        load_kernel(src, "scale_into", decl(), cache=cache)
+    msg = str(e.value)
+    assert "'x'" in msg and "declared In" in msg and "writes it" in msg and "kernels.c:6" in msg, msg
+    assert "\n" not in msg
+
+
+def test_const_pointer_declared_out_is_an_error(src, cache):
+    # issue 36: the function read uninitialised memory (E = inf)
+    with pytest.raises(PrototypeError) as e:
+        load_kernel(src, "energy", [Out("a", shape=("n",)), Int("n"), Out("E", shape=(1,))], cache=cache)
+    msg = str(e.value)
+    assert "'a'" in msg and "const double *" in msg and "declared Out" in msg, msg
+
+
+def test_out_read_before_written_is_an_error(src, cache):
+    with pytest.raises(PrototypeError) as e:
+        load_kernel(src, "accumulate", decl(), cache=cache)
+    msg = str(e.value)
+    assert "'y'" in msg and "reads it before writing it" in msg and "kernels.c:14" in msg, msg
+
+
+def test_out_never_written_is_an_error(src, cache):
+    with pytest.raises(PrototypeError, match=r"'y'.*never writes it"):
+        load_kernel(src, "forgets", decl(), cache=cache)
+
+
+def test_correct_declarations_load_and_differentiate(src, cache):
+    x = np.array([0.3, -1.2, 2.0, 0.7])
+    k = load_kernel(src, "energy", [In("a", shape=("n",)), Int("n"), Out("E", shape=(1,))], cache=cache)
+    assert k(x)[0] == pytest.approx(np.sum(x * x))
+    (g,) = k.vjp([x], [np.ones(1)])
+    np.testing.assert_allclose(g, 2 * x, rtol=1e-12)  # analytic
+    np.testing.assert_allclose(g, fd_gradient(lambda v: k(v), x, np.ones(1)), rtol=1e-6)
+
+    sm = load_kernel(src, "softmax", decl(), cache=cache)  # reads out after writing it: fine
+    e = np.exp(x - x.max())
+    np.testing.assert_allclose(sm(x), e / e.sum(), rtol=1e-12)
+    seed = np.array([1.0, -2.0, 0.5, 3.0])
+    (g,) = sm.vjp([x], [seed])
+    s = e / e.sum()
+    np.testing.assert_allclose(g, s * (seed - np.dot(s, seed)), rtol=1e-10)
+    np.testing.assert_allclose(g, fd_gradient(sm, x, seed), rtol=1e-6, atol=1e-9)
+
+    rs = load_kernel(src, "runsum0", decl(y_shape=lambda n: (n + 1,)), cache=cache)  # out[0] written first
+    np.testing.assert_allclose(rs(x), np.concatenate([[0], np.cumsum(x)]), rtol=1e-12)
+
+
+def test_unknown_use_is_trusted(src, cache):
+    # the write goes through a call the analysis does not follow: no static verdict, the declaration loads
+    k = load_kernel(src, "hidden_write", decl(), cache=cache)
+    assert k.params[0].kind == "in"
+
+
+def test_access_analysis_reports_what_the_code_does(src, cache):
+    k = load_kernel(src, "softmax", decl(), cache=cache)
+    from enzcc_plugins import checks
+    obj_uses = _uses(src, "softmax")
+    assert obj_uses[0].describe() == "only reads it" and obj_uses[2].describe() == "reads and writes it"
+    assert not obj_uses[2].read_first_at and k is not None
+    uses = _uses(src, "forgets")
+    assert uses[2].describe() == "does not touch it"
+    assert not _uses(src, "hidden_write")[0].known
+    assert checks.declaration_problems([], {}, set(), "f") == []
+
+
+def _uses(src, name):
+    from enzcc_plugins import checks
+    from enzcc.backend import embed
+    import subprocess
+    import sys
+    obj = src.with_suffix(f".{name}.o")
+    subprocess.run([sys.executable, "-m", "enzcc", "-O2", "-g", "-fPIC", "-c", str(src), "-o", str(obj)], check=True,
+                   cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    rec = next(iter(embed.unpack_records(embed.elf_section(obj.read_bytes(), embed.SECTION), str(obj))))
+    return checks.analyse_pointers(rec.bitcode, name, str(src))
+
+
+# --- the checked mode ------------------------------------------------------------------------------------
+
+
+def test_checked_mode_turns_an_overrun_into_an_exception(src, cache):
+    # issue 36: an Out shape smaller than what the code writes: malloc_consolidate(), exit 134
+    k = load_kernel(src, "overrun", decl(), cache=cache, checked=True)
+    x = np.array([1.0, 2.0, 3.0])
+    with pytest.raises(CheckedCallError, match=r"past the end of output 'y' \(shape \(3,\), float64\): at byte 24, "
+                                               r"element 3"):
+        k(x)
+    with pytest.raises(CheckedCallError, match="'y'"):
+        k.vjp([x], [np.ones(3)])
+    with pytest.raises(CheckedCallError, match="'y'"):
+        k.jvp([x], [np.ones(3)])
+    # the declaration that fits: the same values as unchecked, gradient = analytic and finite differences
+    good = [In("x", shape=("n",)), Int("n"), Out("y", shape=lambda n: (n + 2,))]
+    kc = load_kernel(src, "overrun", good, cache=cache, checked=True)
+    ku = load_kernel(src, "overrun", good, cache=cache, checked=False)
+    assert kc.checked and not ku.checked
+    np.testing.assert_array_equal(kc(x), ku(x))
+    np.testing.assert_allclose(kc(x), np.array([1.0, 4.0, 9.0, 1.0, 4.0]))
+    seed = np.array([1.0, -1.0, 2.0, 0.5, 3.0])
+    (g,) = kc.vjp([x], [seed])
+    np.testing.assert_allclose(g, 2 * x * np.array([1.5, 2.0, 2.0]))
+    np.testing.assert_allclose(g, fd_gradient(ku, x, seed), rtol=1e-6)
+
+
+def test_checked_mode_catches_a_write_into_an_input(src, cache, monkeypatch):
+    monkeypatch.setenv("ENZCC_CHECKED", "1")  # the environment variable turns it on
+    k = load_kernel(src, "hidden_write", decl(), cache=cache)
+    assert k.checked
+    x = np.array([123.0, 2.0])
+    with pytest.raises(CheckedCallError, match=r"wrote into input 'x'.*read-only"):
+        k(x)
+    assert x[0] == 123.0  # the caller's array is untouched
+
+
+# --- rebuilds follow included headers; builds say what they do ------------------------------------------
+
+
+def test_header_change_rebuilds(tmp_path, caplog):
+    (tmp_path / "k.h").write_text("#define K 2.0\n")
+    src = tmp_path / "g.c"
+    src.write_text('#include "k.h"\nvoid g(const double *x, long n, double *y) {\n'
+                   '  for (long i = 0; i < n; i++) y[i] = K * x[i];\n}\n')
+    cache = tmp_path / "cache"
+    d = [In("x", shape=("n",)), Int("n"), Out("y", shape=("n",))]
+    x = np.array([1.0, 3.0])
+    with caplog.at_level(logging.INFO, logger="enzcc"):
+        k = load_kernel(src, "g", d, cache=cache)
+    assert any("compiling g from g.c" in r.getMessage() and "done in" in r.getMessage() for r in caplog.records)
+    np.testing.assert_allclose(k(x), 2 * x)
+    assert [os.path.basename(p) for p, _ in k.dependencies] == ["k.h"]
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="enzcc"):
+        k = load_kernel(src, "g", d, cache=cache)  # a cache hit: silent
+    assert not [r for r in caplog.records if r.name == "enzcc"]
+    np.testing.assert_allclose(k(x), 2 * x)
+    (tmp_path / "k.h").write_text("#define K 5.0\n")
+    with caplog.at_level(logging.INFO, logger="enzcc"):
+        k = load_kernel(src, "g", d, cache=cache)
+    assert any("compiling g" in r.getMessage() for r in caplog.records)
+    np.testing.assert_allclose(k(x), 5 * x)
+    (g,) = k.vjp([x], [np.ones(2)])
+    np.testing.assert_allclose(g, [5.0, 5.0])
+
+
+# --- one op per source, function, declaration and options ---------------------------------------------------
+
+
+def test_memo_identity_and_header_change(tmp_path):
+    (tmp_path / "k.h").write_text("#define K 2.0\n")
+    src = tmp_path / "g.c"
+    src.write_text('#include "k.h"\nvoid g(const double *x, long n, double *y) {\n'
+                   '  for (long i = 0; i < n; i++) y[i] = K * x[i];\n}\n')
+    made = []
+
+    @B.memoise_ops("test-framework")
+    def enzyme(source, name, params=None, *, cache=None):
+        made.append(load_kernel(source, name, params, cache=cache))
+        return object()
+
+    def declaration(scale=1):
+        return [In("x", shape=("n",)), Int("n"), Out("y", shape=lambda n: (n * scale,))]
+
+    cache = tmp_path / "cache"
+    a = enzyme(str(src), "g", declaration(), cache=cache)
+    assert enzyme(str(src), "g", declaration(), cache=cache) is a  # fresh lists and lambdas, same content
+    assert enzyme(src, "g", params=declaration(), cache=cache) is a  # a Path, by keyword
+    assert enzyme(str(src), "g", declaration(2), cache=cache) is not a  # another declaration
+    assert len(made) == 2
+    for _ in range(300):
+        assert enzyme(str(src), "g", declaration(), cache=cache) is a
+    assert len(made) == 2
+    time.sleep(2 * B._RESTAT_S)
+    (tmp_path / "k.h").write_text("#define K 7.0\n")
+    time.sleep(2 * B._RESTAT_S)
+    b = enzyme(str(src), "g", declaration(), cache=cache)
+    assert b is not a and len(made) == 3
+    np.testing.assert_allclose(made[-1](np.ones(2)), [7.0, 7.0])
+    src.write_text(src.read_text().replace("K * x[i]", "K * x[i] + 1"))
+    time.sleep(2 * B._RESTAT_S)
+    c = enzyme(str(src), "g", declaration(), cache=cache)
+    assert c is not b
+    np.testing.assert_allclose(made[-1](np.ones(2)), [8.0, 8.0])
+
+
+def test_torch_enzyme_is_memoised(src, cache):
+    pytest.importorskip("torch")
+    from enzcc_plugins.torch import enzyme
+    d = [In("x", shape=("n",)), Int("n"), Out("y", shape=lambda n: (n,))]
+    F = enzyme(src, "softmax", d, cache=cache)
+    assert enzyme(str(src), "softmax", list(d), cache=cache) is F
+    import torch
+    x = torch.tensor([0.1, 0.5, -0.3], dtype=torch.float64, requires_grad=True)
+    for _ in range(50):  # the paper's line in a loop
+        y = enzyme(str(src), "softmax", [In("x", shape=("n",)), Int("n"), Out("y", shape=lambda n: (n,))],
+                   cache=cache).apply(x)
+    np.testing.assert_allclose(y.detach().numpy(), torch.softmax(x, 0).detach().numpy(), rtol=1e-12)
