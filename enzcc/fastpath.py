@@ -203,16 +203,31 @@ def _input_langs(path: str) -> set[bytes] | None:
             data = fh.read()
     except OSError:
         return set()  # (the linker reports it)
-    if E.calls_enzyme(data) or data[:8] == E.MAGIC or b"`\n" + E.MAGIC in data:
-        return None  # (an archive member's bytes follow its header's "`\n")
-    if E.MAGIC not in data:
-        return set()
+    if data[:8] == b"!<thin>\n":  # (members in files of their own)
+        langs: set[bytes] = set()
+        for m in E.read_archive(path):
+            found = _object_langs(m.data)
+            if found is None:
+                return None
+            langs |= found
+        return langs
+    if b"`\n" + E.MAGIC in data:  # (an archive member of bitcode alone: its bytes follow its header's "`\n")
+        return None
     if not E.is_archive(data):
-        return _record_langs(E.elf_section(data, E.SECTION) or b"")
-    langs: set[bytes] = set()
-    for m in E.read_archive(path):
-        langs |= _record_langs(E.elf_section(m.data, E.SECTION) or b"")
+        return _object_langs(data)
+    if E.calls_enzyme(data):
+        return None
+    langs = set()
+    if E.MAGIC in data:
+        for m in E.read_archive(path):
+            langs |= _record_langs(E.elf_section(m.data, E.SECTION) or b"")
     return langs
+
+
+def _object_langs(data: bytes) -> set[bytes] | None:
+    if E.calls_enzyme(data) or data[:8] == E.MAGIC:
+        return None
+    return _record_langs(E.elf_section(data, E.SECTION) or b"") if E.MAGIC in data else set()
 
 
 def _link(inv: Invocation, cxx: bool) -> int | None:

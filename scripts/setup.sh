@@ -17,6 +17,7 @@ declare -A PKGS=(
   [libomp-22-dev]=/usr/lib/llvm-22/lib/libomp.so
   [libopenmpi-dev]=/usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h
   [openmpi-bin]=/usr/bin/mpirun
+  [ninja-build]=/usr/bin/ninja
 )
 missing=()
 for pkg in "${!PKGS[@]}"; do
@@ -51,6 +52,14 @@ fi
 # enzcc and enzcc++ as launchers that start Python without `site` until a link needs llvmlite: a drop-in
 # build starts enzcc once per source file (enzcc/launcher.py)
 "$PYTHON" -m enzcc.launcher >/dev/null || echo "setup: note: enzcc's launchers were not written; enzcc starts more slowly" >&2
+# enzcc's modules byte-compiled, also where PYTHONDONTWRITEBYTECODE keeps Python from writing them: compiling them
+# from source again on every call costs a small compile about 20 ms
+"$PYTHON" -m compileall -q enzcc >/dev/null || echo "setup: note: enzcc's modules were not byte-compiled" >&2
+# meson (and ninja, above) for the meson project of tests/test_projects.py
+if ! command -v meson >/dev/null; then
+  "$PYTHON" -m pip install -q --disable-pip-version-check meson \
+    || echo "setup: warning: installing meson failed; the meson project test will be skipped" >&2
+fi
 
 # Optional (ENZCC_WITH_FRAMEWORKS=1): PyTorch, JAX and TensorFlow for the Python integrations' tests
 # (the plugin tests skip a framework that is missing, so a failure here is only a warning).

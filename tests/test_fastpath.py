@@ -74,22 +74,28 @@ def test_enzyme_behind_a_header_macro_is_still_differentiated(enzcc, how):
         enzcc("main.o", "c.o", "-o", "prog")
     elif how == "link-source":
         enzcc("-O2", "main.c", "c.o", "-o", "prog")
-    else:
-        enzcc("-O2", "-c", "main.c")
-        subprocess.run(["llvm-ar-22", "rcs", "libcube.a", "c.o"], cwd=enzcc.cwd, check=True)
-        enzcc("main.o", "-L.", "-lcube", "-o", "prog")
+    else:  # (the object whose bitcode calls Enzyme in a thin archive: the fast link looks into its member)
+        enzcc.write("dcube.c", '#include "grad.h"\ndouble cube(double);\n'
+                               "double dcube(double x) { return GRAD(cube, x); }\n")
+        enzcc.write("main.c", "#include <stdio.h>\ndouble dcube(double);\n"
+                              'int main(void) { printf("%.17g\\n", dcube(2.0)); return 0; }\n')
+        enzcc("-O2", "-c", "main.c", "dcube.c")
+        subprocess.run(["llvm-ar-22", "rcsT", "libdcube.a", "dcube.o"], cwd=enzcc.cwd, check=True)
+        enzcc("main.o", "-L.", "-ldcube", "c.o", "-o", "prog")
     out = subprocess.run([enzcc.cwd / "prog"], capture_output=True, text=True, check=True).stdout
     assert float(out) == pytest.approx(EXPECTED, rel=1e-12)
     assert not any(p.name.startswith(".prog") for p in enzcc.cwd.iterdir())  # (no temporary left)
 
 
 @need("llvm-ar-22")
-def test_compressed_bitcode_from_an_archive_feeds_a_differentiating_link(enzcc):
-    """cube's bitcode travels compressed in an archive; main (naming Enzyme) differentiates it at the link."""
+@pytest.mark.parametrize("ar_flags", ["rcs", "rcsT"])
+def test_compressed_bitcode_from_an_archive_feeds_a_differentiating_link(enzcc, ar_flags):
+    """cube's bitcode travels compressed in an archive, regular or thin (``T``: meson's static libraries keep
+    their members in their own files); main (naming Enzyme) differentiates it at the link."""
     enzcc.write("c.c", CUBE)
     enzcc.write("main.c", MAIN.replace('#include "grad.h"\n', GRAD_H))
     enzcc("-O2", "-c", "c.c")
-    subprocess.run(["llvm-ar-22", "rcs", "libcube.a", "c.o"], cwd=enzcc.cwd, check=True)
+    subprocess.run(["llvm-ar-22", ar_flags, "libcube.a", "c.o"], cwd=enzcc.cwd, check=True)
     enzcc("-O2", "main.c", "-L.", "-lcube", "-o", "prog")
     out = subprocess.run([enzcc.cwd / "prog"], capture_output=True, text=True, check=True).stdout
     assert float(out) == pytest.approx(EXPECTED, rel=1e-12)

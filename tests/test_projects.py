@@ -1,4 +1,4 @@
-"""Whole projects: `CC=enzcc make -j2` and `enzcc build` with enzcc.toml."""
+"""Whole projects: `CC=enzcc make -j2`, `CC=enzcc FC=enzcc meson` and `enzcc build` with enzcc.toml."""
 
 import ctypes
 import shutil
@@ -103,3 +103,22 @@ def test_example_config_documents_every_key():
     seen = set().union(*(o.keys() for o in data["output"]))
     assert {"name", "kind", "sources"} <= seen and seen <= OUTPUT_KEYS
     assert {o["kind"] for o in data["output"]} == {"executable", "shared", "object", "ptx"}
+
+
+@need("clang-22", "flang-22", "meson", "ninja")
+def test_meson_project_c_and_fortran(tmp_path, env):
+    """meson with CC=enzcc FC=enzcc: its probes see clang and LLVM flang (not classic flang, whose flags flang-22
+    rejects) and the linker; the C library (a thin archive) and both programs build; `meson test` runs the
+    gradient program, which checks enzcc's derivative against the analytic one and a central difference."""
+    work = tmp_path / "meson"
+    shutil.copytree(PROJECTS / "meson", work)
+    menv = {**env, "CC": "enzcc", "FC": "enzcc"}
+    for cmd in (["meson", "setup", "build"], ["meson", "compile", "-C", "build"], ["meson", "test", "-C", "build"]):
+        r = subprocess.run(cmd, cwd=work, env=menv, capture_output=True, text=True)
+        log = work / "build" / "meson-logs" / "testlog.txt"
+        assert r.returncode == 0, r.stdout + r.stderr + (log.read_text() if log.exists() else "")
+        if cmd[1] == "setup":
+            assert "Fortran compiler for the host machine: enzcc (llvm-flang 22" in r.stdout, r.stdout
+            assert "C linker for the host machine: enzcc ld." in r.stdout, r.stdout
+    log = (work / "build" / "meson-logs" / "testlog.txt").read_text()
+    assert "d energy/dx at 0.7: enzcc 1.91887464477461" in log and "sum of squares =    385.0" in log

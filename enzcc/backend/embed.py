@@ -264,24 +264,29 @@ class ArchiveMember:
     data: bytes
 
 
+ARCHIVE_MAGICS = (b"!<arch>\n", b"!<thin>\n")
+"""A regular ``ar`` archive, and a thin one (``ar T``: meson's static libraries), whose members stay in their
+own files, named relative to the archive."""
+
+
 def is_archive(data_or_path) -> bool:
     if isinstance(data_or_path, str):
         try:
             with open(data_or_path, "rb") as fh:
-                return fh.read(8) == b"!<arch>\n"
+                return fh.read(8) in ARCHIVE_MAGICS
         except OSError:
             return False
-    return data_or_path[:8] == b"!<arch>\n"
+    return data_or_path[:8] in ARCHIVE_MAGICS
 
 
 def read_archive(path: str) -> list[ArchiveMember]:
-    """Members of a System V / GNU ``ar`` archive (symbol tables skipped, long names resolved)."""
+    """Members of a System V / GNU ``ar`` archive, regular or thin (symbol tables skipped, long names
+    resolved; a thin archive's members read from their files)."""
     with open(path, "rb") as fh:
         data = fh.read()
-    if data[:8] != b"!<arch>\n":
+    if data[:8] not in ARCHIVE_MAGICS:
         raise EnzccError(f"{path}: not an ar archive")
-    if data[:8] == b"!<thin>\n":
-        raise EnzccError(f"{path}: thin archives are not supported")
+    thin = data[:8] == b"!<thin>\n"
     members: list[ArchiveMember] = []
     longnames = b""
     pos = 8
@@ -292,8 +297,9 @@ def read_archive(path: str) -> list[ArchiveMember]:
             size = int(hdr[48:58].decode().strip())
         except ValueError:
             raise EnzccError(f"{path}: corrupt archive member header") from None
-        body = data[pos + 60:pos + 60 + size]
-        pos += 60 + size + (size & 1)
+        inline = not thin or name in ("/", "//", "/SYM64/")  # (a thin archive holds only its tables)
+        body = data[pos + 60:pos + 60 + size] if inline else b""
+        pos += 60 + (size + (size & 1) if inline else 0)
         if name in ("/", "/SYM64/", "__.SYMDEF", "__.SYMDEF SORTED"):
             continue
         if name == "//":
@@ -308,5 +314,17 @@ def read_archive(path: str) -> list[ArchiveMember]:
             name = longnames[off:end if end >= 0 else None].decode("latin-1")
         else:
             name = name.rstrip("/")
+        if thin:
+            body = _thin_member(path, name)
         members.append(ArchiveMember(name, body))
     return members
+
+
+def _thin_member(archive: str, name: str) -> bytes:
+    """The bytes of a thin archive's member: the file it names, relative to the archive's directory."""
+    member = name if os.path.isabs(name) else os.path.join(os.path.dirname(archive), name)
+    try:
+        with open(member, "rb") as fh:
+            return fh.read()
+    except OSError as exc:
+        raise EnzccError(f"{archive}: cannot read its member {member}: {exc.strerror}") from None

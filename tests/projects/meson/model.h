@@ -1,0 +1,1 @@
+double energy(double x);
