@@ -87,7 +87,8 @@ def timed_build(cargo: str, ws: Path, target: Path, env: dict, profile: str) -> 
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.run([cargo, "build", "--offline", "-j2", "--profile", profile], cwd=ws,
-                          env={**env, "CARGO_TARGET_DIR": str(target)}, capture_output=True, text=True)
+                          env={**env, "CARGO_TARGET_DIR": str(target)}, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True)  # (cargo's `rustc -` probe must not read ours)
     elapsed = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:

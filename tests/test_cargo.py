@@ -47,8 +47,8 @@ def cargo_env(env, tmp_path) -> dict:
 
 
 def cargo(cwd: Path, env: dict, *args: str, check: bool = True, **extra: str) -> subprocess.CompletedProcess:
-    proc = subprocess.run([CARGO, *args, "--offline"], cwd=cwd, env={**env, **extra}, capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run([CARGO, *args, "--offline"], cwd=cwd, env={**env, **extra}, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=600)
     if check and proc.returncode != 0:
         raise AssertionError(f"cargo {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
