@@ -1620,8 +1620,9 @@ def _memoised(framework, make, source, name, params=None, dtype=None, **options)
         except OSError:
             return make(), [], None  # (make() reports the unreadable source as it always did)
         h = hashlib.sha256()
+        from .guard import checked_default
         for part in (framework, str(full), name, _describe(params), _describe(dtype),
-                     _describe(tuple(sorted(options.items())))):
+                     _describe(tuple(sorted(options.items()))), f"checked={checked_default(None)}"):
             h.update(part.encode() + b"\0\1")
         h.update(text)
         digest = h.hexdigest()
@@ -1659,11 +1660,12 @@ def memoise_ops(framework: str):
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
+            checked = os.environ.get("ENZCC_CHECKED")  # (the checked mode is chosen at load time)
             try:
-                key = (args, tuple(kwargs.items()))
+                key = (args, tuple(kwargs.items()), checked)
                 hit = calls.get(key)
             except TypeError:  # a list (the declaration): as tuples
-                key = (_hashable(args), _hashable(tuple(kwargs.items())))
+                key = (_hashable(args), _hashable(tuple(kwargs.items())), checked)
                 try:
                     hit = calls.get(key)
                 except TypeError:

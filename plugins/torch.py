@@ -196,7 +196,7 @@ def _register_ops(r: _Runner, opname: str):
         plan, _, ia = r.plan(ins, ints)
         xs = contiguous(ins)
         outs = [empty(s, dt) for s, dt in zip(r.out_shapes(plan), r.out_dtypes)]
-        k.call("primal", r.addresses(xs, outs, ia))
+        k.call("primal", r.addresses(xs, outs, ia), plan=plan)
         return outs
 
     def primal_fake(ins, ints):
@@ -215,7 +215,8 @@ def _register_ops(r: _Runner, opname: str):
         outs = r.scratch(plan, "out")  # the primal outputs are scratch here
         grads = grads_like(ins, r.diff)
         sd = seeds(cots, shapes)  # kept alive until the call returns
-        k.call("vjp", r.addresses(xs, outs, ia), r.per_param([g if d else None for g, d in zip(grads, r.diff)], sd))
+        k.call("vjp", r.addresses(xs, outs, ia), r.per_param([g if d else None for g, d in zip(grads, r.diff)], sd),
+               plan=plan)
         return grads
 
     def vjp_fake(ins, cots, ints):
@@ -229,7 +230,7 @@ def _register_ops(r: _Runner, opname: str):
         outs = [empty(s, dt) for s, dt in zip(shapes, r.out_dtypes)]
         touts = [empty(s, dt) for s, dt in zip(shapes, r.out_dtypes)]
         ts = tangents(tans, ins)
-        k.call("jvp", r.addresses(xs, outs, ia), r.per_param(ts, touts))
+        k.call("jvp", r.addresses(xs, outs, ia), r.per_param(ts, touts), plan=plan)
         return outs + touts
 
     def jvp_fake(ins, tans, ints):
@@ -249,7 +250,7 @@ def _register_ops(r: _Runner, opname: str):
         k.call("vjp_jvp", r.addresses(xs, outs, ia),
                r.per_param([g if d else None for g, d in zip(grads, r.diff)], sd),
                r.per_param(ts, scratch),
-               r.per_param([g if d else None for g, d in zip(tgrads, r.diff)], tsd))
+               r.per_param([g if d else None for g, d in zip(tgrads, r.diff)], tsd), plan=plan)
         return grads + tgrads
 
     def vjp_jvp_fake(ins, cots, tins, tcots, ints):
@@ -264,7 +265,7 @@ def _register_ops(r: _Runner, opname: str):
         res = [empty(s, dt) for s, dt in zip(shapes, r.out_dtypes)]
         ts, ss, us = tangents(tans, ins), tangents(sins, ins), tangents(utans, ins)  # alive until the call returns
         k.call("jvp_jvp", r.addresses(xs, outs, ia), r.per_param(ts, touts), r.per_param(ss, souts),
-               r.per_param(us, res))
+               r.per_param(us, res), plan=plan)
         return res
 
     def jvp_jvp_fake(ins, tans, sins, utans, ints):

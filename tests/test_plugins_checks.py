@@ -60,6 +60,9 @@ void hidden_write(double *x, long n, double *y) {      /* writes x through a cal
 void overrun(const double *x, long n, double *y) {     /* writes n + 2 elements of y */
   for (long i = 0; i < n + 2; i++) y[i] = x[i % n] * x[i % n];
 }
+void overrun2(const double *x, long n, double *y) {    /* the same (ops are named by the function) */
+  for (long i = 0; i < n + 2; i++) y[i] = x[i % n] * x[i % n];
+}
 """
 
 
@@ -293,3 +296,19 @@ def test_torch_enzyme_is_memoised(src, cache):
         y = enzyme(str(src), "softmax", [In("x", shape=("n",)), Int("n"), Out("y", shape=lambda n: (n,))],
                    cache=cache).apply(x)
     np.testing.assert_allclose(y.detach().numpy(), torch.softmax(x, 0).detach().numpy(), rtol=1e-12)
+
+
+def test_torch_checked_mode(src, cache, monkeypatch):
+    torch = pytest.importorskip("torch")
+    from enzcc_plugins.torch import enzyme
+    d = [In("x", shape=("n",)), Int("n"), Out("y", shape=("n",))]  # overrun writes n + 2 elements
+    monkeypatch.setenv("ENZCC_CHECKED", "1")
+    F = enzyme(src, "overrun", d, cache=cache)
+    x = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64, requires_grad=True)
+    with pytest.raises(CheckedCallError, match=r"past the end of output 'y' \(shape \(3,\), float64\)"):
+        F.apply(x)
+    good = enzyme(src, "overrun2", [In("x", shape=("n",)), Int("n"), Out("y", shape=lambda n: (n + 2,))], cache=cache)
+    y = good.apply(x)
+    y.backward(torch.ones(5, dtype=torch.float64))
+    np.testing.assert_allclose(y.detach().numpy(), [1.0, 4.0, 9.0, 1.0, 4.0])
+    np.testing.assert_allclose(x.grad.numpy(), 2 * x.detach().numpy() * np.array([2.0, 2.0, 1.0]))
