@@ -13,7 +13,7 @@ from enzcc.ad.api import CONST, DUP, OUT, is_float
 from enzcc.ad.atomics import read_shadow, reverse_atomic_add
 from enzcc.ad.emit import add_values, atomic_add, emit_partial, fail_call_at_run_time, splat, times, zero
 from enzcc.ad.memory import is_thread_private
-from enzcc.ad.threads import ThreadOwnership, WrittenElements, summed_in_thread
+from enzcc.ad.threads import ExclusiveSpans, ThreadOwnership, WrittenElements, summed_in_thread
 from enzcc.ad.errors import ad_error, no_rule_error
 from enzcc.ad.inline import unknown_target_message
 from enzcc.ad.hints import hints_of
@@ -226,11 +226,24 @@ class AdjointGenerator:
         if self.concurrent and not self.owns(p):
             if active is None and self._sum_in_thread(b, p, sp, d, align):
                 return
+            if active is None and block is not None and self._add_where_exclusive(b, p, sp, d, align, block):
+                return
             atomic_add(self.module, b, sp, d if active is None else b.select(active, d, no_adjoint(d.type)), align)
             return
         old = b.load(d.type, sp, align=align)
         new = add_values(b, old, d)
         b.store(new if active is None else b.select(active, new, old), sp, align=align)
+
+    def _add_where_exclusive(self, b: IRBuilder, p: Value, sp: Value, d: Value, align, block) -> bool:
+        """In an OpenMP parallel function: ``*sp += d`` plainly where no other thread of the team accessed the
+        bytes at ``p``, atomically elsewhere (:class:`enzcc.ad.threads.ExclusiveSpans`: each thread's spans of
+        memory accessed by plain loads and stores, recorded by the forward code); False where that does not apply."""
+        if not self.parallel or self.module.targets_gpu:
+            return False
+        if getattr(self, "_spans", None) is None:
+            primal = [i for insts in self.orig_insts.values() for i in insts]
+            self._spans = ExclusiveSpans(self.module, self.activity, primal, self._noalias_params(), self.owns)
+        return self._spans.add(self, b, p, sp, d, align, block)
 
     def _noalias_params(self) -> set[int]:
         """ids of this function's pointer parameters that the function it was copied from declares ``noalias``."""

@@ -36,8 +36,9 @@ from __future__ import annotations
 from enzcc.ad.memory import base_object, is_thread_private
 from enzcc.ad.registry import hook
 from enzcc.ir import types as T
+from enzcc.ir.builder import IRBuilder
 from enzcc.ir.instructions import (Alloca, AtomicRMW, BinaryOp, Call, Cast, CmpXchg, GetElementPtr, ICmp,
-                                   Instruction, Load, Store)
+                                   Instruction, Load, Ret, Store)
 from enzcc.ir.values import Argument, ConstantExpr, ConstantInt, GlobalRef, Value
 
 SREG = "llvm.nvvm.read.ptx.sreg."
@@ -239,6 +240,282 @@ class WrittenElements:
         if key[0] == "global" and isinstance(other, GlobalRef):
             return key[1] == other.symbol
         return True
+
+
+SPANS = "__enzcc_thread_spans"
+"""A thread-local ``[1 + 2 * MAX_GROUPS x i64]``: ``[0]`` the token of the reverse function the rest is for (set by the
+code that forks it, cleared by that function), then one (low, high) pair of byte addresses per group of
+:class:`ExclusiveSpans`: in the augmented primal, the bytes the thread read; in the reverse, those no other
+thread read."""
+
+MAX_GROUPS = 16
+
+
+class ExclusiveSpans:
+    """The adjoints an OpenMP parallel function's reverse code adds to memory it reads (a stencil's neighbours
+    ``src[k - n]``, ``src[k + 1]``; a loss's inputs; ``b[i] += ...`` where another array may be ``b``), added
+    plainly where no other thread of the team accessed the same bytes, atomically elsewhere.
+
+    Static partitioning gives each thread a contiguous share of the iterations, so the bytes each thread reads
+    of an array are mostly its own and only its share's borders are shared. Instead of proving that from the
+    index arithmetic, the augmented primal *records* it: for each **group** (the memory reached from one root: a
+    pointer argument, a global, or a pointer variable captured by reference, accessed only by plain loads and
+    stores), each thread keeps the lowest and highest byte address it loaded or stored (:func:`record_spans`),
+    and the code that forks the reverse gives each thread the bytes around its own that no other thread's span
+    (of any group) holds (:func:`exclusive_span_function`). In the reverse, ``*shadow += d`` at primal address
+    ``a`` is a plain add when ``[a, a + size)`` lies there, an atomic add otherwise. Any index form works (2-D
+    rows, indirect indices); a schedule with several chunks per thread gives mostly atomic adds (its spans
+    overlap), which is still right.
+
+    Why it is right: the reverse code of a thread adds only where its forward code loaded (its tape comes from
+    the same thread, with the same iterations), and every access of the groups' roots is recorded, so no other
+    thread's reverse adds to those bytes through a group (nor reads and clears an adjoint there: the reverse of
+    its store). Through other memory neither: a group is kept only when every other access whose reverse may
+    add to memory (a load of another root, a call's pointer, an atomic) is in a kept group too, or provably
+    elsewhere (the thread's stack, a ``noalias`` parameter, another global, memory the thread owns:
+    :class:`WrittenElements`). Stores of other threads there through other pointers would be data races of the
+    primal unless a barrier orders them, and the reverse mirrors the barrier. The spans reach the reverse only
+    through the token of :data:`SPANS`: a reverse function not forked by code that computed them (a direct call,
+    a nested region, a recursion) reads no token and adds atomically everywhere."""
+
+    def __init__(self, module, activity, primal: list[Instruction], noalias: set[int], owned):
+        self.module = module
+        self.activity = activity
+        self.noalias = noalias
+        self._primal = {id(i) for i in primal}
+        self.groups: list = [] if getattr(module, "enzcc_chunked_tape", False) else self._choose(primal, owned)
+        """The stable keys of the groups (:func:`span_key`), in the order of their pairs in :data:`SPANS`."""
+        self.token: str | None = None
+        """The global whose address is this function's token, once a plain add was emitted."""
+        self.recorded: bool | None = None
+        """Whether the augmented primal records the spans (:func:`record_spans`); None: not tried yet."""
+        self._bounds: list | None = None
+
+    def _choose(self, primal: list[Instruction], owned) -> list:
+        """The groups: roots only loaded from and stored to, with a load whose reverse adds an adjoint (and is not
+        the thread's own memory: ``owned``), and no access whose reverse may add to their memory outside the kept
+        groups."""
+        only_loads: dict = {}
+        roots: dict = {}
+        adders: list = []
+        for inst, p in memory_accesses(primal):
+            root = _root(p)
+            if isinstance(root, Alloca) or is_thread_private(p):
+                continue
+            key = span_key(root, self._primal)
+            if key is not None and not (key[0] == "argument" and id(root) in self.noalias):
+                only_loads[key] = only_loads.get(key, True) and _plain_access(inst, p)
+                roots.setdefault(key, {})[id(root)] = root
+            if _adds_adjoints(self.activity, inst, p) and not owned(p):
+                adders.append((key, root))
+        groups = {k for k, ok in only_loads.items() if ok and any(a == k for a, _ in adders) and
+                  all(_only_accessed(r, self._primal) for r in roots[k].values())}
+        while True:
+            foreign = [r for k, r in adders if k not in groups]
+            drop = {g for g in groups if any(self._may_overlap(g, r) for r in foreign)}
+            if not drop:
+                break
+            groups -= drop
+        return sorted(groups) if len(groups) <= MAX_GROUPS else []
+
+    def _may_overlap(self, key, other: Value) -> bool:
+        if isinstance(other, Argument) and id(other) in self.noalias:
+            return False
+        if key[0] == "global" and isinstance(other, GlobalRef):
+            return key[1] == other.symbol
+        return True
+
+    def add(self, mode, b, p: Value, sp: Value, d: Value, align, block) -> bool:
+        """``*sp += d`` (``sp``: the shadow of primal address ``p``, read in primal ``block``), plain where the
+        thread's exclusive span holds it; False (nothing emitted) when ``p`` is in no group."""
+        key = span_key(_root(p), self._primal)
+        if key not in self.groups or not isinstance(d.type, T.FloatType):
+            return False
+        low, high = self._spans(mode)[self.groups.index(key)]
+        addr = b.ptrtoint(mode._primal(p, block, b), T.i64)
+        last = b.add(addr, ConstantInt(T.i64, self.module.data_layout.store_size(d.type) - 1))
+        inside = b.and_(b.icmp("uge", addr, low), b.icmp("ule", last, high))
+        b.call(_add_where_exclusive_function(self.module, d.type, align), [sp, d, inside])
+        return True
+
+    def _spans(self, mode) -> list:
+        """Each group's (low, high) in this thread, read once at the start of the reverse sweep (the reverse of
+        the return block, ``mode.rev``): the pairs of :data:`SPANS` when its token is this function's, else
+        an empty span. The token is cleared, so that nothing this function calls reads it as its own."""
+        if self._bounds is None:
+            module = self.module
+            self.token = module.unique_function_name("__enzcc_span_token")
+            module.add_global(self.token, T.i8, ConstantInt(T.i8, 0), constant=True)
+            tls = spans_global(module)
+            b = IRBuilder.at_start(mode.rev[id(mode.ret_block)])
+            mine = b.icmp("eq", b.load(T.i64, tls), b.ptrtoint(module.global_ref(self.token), T.i64))
+            b.store(ConstantInt(T.i64, 0), tls)
+            self._bounds = []
+            for k in range(len(self.groups)):
+                low = b.load(T.i64, b.gep(T.i64, tls, [ConstantInt(T.i64, 1 + 2 * k)]))
+                high = b.load(T.i64, b.gep(T.i64, tls, [ConstantInt(T.i64, 2 + 2 * k)]))
+                self._bounds.append((b.select(mine, low, ConstantInt(T.i64, -1)),
+                                     b.select(mine, high, ConstantInt(T.i64, 0))))
+        return self._bounds
+
+
+def span_key(root: Value, primal: set[int]):
+    """A root's key that holds in every function derived from the same primal (parameters by position): a
+    pointer argument, a global, or a pointer loaded from a parameter that is only loaded from (a pointer variable
+    captured by reference); None for anything else."""
+    if isinstance(root, Argument):
+        return ("argument", root.index)
+    if isinstance(root, GlobalRef):
+        return ("global", root.symbol)
+    if isinstance(root, Load) and isinstance(root.pointer, Argument) and not root.volatile and \
+            root.ordering is None and all(isinstance(u.user, Load) for u in root.pointer.uses
+                                          if not isinstance(u.user, Instruction) or id(u.user) in primal):
+        return ("slot", root.pointer.index)
+    return None
+
+
+def spans_global(module) -> GlobalRef:
+    """:data:`SPANS`, defined on first use."""
+    if SPANS not in module.globals:
+        module.add_global(SPANS, T.ArrayType(1 + 2 * MAX_GROUPS, T.i64), linkage="internal thread_local",
+                          align=8)
+    return module.global_ref(SPANS)
+
+
+def _add_where_exclusive_function(module, ty: T.Type, align):
+    """``add(ptr p, ty d, i1 own)``: ``*p += d``, plainly when ``own``, atomically otherwise (inlined)."""
+    from enzcc.ad.emit import atomic_add, internal_function
+
+    name = f"__enzcc_add_where_exclusive.{ty}.{align or 0}"
+    if name in module.functions:
+        return module.functions[name]
+    f = internal_function(module, name, T.void, (T.ptr, ty, T.i1), ["p", "d", "own"])
+    f.fn_attrs.append("alwaysinline")
+    p, d, own = f.args
+    entry, plain, shared = (f.append_block(n) for n in ("entry", "plain", "shared"))
+    IRBuilder.at_end(entry).cond_br(own, plain, shared)
+    b = IRBuilder.at_end(plain)
+    b.store(b.fadd(b.load(ty, p, align=align), d), p, align=align)
+    b.ret_void()
+    b = IRBuilder.at_end(shared)
+    atomic_add(module, b, p, d, align)
+    b.ret_void()
+    return f
+
+
+def record_spans(fn, groups: list) -> bool:
+    """In augmented primal ``fn``: each group's lowest and highest byte address loaded or stored, written into
+    :data:`SPANS` before each return. Loads at constant offsets from one address in one block are recorded
+    once (a stencil's ``src[k - 1]``, ``src[k]``, ``src[k + 1]``). Returns False, changing nothing, when an
+    access of a group's memory is not a plain load or store (then its spans would not cover it)."""
+    insts = list(fn.instructions())
+    ids = {id(i) for i in insts}
+    dl = fn.module.data_layout
+    sites: dict = {}  # (group, block, base) -> [first load, lowest offset, highest offset + size - 1]
+    for inst, p in memory_accesses(insts):
+        key = span_key(_root(p), ids)
+        if key not in groups:
+            continue
+        if not _plain_access(inst, p):
+            return False
+        base, off = _constant_offset(p, dl)
+        site = sites.setdefault((groups.index(key), id(inst.parent), id(base)), [inst, base, off, off])
+        site[2] = min(site[2], off)
+        site[3] = max(site[3], off + dl.store_size(inst.type if isinstance(inst, Load) else inst.value.type) - 1)
+    if not sites:
+        return False
+    b = IRBuilder.before(fn.entry_block.instructions[0])
+    slots = [(b.alloca(T.i64), b.alloca(T.i64)) for _ in groups]
+    for low, high in slots:
+        b.store(ConstantInt(T.i64, -1), low)
+        b.store(ConstantInt(T.i64, 0), high)
+    for (k, _, _), (first, base, lo, hi) in sites.items():
+        b = IRBuilder.before(first)
+        a = b.ptrtoint(base, T.i64)
+        for slot, edge, pred in ((slots[k][0], lo, "ult"), (slots[k][1], hi, "ugt")):
+            x = b.add(a, ConstantInt(T.i64, edge)) if edge else a
+            old = b.load(T.i64, slot)
+            b.store(b.select(b.icmp(pred, x, old), x, old), slot)
+    tls = spans_global(fn.module)
+    for ret in [i for i in fn.instructions() if isinstance(i, Ret)]:
+        b = IRBuilder.before(ret)
+        for k, (low, high) in enumerate(slots):
+            b.store(b.load(T.i64, low), b.gep(T.i64, tls, [ConstantInt(T.i64, 1 + 2 * k)]))
+            b.store(b.load(T.i64, high), b.gep(T.i64, tls, [ConstantInt(T.i64, 2 + 2 * k)]))
+    return True
+
+
+def _plain_access(inst: Instruction, p: Value) -> bool:
+    """Whether ``inst`` reads or writes memory at ``p`` with a plain (not atomic, not volatile) load or store."""
+    return isinstance(inst, (Load, Store)) and p is inst.pointer and inst.ordering is None and not inst.volatile
+
+
+def _constant_offset(p: Value, dl) -> tuple[Value, int]:
+    """(base, bytes) with ``p = base + bytes`` through ``getelementptr`` of constant indices."""
+    off = 0
+    while isinstance(p, GetElementPtr) and all(isinstance(i, ConstantInt) for i in p.indices):
+        ty, first, *rest = p.source_type, *p.indices
+        step = first.value * dl.alloc_size(ty)
+        for i in rest:
+            if isinstance(ty, (T.StructType, T.NamedStructType)):
+                step += dl.field_offset(ty, i.value)
+                ty = ty.elements[i.value]
+            elif isinstance(ty, (T.ArrayType, T.VectorType)):
+                ty = ty.element
+                step += i.value * dl.alloc_size(ty)
+            else:
+                return p, off
+        off += step
+        p = p.pointer
+    return p, off
+
+
+def exclusive_span_function(module):
+    """``span(ptr area, i64 threads, i64 me, i64 groups, i64 k, ptr out)``: ``area`` holds each thread's
+    (low, high) per group, as the augmented primals recorded them (thread-major); ``out`` gets the widest span
+    around thread ``me``'s low address of group ``k`` that holds no byte of another thread's spans (of any
+    group): above the highest end of the spans that start at or below it, below the lowest start of those that
+    start above it (whatever the spans are, a byte there is in none of them)."""
+    from enzcc.ad.emit import internal_function
+
+    name = "__enzcc_exclusive_span"
+    if name in module.functions:
+        return module.functions[name]
+    f = internal_function(module, name, T.void, (T.ptr, T.i64, T.i64, T.i64, T.i64, T.ptr),
+                          ["area", "threads", "me", "groups", "k", "out"])
+    area, threads, me, groups, k, out = f.args
+    entry, head, body, done = (f.append_block(n) for n in ("entry", "head", "body", "done"))
+    one = ConstantInt(T.i64, 1)
+    b = IRBuilder.at_end(entry)
+    mine = b.load(T.i64, b.gep(T.i64, area, [b.mul(b.add(b.mul(me, groups), k), ConstantInt(T.i64, 2))]))
+    total = b.mul(threads, groups)
+    b.br(head)
+    b = IRBuilder.at_end(head)
+    i = b.phi(T.i64, [(ConstantInt(T.i64, 0), entry)])
+    low = b.phi(T.i64, [(ConstantInt(T.i64, 0), entry)])
+    high = b.phi(T.i64, [(ConstantInt(T.i64, -1), entry)])
+    b.cond_br(b.icmp("uge", i, total), done, body)
+    b = IRBuilder.at_end(body)
+    at = b.gep(T.i64, area, [b.mul(i, ConstantInt(T.i64, 2))])
+    start, end = b.load(T.i64, at), b.load(T.i64, b.gep(T.i64, at, [one]))
+    other = b.icmp("ne", b.udiv(i, groups), me)
+    below = b.icmp("ule", start, mine)
+    after_end = b.add(end, one)
+    raise_low = b.and_(b.and_(other, below), b.icmp("ugt", after_end, low))
+    before_start = b.sub(start, one)
+    lower_high = b.and_(b.and_(other, b.xor(below, ConstantInt(T.i1, 1))), b.icmp("ult", before_start, high))
+    new_low = b.select(raise_low, after_end, low)
+    new_high = b.select(lower_high, before_start, high)
+    nxt = b.add(i, one)
+    b.br(head)
+    i.add_incoming(nxt, body)
+    low.add_incoming(new_low, body)
+    high.add_incoming(new_high, body)
+    b = IRBuilder.at_end(done)
+    b.store(low, out)
+    b.store(high, b.gep(T.i64, out, [one]))
+    b.ret_void()
+    return f
 
 
 def memory_accesses(primal: list[Instruction]) -> list[tuple[Instruction, Value]]:
@@ -449,4 +726,5 @@ def _may_overlap(root: Value, other: Value) -> bool:
     return not any(isinstance(r, GlobalRef) and _addrspace(r) == SHARED for r in (root, other))
 
 
-__all__ = ["BLOCK", "GLOBAL", "SREG", "ThreadOwnership", "WrittenElements", "summed_in_thread", "thread_index"]
+__all__ = ["BLOCK", "GLOBAL", "MAX_GROUPS", "SPANS", "SREG", "ExclusiveSpans", "ThreadOwnership", "WrittenElements",
+           "exclusive_span_function", "record_spans", "span_key", "spans_global", "summed_in_thread", "thread_index"]

@@ -10,9 +10,14 @@ thread of the team. In reverse mode:
   threads: each thread takes its own tape back. Worksharing loops with a static schedule give every thread the
   same iterations in both forks; a wrapper stops the program with a message if the team's size differs;
 * inside the outlined function (and what it calls), the reverse code runs in several threads at once: adjoints
-  added to memory that is not the thread's own stack are added atomically (``atomicrmw fadd``), and the
+  added to memory that is not the thread's own are added atomically (``atomicrmw fadd``), and the
   synchronisation of the primal is mirrored: a barrier stays a barrier, a critical section's end becomes its
-  start and its start its end, so what the primal did under a lock its reverse does under the same lock.
+  start and its start its end, so what the primal did under a lock its reverse does under the same lock;
+* what a thread owns is worked out by :mod:`enzcc.ad.threads`: its stack, elements it writes, shared scalars it
+  only reads (summed in the thread), and the bytes of arrays no other thread accessed: each thread's augmented
+  primal records the span of addresses it accessed, ``aug_wrap`` keeps it in the tape block, ``rev_wrap``
+  gives each thread the bytes outside the other threads' spans (:class:`enzcc.ad.threads.ExclusiveSpans`),
+  where its reverse adds plainly (a stencil's reads of its own rows; atomically at its share's borders).
 
 A ``reduction(op: x)`` clause is differentiated as what it computes: in the copy a derivative is made from,
 each thread combines its copy into ``x`` under the clause's lock, like a critical section
@@ -334,19 +339,37 @@ def augment_fork(mode, inst: Call):
     _mark_private_captures(fn, inst)
     aug, rev = mode.logic.split_of_call(inst, fn, kinds, False, args=[ConstantNull(T.ptr)] * 2 + captured,
                                         parallel=True)
-    aug_wrap, rev_wrap = _wrappers(module, fn, aug, rev, captured, kinds)
+    spans = _recorded_spans(mode.logic, aug, rev)
+    aug_wrap, rev_wrap = _wrappers(module, fn, aug, rev, captured, kinds, spans)
     shadows = [mode.shadows.of(a, inst) for a, k in zip(captured, kinds[2:]) if k == DUP]
     b = IRBuilder.before(inst)
     pushed = _pushed_threads(inst)
     cap = signed_i64(b, pushed.args[2]) if pushed is not None else \
         signed_i64(b, b.call(_decl(module, "omp_get_max_threads", T.i32, ()), []))
-    bytes_ = b.add(b.mul(cap, ConstantInt(T.i64, 8)), ConstantInt(T.i64, _HEADER))
+    per_thread = 8 + (16 * len(spans.groups) if spans is not None else 0)  # (a tape, its spans)
+    bytes_ = b.add(b.mul(cap, ConstantInt(T.i64, per_thread)), ConstantInt(T.i64, _HEADER))
     tapes = b.call(_decl(module, "malloc", T.ptr, (T.i64,)), [bytes_])
     b.store(cap, tapes)
     args = [tapes, *captured, *shadows]
     new = b.call(inst.callee, [loc, ConstantInt(T.i32, len(args)), module.global_ref(aug_wrap.name), *args])
     inst.erase()
     return new, loc, captured, kinds, tapes, pushed, rev_wrap
+
+
+def _recorded_spans(logic, aug, rev):
+    """The exclusive spans (:class:`enzcc.ad.threads.ExclusiveSpans`) of the region's reverse function ``rev``
+    when its reverse code adds plainly inside them and its augmented primal ``aug`` records them (once per pair:
+    several forks of one region share it); None otherwise (then no wrapper sets the token, and the reverse adds
+    atomically everywhere)."""
+    from enzcc.ad.threads import record_spans
+
+    maker = logic.split_makers.get(logic.pair_keys.get(rev.name))
+    spans = getattr(maker, "_spans", None)
+    if spans is None or spans.token is None:
+        return None
+    if spans.recorded is None:
+        spans.recorded = record_spans(aug, spans.groups)
+    return spans if spans.recorded else None
 
 
 def _mark_private_captures(fn, inst: Call) -> None:
@@ -421,9 +444,12 @@ def mirror(mode, inst: Call, b: IRBuilder) -> None:
 
 # -- wrappers ---------------------------------------------------------------------------------------------
 
-def _wrappers(module, fn, aug, rev, captured, kinds):
+def _wrappers(module, fn, aug, rev, captured, kinds, spans=None):
     """``aug_wrap(gtid, btid, tapes, captured..., shadows...)`` runs the augmented primal and keeps its tape in
-    the thread's slot; ``rev_wrap`` (same parameters) runs the reverse with that tape."""
+    the thread's slot; ``rev_wrap`` (same parameters) runs the reverse with that tape. With ``spans`` (the
+    reverse adds plainly inside each thread's exclusive spans), ``aug_wrap`` copies the spans the thread recorded
+    into the tape block (after the tapes), and ``rev_wrap`` gives the reverse its exclusive spans and token
+    (:data:`enzcc.ad.threads.SPANS`)."""
     ndup = sum(1 for k in kinds if k == DUP)
     params = (T.ptr, T.ptr, T.ptr) + tuple(a.type for a in captured) + (T.ptr,) * ndup
     names = ["gtid", "btid", "tapes"] + [f"c{k}" for k in range(len(captured))] + [f"d{k}" for k in range(ndup)]
@@ -444,6 +470,8 @@ def _wrappers(module, fn, aug, rev, captured, kinds):
                                          "omp_get_max_threads() said")
     b = IRBuilder.at_end(ok)
     r = b.call(aug, [gtid, btid, *rest])
+    if spans is not None:
+        _keep_spans(module, b, tapes, cap, tid, len(spans.groups))
     b.store(nth, b.gep(T.i64, tapes, [ConstantInt(T.i64, 1)]))  # every thread stores the same value
     b.store(b.extract_value(r, [0]), b.gep(T.ptr, tapes, [b.add(tid, ConstantInt(T.i64, _HEADER // 8))]))
     b.ret_void()
@@ -460,9 +488,39 @@ def _wrappers(module, fn, aug, rev, captured, kinds):
                                          "number of threads than its forward run")
     b = IRBuilder.at_end(ok)
     tape = b.load(T.ptr, b.gep(T.ptr, tapes, [b.add(tid, ConstantInt(T.i64, _HEADER // 8))]))
+    if spans is not None:
+        _give_spans(module, b, tapes, nth, tid, spans)
     b.call(rev, [gtid, btid, *rest, tape])
     b.ret_void()
     return aug_wrap, rev_wrap
+
+
+def _span_area(b: IRBuilder, tapes: Value, cap: Value) -> Value:
+    """Where the threads' spans start in the tape block: after the header and the ``cap`` tape pointers."""
+    return b.gep(T.i8, tapes, [b.add(b.mul(cap, ConstantInt(T.i64, 8)), ConstantInt(T.i64, _HEADER))])
+
+
+def _keep_spans(module, b: IRBuilder, tapes: Value, cap: Value, tid: Value, groups: int) -> None:
+    """After the augmented primal, in its thread: the spans it recorded, copied into the thread's place."""
+    from enzcc.ad.threads import spans_global
+
+    mine = b.gep(T.i8, _span_area(b, tapes, cap), [b.mul(tid, ConstantInt(T.i64, 16 * groups))])
+    b.memcpy(mine, b.gep(T.i64, spans_global(module), [ConstantInt(T.i64, 1)]), 16 * groups)
+
+
+def _give_spans(module, b: IRBuilder, tapes: Value, nth: Value, tid: Value, spans) -> None:
+    """Before the reverse, in its thread: each group's exclusive span (from every thread's recorded spans) and
+    the reverse function's token, into :data:`enzcc.ad.threads.SPANS`."""
+    from enzcc.ad.threads import exclusive_span_function, spans_global
+
+    tls = spans_global(module)
+    area = _span_area(b, tapes, b.load(T.i64, tapes))
+    span = exclusive_span_function(module)
+    groups = ConstantInt(T.i64, len(spans.groups))
+    for k in range(len(spans.groups)):
+        b.call(span, [area, nth, tid, groups, ConstantInt(T.i64, k),
+                      b.gep(T.i64, tls, [ConstantInt(T.i64, 1 + 2 * k)])])
+    b.store(b.ptrtoint(module.global_ref(spans.token), T.i64), tls)
 
 
 def _decl(module, name: str, ret, params):
