@@ -7,16 +7,24 @@
 * ``zlib``: zlib-ng in zlib-compatible mode (``CC=... ./configure --zlib-compat``, untimed, then a timed
   ``make -j2``: static and shared library and its test programs), from the ``zlib-ng`` source distribution on
   PyPI (skipped likewise).
+* ``kissfft``, ``cminpack`` (CMake: configure and build), ``liblbfgs`` (autotools: ``./configure`` and ``make
+  -j2``; ``autogen.sh`` untimed), ``tinyexpr`` (its one file and a program using it): the real-library suite's
+  pinned sources (``tests/libraries/sources.py``: Debian orig tarballs, a PyPI source distribution), skipped with
+  the reason when they cannot be had. The projects' archives (``*.a``) are weighed too: enzcc's carry the
+  bitcode.
 * ``nstmt``: one differentiated function of N generated straight-line statements (math calls, three
   variables), ``enzcc -O2 -c`` (AD included) against ``clang-22 -O2 -c`` of the same file, with peak memory.
 * ``suite``: each ``bench/`` objective, ``enzcc -O2 -c`` (AD included) against ``clang-22 -O2 -c``.
 
-    python3 -m bench.builds [--quick] [--only files,lua,zlib,nstmt,suite] [--rounds N] [--out FILE]
+    python3 -m bench.builds [--quick] [--only files,lua,zlib,kissfft,cminpack,liblbfgs,tinyexpr,nstmt,suite]
+                            [--rounds N] [--out FILE]
 
 Writes ``bench/results/builds.json`` (``builds-quick.json`` with ``--quick``) and prints a table. The enzcc
 used is the script installed next to this Python (not a shim in front of it): ``make setup``'s launcher
 (enzcc/launcher.py), which starts Python without ``site``. The time of a bare start of this Python, with and
-without ``site``, is recorded, since every enzcc invocation pays one of them.
+without ``site``, is recorded, since every enzcc invocation pays one of them. Every build runs with enzcc's
+modules byte-compiled (``PYTHONPYCACHEPREFIX`` under the build directory, ``PYTHONDONTWRITEBYTECODE`` unset), as
+after ``make setup``: without, each call compiles them from source again.
 """
 
 from __future__ import annotations
@@ -241,6 +249,101 @@ def build_lua(cc: str, src: Path, out: Path, jobs: int) -> tuple[float, str]:
     return wall, "" if run.stdout.strip() == "0.841" else f"lua printed {run.stdout!r}"
 
 
+def archive_bytes(out: Path) -> tuple[int, int]:
+    """The sizes of the project's static libraries and of its objects (with enzcc, objects carry bitcode)."""
+    return tuple(sum(p.stat().st_size for p in out.rglob(pattern) if p.is_file()) for pattern in ("*.a", "*.o"))
+
+
+def _steps(steps: list[tuple[list[str], Path, dict | None]]) -> tuple[float, str]:
+    """Run the commands one after the other, timed together; the first failure's message."""
+    start = time.perf_counter()
+    for cmd, cwd, env in steps:
+        r = subprocess.run(cmd, cwd=cwd, env={**os.environ, **(env or {})}, capture_output=True, text=True)
+        if r.returncode:
+            return time.perf_counter() - start, f"{' '.join(cmd[:3])}: {(r.stderr.strip() or r.stdout.strip())[-400:]}"
+    return time.perf_counter() - start, ""
+
+
+def fetch_library(name: str) -> tuple[Path | None, str]:
+    """A pinned source of the real-library suite (tests/libraries/sources.py), downloaded once."""
+    sys.path.insert(0, str(HERE.parent / "tests" / "libraries"))
+    try:
+        import sources
+    finally:
+        sys.path.pop(0)
+    try:
+        return sources.fetch(name), ""
+    except sources.SourceUnavailable as exc:
+        return None, str(exc)
+
+
+def build_cmake(cc: str, src: Path, out: Path, jobs: int, options: list[str]) -> tuple[float, str]:
+    """``cmake`` (configure, with its compiler probes) and ``cmake --build -j``, timed together."""
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    return _steps([(["cmake", "-S", str(src), "-B", str(out), "-G", "Unix Makefiles", f"-DCMAKE_C_COMPILER={cc}",
+                     "-DCMAKE_BUILD_TYPE=Release", *options], out, None),
+                   (["cmake", "--build", str(out), "-j", str(jobs)], out, None)])
+
+
+def prepare_liblbfgs(src: Path, data: Path) -> tuple[Path | None, str]:
+    """liblbfgs's orig tarball has no ``configure``: ``autogen.sh`` once (untimed), cached under ``data``."""
+    target = data / "liblbfgs-autogen"
+    if (target / "configure").is_file():
+        return target, ""
+    if not shutil.which("libtoolize") or not shutil.which("automake"):
+        return None, "autotools (libtoolize, automake) are not installed"
+    tmp = data / "liblbfgs-autogen.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(src, tmp)
+    r = subprocess.run(["sh", "./autogen.sh"], cwd=tmp, capture_output=True, text=True)
+    if r.returncode or not (tmp / "configure").is_file():
+        return None, f"liblbfgs's autogen.sh failed: {(r.stderr.strip() or r.stdout.strip())[-300:]}"
+    tmp.rename(target)
+    return target, ""
+
+
+def build_liblbfgs(cc: str, src: Path, out: Path, jobs: int) -> tuple[float, str]:
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.copytree(src, out)
+    wall, err = _steps([(["sh", "./configure", f"CC={cc}", "--disable-shared"], out, None),
+                        (["make", "-s", f"-j{jobs}"], out, None)])
+    if err:
+        return wall, err
+    run = subprocess.run([str(out / "sample" / "sample")], capture_output=True, text=True)
+    return wall, "" if "L-BFGS optimization terminated with status code = 0" in run.stdout else \
+        f"sample printed {run.stdout[-200:]!r}"
+
+
+TINYEXPR_MAIN = ('#include <stdio.h>\n#include "tinyexpr.h"\n'
+                 'int main(void) { printf("%g\\n", te_interp("sqrt(5^2+7^2+11^2+(8-2)^2)", 0)); return 0; }\n')
+
+
+def build_tinyexpr(cc: str, src: Path, out: Path, jobs: int) -> tuple[float, str]:
+    """tinyexpr.c compiled and a program using it linked (the project's own build is these two commands)."""
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    (out / "main.c").write_text(TINYEXPR_MAIN)
+    wall, err = _steps([([cc, "-O2", "-c", str(src / "tinyexpr.c"), "-o", "tinyexpr.o"], out, None),
+                        ([cc, "-O2", "-c", f"-I{src}", "main.c", "-o", "main.o"], out, None),
+                        ([cc, "main.o", "tinyexpr.o", "-lm", "-o", "prog"], out, None)])
+    if err:
+        return wall, err
+    run = subprocess.run([str(out / "prog")], capture_output=True, text=True)
+    return wall, "" if run.stdout.strip() == "15.1987" else f"tinyexpr printed {run.stdout!r}"
+
+
+LIBRARY_BUILDS = {
+    "kissfft": ("kissfft 131.1 (cmake)", lambda cc, src, out, jobs: build_cmake(
+        cc, src, out, jobs, ["-DKISSFFT_TEST=OFF", "-DKISSFFT_TOOLS=OFF", "-DKISSFFT_PKGCONFIG=OFF",
+                             "-DKISSFFT_STATIC=ON"])),
+    "cminpack": ("cminpack 1.3.6 (cmake)", lambda cc, src, out, jobs: build_cmake(
+        cc, src, out, jobs, ["-DUSE_BLAS=OFF", "-DBUILD_SHARED_LIBS=OFF"])),
+    "liblbfgs": ("liblbfgs 1.10 (configure + make)", build_liblbfgs),
+    "tinyexpr": ("tinyexpr (tinex 0.3.1)", build_tinyexpr),
+}
+
+
 # ---------------------------------------------------------------------------------------------
 
 
@@ -251,7 +354,8 @@ def ratio(a, b):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m bench.builds", description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small sizes, one round (for the tests)")
-    ap.add_argument("--only", default="", help="comma-separated: files, lua, zlib, nstmt, suite (default: all)")
+    ap.add_argument("--only", default="", help="comma-separated: files, lua, zlib, kissfft, cminpack, liblbfgs, "
+                                               "tinyexpr, nstmt, suite (default: all)")
     ap.add_argument("--rounds", type=int, default=None, help="alternating rounds of clang and enzcc")
     ap.add_argument("--jobs", type=int, default=2, help="parallel compiles in project builds (default 2)")
     ap.add_argument("--enzcc", default=None, help="the enzcc to measure (default: the one installed with this "
@@ -268,13 +372,15 @@ def main(argv=None) -> int:
     mode = "quick" if args.quick else "full"
     sizes = SIZES[mode]
     rounds = args.rounds or sizes["rounds"]
-    only = [x for x in args.only.split(",") if x] or ["files", "lua", "zlib", "nstmt", "suite"]
+    only = [x for x in args.only.split(",") if x] or ["files", "lua", "zlib", *LIBRARY_BUILDS, "nstmt", "suite"]
     beside = Path(sys.executable).parent / "enzcc"
     enzcc = args.enzcc or (str(beside) if beside.is_file() else shutil.which("enzcc") or "enzcc")
     if shutil.which(CLANG) is None:
         console.print(f"[red]{CLANG} not found[/]")
         return 1
     work = args.build_dir.resolve()
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)  # (byte-compiled modules, as after make setup)
+    os.environ["PYTHONPYCACHEPREFIX"] = str(work / "pycache")
     data = HERE / "data" / "sources"
     out = args.out or HERE / "results" / ("builds-quick.json" if args.quick else "builds.json")
     starts = [timed([sys.executable, "-c", "pass"], HERE) for _ in range(5)]
@@ -289,6 +395,7 @@ def main(argv=None) -> int:
                      "projects": [], "nstmt": [], "objectives": [], "skipped": {}}
 
     tasks = []
+    dirs: dict[str, str] = {}  # project -> its build directory's prefix (work / f"{prefix}-{tag}")
     if "files" in only:
         src = work / "files-src"
         shutil.rmtree(src, ignore_errors=True)
@@ -297,6 +404,7 @@ def main(argv=None) -> int:
         for i in range(n):
             (src / f"f{i}.c").write_text(project_file(i, n))
         (src / "main.c").write_text(PROJECT_MAIN)
+        dirs[f"files ({n + 1} C files)"] = "files"
         tasks.append(("project", f"files ({n + 1} C files)",
                       lambda cc, tag: build_files(cc, src, work / f"files-{tag}", args.jobs)))
     if "lua" in only:
@@ -304,6 +412,7 @@ def main(argv=None) -> int:
         if lua is None:
             results["skipped"]["lua"] = why
         else:
+            dirs["lua 5.4 (make)"] = "lua"
             tasks.append(("project", "lua 5.4 (make)", lambda cc, tag: build_lua(cc, lua, work / f"lua-{tag}",
                                                                                 args.jobs)))
     if "zlib" in only:
@@ -311,8 +420,21 @@ def main(argv=None) -> int:
         if zsrc is None:
             results["skipped"]["zlib"] = why
         else:
+            dirs["zlib-ng 1.1 (configure; timed: make)"] = "zlib"
             tasks.append(("project", "zlib-ng 1.1 (configure; timed: make)",
                           lambda cc, tag: build_zlib(cc, zsrc, work / f"zlib-{tag}", args.jobs)))
+    for lib, (title, builder) in LIBRARY_BUILDS.items():
+        if lib not in only:
+            continue
+        lsrc, why = fetch_library(lib)
+        if lsrc is not None and lib == "liblbfgs":
+            lsrc, why = prepare_liblbfgs(lsrc, data)
+        if lsrc is None:
+            results["skipped"][lib] = why
+            continue
+        dirs[title] = lib
+        tasks.append(("project", title, lambda cc, tag, lib=lib, lsrc=lsrc, builder=builder:
+                      builder(cc, lsrc, work / f"{lib}-{tag}", args.jobs)))
     nst_dir = work / "nstmt"
     if "nstmt" in only:
         nst_dir.mkdir(parents=True, exist_ok=True)
@@ -333,7 +455,7 @@ def main(argv=None) -> int:
                     progress.update(bar, description=f"round {r + 1}/{rounds}: {name} with {tag}")
                     if kind == "project":
                         wall, err = builder(cc, tag)
-                        peak = 0
+                        peak = archive_bytes(work / f"{dirs[name]}-{tag}")  # (for projects: the bytes)
                     else:
                         src = nst_dir / f"n{name}.c" if kind == "nstmt" else HERE / f"{name}.c"
                         cmd = [cc, "-O2", "-c", str(src), "-o", str(work / f"{kind}-{name}-{tag}.o"),
@@ -352,7 +474,11 @@ def main(argv=None) -> int:
         row = {"name": name, "clang_s": round(statistics.median(c["wall"]), 3),
                "enzcc_s": round(statistics.median(e["wall"]), 3), "samples": {"clang": c["wall"], "enzcc": e["wall"]}}
         row["ratio"] = ratio(row["enzcc_s"], row["clang_s"])
-        if kind != "project":
+        if kind == "project":
+            (ca, co), (ea, eo) = c["peak"][-1], e["peak"][-1]
+            row.update(clang_archive_bytes=ca, enzcc_archive_bytes=ea, clang_object_bytes=co, enzcc_object_bytes=eo,
+                       archive_ratio=ratio(ea, ca), object_ratio=ratio(eo, co))
+        else:
             row["clang_peak_mb"] = round(max(c["peak"]) / 1024, 1)
             row["enzcc_peak_mb"] = round(max(e["peak"]) / 1024, 1)
             row["memory_ratio"] = ratio(row["enzcc_peak_mb"], row["clang_peak_mb"])
@@ -365,7 +491,8 @@ def main(argv=None) -> int:
     out.write_text(json.dumps(results, indent=1) + "\n")
 
     table = Table(title=f"compile time, median of {rounds} interleaved round(s) (seconds)")
-    for col in ("what", "clang-22", "enzcc", "enzcc/clang", "peak MB clang", "peak MB enzcc", "memory ratio"):
+    for col in ("what", "clang-22", "enzcc", "enzcc/clang", "peak MB clang", "peak MB enzcc", "memory ratio",
+                "archives (objects) enzcc/clang"):
         table.add_column(col, justify="left" if col == "what" else "right")
     for group, label in (("projects", "drop-in build, no AD: "), ("nstmt", "N statements, AD: N="),
                          ("objectives", "bench objective, AD: ")):
@@ -373,7 +500,9 @@ def main(argv=None) -> int:
             table.add_row(f"{label}{row['name']}" + (" [red](failed)[/]" if row.get("error") else ""),
                           f"{row['clang_s']:.2f}", f"{row['enzcc_s']:.2f}", f"{row['ratio']}x",
                           str(row.get("clang_peak_mb", "")), str(row.get("enzcc_peak_mb", "")),
-                          f"{row['memory_ratio']}x" if row.get("memory_ratio") else "")
+                          f"{row['memory_ratio']}x" if row.get("memory_ratio") else "",
+                          f"{row.get('archive_ratio') or '-'}x ({row.get('object_ratio') or '-'}x)"
+                          if group == "projects" else "")
     console.print(table)
     for what, why in results["skipped"].items():
         console.print(f"skipped {what}: {why}")
