@@ -8,7 +8,7 @@ SEED ?= 1
 O ?= 0,1,2,3
 FUZZ_ARGS ?=
 
-.PHONY: setup demo test test-libraries bench bench-parallel bench-builds bench-frameworks bench-gpu bench-libraries fuzz fuzz-bad clean
+.PHONY: setup demo test test-libraries bench bench-parallel bench-builds bench-cargo bench-frameworks bench-gpu bench-libraries fuzz fuzz-bad clean
 
 setup:
 	@PYTHON=$(PYTHON) ./scripts/setup.sh
@@ -41,6 +41,10 @@ bench-parallel: setup
 # compile-time benchmarks against clang-22 (docs/benchmarks.md, "Compile time"): results in bench/results/builds.json
 bench-builds: setup
 	$(PYTHON) -m bench.builds $(BENCH_ARGS)
+
+# cargo with RUSTC_WRAPPER=enzcc against cargo alone (docs/benchmarks.md, "cargo"): results in bench/results/cargo.json
+bench-cargo: setup
+	$(PYTHON) -m bench.cargo $(BENCH_ARGS)
 
 # the framework plugins against Enzyme-JAX and each framework's own ops (docs/benchmarks.md, "Frameworks"):
 # results in bench/results/frameworks.json

@@ -242,18 +242,15 @@ def main(argv: list[str]) -> int:
 
 
 def _library(call: RustcCall) -> int:
-    """A library crate: rustc with its bitcode kept, and the marker beside the rlib kept up to date."""
-    args = _with_bitcode(call)
+    """A library crate: rustc with its bitcode kept, and the marker beside the rlib kept up to date. The marker
+    is written before rustc runs: with cargo's pipelining, the crates using this one start as soon as its
+    metadata is written, before this rustc ends."""
     rlib = call.rlib_path()
-    reaches = rlib is not None and reaches_enzyme(call)
-    if rlib is not None and not reaches and os.path.exists(rlib + MARKER):
-        os.unlink(rlib + MARKER)
-    if not reaches:
-        return _exec([call.rustc, *args])
-    from enzcc.tools import run
-
-    code = run([call.rustc, *args], check=False).returncode
-    if code == 0:
-        with open(rlib + MARKER, "w") as fh:
-            fh.write("this crate reaches an __enzyme_* call (written by enzcc's RUSTC_WRAPPER)\n")
-    return code
+    if rlib is not None:
+        if reaches_enzyme(call):
+            os.makedirs(os.path.dirname(rlib) or ".", exist_ok=True)
+            with open(rlib + MARKER, "w") as fh:
+                fh.write("this crate reaches an __enzyme_* call (written by enzcc's RUSTC_WRAPPER)\n")
+        elif os.path.exists(rlib + MARKER):
+            os.unlink(rlib + MARKER)
+    return _exec([call.rustc, *_with_bitcode(call)])
