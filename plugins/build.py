@@ -61,7 +61,7 @@ __all__ = ["EnzccBuildError", "PrototypeError", "SecondOrderError", "ShapeError"
 #: bumped whenever the generated wrapper or the build command changes meaning (part of the cache key)
 WRAPPER_ABI = 3
 #: bumped whenever the generated code changes without changing the ABI (part of the cache key)
-WRAPPER_REVISION = 4
+WRAPPER_REVISION = 5
 
 _log = logging.getLogger("enzcc")
 
@@ -978,8 +978,9 @@ def _compile_into(b: _Build, path: Path, second_order: bool, vector: bool = Fals
             raise
         proto = _read_prototype(obj, b.name, str(b.source), b.lang)
         params = _check_prototype(b.params, proto, b.name, b.lang)
+        extents = {}
         if not second_order and not vector:  # (the other libraries come after this one, checked then)
-            _check_accesses(params, proto, b)
+            extents = _check_accesses(params, proto, b)
         # 2. the library: C and C++ in one translation unit with the wrapper, others linked with it
         out = tmp / "lib.so"
         wrapper = wrapper_source(b.name, params, prototype=not one_tu, second_order=second_order, vector=vector)
@@ -998,7 +999,7 @@ def _compile_into(b: _Build, path: Path, second_order: bool, vector: bool = Fals
               "-lm"], what, str(b.source), b.name, SecondOrderError if second_order else EnzccBuildError)
         meta = {"source": str(b.source), "name": b.name, "lang": b.lang, "cflags": b.cflags,
                 "compiler": b.compiler, "wrapper_abi": WRAPPER_ABI, "second_order": second_order, "vector": vector,
-                "dependencies": _read_dependencies(tmp / "deps.d", [tmp, b.source]),
+                "dependencies": _read_dependencies(tmp / "deps.d", [tmp, b.source]), "extents": extents,
                 "params": [{"name": p.name, "kind": p.kind, "dtype": p.dtype, "const": p.const, "ctype": p.ctype}
                            for p in params]}
         if meta["dependencies"]:
@@ -1013,10 +1014,11 @@ def _compile_into(b: _Build, path: Path, second_order: bool, vector: bool = Fals
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _check_accesses(params: list[Param], proto: _Prototype, b: _Build) -> None:
+def _check_accesses(params: list[Param], proto: _Prototype, b: _Build) -> dict:
     """PrototypeError when the code contradicts the declaration of an array (plugins/checks.py): an In it
     writes, an Out it reads before writing or never writes, a ``const T *`` declared Out. An analysis that
-    cannot be done (IR enzcc's model does not read) is no error: the declaration is then trusted."""
+    cannot be done (IR enzcc's model does not read) is no error: the declaration is then trusted. Returns the
+    extents the code surely writes into each Out (C position as a string -> facts), checked at call time."""
     from . import checks
     try:
         uses = checks.analyse_pointers(proto.bitcode, b.name, str(b.source))
@@ -1026,6 +1028,12 @@ def _check_accesses(params: list[Param], proto: _Prototype, b: _Build) -> None:
     problems = checks.declaration_problems([p for p in params if p.is_array], uses, set(proto.consts), b.name)
     if problems:
         raise PrototypeError("\n".join(problems))
+    try:
+        extents = checks.write_extents(proto.bitcode, b.name, str(b.source))
+    except Exception as e:  # noqa: BLE001 - as above
+        _log.debug("enzcc_plugins: no extents of %s: %s", b.name, e)
+        extents = {}
+    return {str(p.index): extents[p.index] for p in params if p.kind == "out" and p.index in extents}
 
 
 def _load_library(path: Path) -> ctypes.CDLL:
@@ -1078,8 +1086,11 @@ class CompiledKernel:
         self._vector_libraries: dict[bool, Path] = {}
         """Whether second order -> the library of the vector-mode entry points (see :meth:`vector`)."""
         self._vector_error: dict[bool, EnzccBuildError] = {}
-        self.dependencies = _recorded_dependencies(self.library)
+        meta = _recorded_meta(self.library)
+        self.dependencies = [list(d) for d in meta.get("dependencies", [])]
         """The headers the source includes (``[path, sha256]``), as the build recorded them."""
+        self._extents = {int(k): v for k, v in meta.get("extents", {}).items()}
+        """Output C position -> what the code surely writes into it (plugins/checks.py), checked by resolve."""
         lib = _load_library(self.library)
         for entry in ("primal", "vjp", "jvp"):
             self._bind_entry(lib, entry)
@@ -1318,7 +1329,30 @@ class CompiledKernel:
                 out_shapes[p.name] = dims
         all_shapes = {p.name: (specs[p.name].shape if p.kind == "in" else out_shapes[p.name] if p.kind == "out"
                                else ()) for p in self.params if p.kind != "int"}
+        self._check_extents(values, out_shapes)
         return Plan(values, all_shapes, tuple(values[p.name] for p in self.params if p.kind == "int"))
+
+    def _check_extents(self, values: dict, out_shapes: dict) -> None:
+        """ShapeError when the code surely writes more of an output than its shape holds (a loop bound by an
+        Int, a constant index: plugins/checks.py), before the call corrupts the heap."""
+        if not self._extents or any(_symbolic(v) for v in values.values()):
+            return
+        from .checks import written_bytes
+        ints = {p.index: values[p.name] for p in self.params if p.kind == "int" and p.name in values}
+        for p in self.outputs:
+            facts = self._extents.get(p.index)
+            shape = out_shapes.get(p.name, ())
+            if not facts or any(_symbolic(s) for s in shape):
+                continue
+            got = written_bytes(facts, ints)
+            item = ctypes.sizeof(_CTYPES[p.dtype])
+            have = math.prod(shape) * item
+            if got is not None and got[0] > have:
+                args = ", ".join(f"{q.name} = {values[q.name]}" for q in self.params if q.kind == "int")
+                n = -(-got[0] // item)
+                raise ShapeError(f"{self.name}: the function writes {n} element{'s' if n != 1 else ''} of {p.name!r} "
+                                 f"(at {got[1] or '?'}, for {args}), but its declared shape {tuple(shape)} holds "
+                                 f"{math.prod(shape)}")
 
     def _call_shape_fn(self, fn, owner, specs, values):
         kwargs = {}
@@ -1576,12 +1610,12 @@ def load_kernel(source, name: str, params: Sequence[Param], dtype=None, *, cflag
     return kernel
 
 
-def _recorded_dependencies(library: Path) -> list:
+def _recorded_meta(library: Path) -> dict:
     try:
         meta = json.loads(library.with_name(library.name.split(".")[0] + ".json").read_text())
-        return [list(d) for d in meta.get("dependencies", [])]
+        return meta if isinstance(meta, dict) else {}
     except (OSError, ValueError, TypeError, AttributeError):
-        return []
+        return {}
 
 
 # --- one op per source, function, declaration and options in a process ----------------------------------------------

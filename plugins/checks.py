@@ -19,7 +19,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["PointerUse", "analyse_pointers", "const_pointers", "declaration_problems"]
+__all__ = ["PointerUse", "analyse_pointers", "const_pointers", "declaration_problems", "write_extents",
+           "written_bytes"]
 
 #: intrinsics that neither read nor write the memory they are given (markers, hints)
 _INERT = ("llvm.lifetime.", "llvm.assume", "llvm.prefetch", "llvm.dbg.", "llvm.invariant.", "llvm.experimental.noalias",
@@ -50,22 +51,38 @@ class PointerUse:
                 (False, True): "only writes it", (False, False): "does not touch it"}[(self.reads, w)]
 
 
-def analyse_pointers(bitcode: bytes, name: str, source: str = "") -> dict[int, PointerUse]:
-    """Per pointer parameter of ``name`` (C position -> :class:`PointerUse`), from its bitcode as the frontend
-    made it (optimized here at -O2 first). ``{}`` when the function cannot be analysed (e.g. not found)."""
+_optimized_cache: dict = {}
+
+
+def optimized_function(bitcode: bytes, name: str):
+    """(``name`` in enzcc's IR model, the module's text) after LLVM's -O2 pipeline without the vectorizers, or
+    (None, text) when the module does not define it. The last result is kept (both analyses use it)."""
+    key = (hash(bitcode), name)
+    if key in _optimized_cache:
+        return _optimized_cache[key]
     import llvmlite.binding as llvm
     from enzcc.backend import llvm as backend
     from enzcc.ir import parse_module
 
     mod = llvm.parse_bitcode(bitcode)
-    tm = backend.target_machine(backend.host_triple(), 2)
-    backend.optimize(mod, tm, 2, vectorize=False)
+    backend.optimize(mod, backend.target_machine(backend.host_triple(), 2), 2, vectorize=False)
     text = str(mod)
-    irmod = parse_module(text)
-    fn = irmod.get_function(name)
-    if fn is None or fn.is_declaration:
+    fn = parse_module(text).get_function(name)
+    if fn is not None and not fn.is_declaration:
+        fn.parse()  # (bodies are parsed lazily: the arguments have no users before)
+    else:
+        fn = None
+    _optimized_cache.clear()
+    _optimized_cache[key] = (fn, text)
+    return fn, text
+
+
+def analyse_pointers(bitcode: bytes, name: str, source: str = "") -> dict[int, PointerUse]:
+    """Per pointer parameter of ``name`` (C position -> :class:`PointerUse`), from its bitcode as the frontend
+    made it (optimized here at -O2 first). ``{}`` when the function cannot be analysed (e.g. not found)."""
+    fn, text = optimized_function(bitcode, name)
+    if fn is None:
         return {}
-    fn.parse()  # (bodies are parsed lazily: the arguments have no users before)
     locations = _locations(text, source)
     escapes_all = " inttoptr " in text  # an integer made into a pointer may be any parameter
     out = {}
@@ -274,3 +291,238 @@ def declaration_problems(params, uses: dict[int, PointerUse], consts: set[int], 
 
 def _c_type(p) -> str:
     return {"float32": "float", "float64": "double"}.get(p.dtype or "", "T")
+
+
+# --- the extent the code surely writes ---------------------------------------------------------------------------
+#
+# A fact says: when the guards hold for the call's integer arguments, the function writes the byte
+# ``index * elem + store - 1`` of the parameter (so the array must have at least ``index * elem + store`` bytes).
+# Expressions over the integer parameters are JSON lists: ["c", v] a constant, ["a", i] parameter i,
+# ["add", e, f], ["sext", e, bits] / ["zext", e, bits] (widened from a bits-wide value). A guard is
+# [predicate, bits, lhs, rhs, want]: the icmp must come out ``want`` for the store to be reached.
+
+_SIZES = {"double": 8, "float": 4, "i64": 8, "i32": 4, "i16": 2, "i8": 1, "half": 2, "ptr": 8}
+
+
+def write_extents(bitcode: bytes, name: str, source: str = "") -> dict[int, list[dict]]:
+    """Per pointer parameter (C position), the writes the code surely makes (see above): a store at a
+    constant index in the entry block, and the last store of a counted loop (``for (i = a; i < N; i++)
+    p[i + c] = ...``, the store in the loop's only exiting block, reached from the entry through branches on
+    integer parameters only). Empty for a function that calls anything (a call may not return)."""
+    from enzcc.ir import Call, DominatorTree
+
+    fn, text = optimized_function(bitcode, name)
+    if fn is None:
+        return {}
+    if any(isinstance(i, Call) and not (i.callee_name or "").startswith("llvm.") for i in fn.instructions()):
+        return {}
+    locations = _locations(text, source)
+    dt = DominatorTree(fn)
+    out: dict[int, list[dict]] = {}
+    for arg in fn.args:
+        if str(arg.type) != "ptr":
+            continue
+        facts = [f for f in (_store_fact(fn, dt, arg, s, locations) for s in _pure_stores(arg)) if f]
+        if facts:
+            out[arg.index] = facts
+    return out
+
+
+def _pure_stores(arg):
+    from enzcc.ir import Store
+    _, pure = _derived(arg)
+    return [u for v in pure.values() for u in v.users if isinstance(u, Store) and u.pointer is v]
+
+
+def _store_fact(fn, dt, arg, store, locations) -> dict | None:
+    """The fact of one store through ``arg`` (address ``gep T, arg, idx`` or ``arg`` itself), or None."""
+    from enzcc.ir import GetElementPtr
+    size = _SIZES.get(str(store.value.type))
+    addr = store.pointer
+    if size is None:
+        return None
+    if addr is arg:
+        elem, idx = size, None
+    elif isinstance(addr, GetElementPtr) and addr.pointer is arg and len(addr.indices) == 1:
+        elem, idx = _SIZES.get(str(addr.source_type)), addr.indices[0]
+        if elem is None:
+            return None
+    else:
+        return None
+    block = store.parent
+    at = _where(store, locations)
+    if idx is None or _const(idx) is not None:
+        if block is not fn.entry_block:
+            return None
+        return {"index": ["c", 0 if idx is None else _const(idx)], "elem": elem, "store": size, "guards": [],
+                "at": at}
+    loop = _counted_loop(block, idx)
+    if loop is None:
+        return None
+    header, last = loop
+    guards = _guards(fn, dt, header, arg.parent)
+    if guards is None:
+        return None
+    return {"index": last, "elem": elem, "store": size, "guards": guards, "at": at}
+
+
+def _const(v):
+    from enzcc.ir import ConstantInt
+    return v.signed_value if isinstance(v, ConstantInt) else None
+
+
+def _counted_loop(block, idx):
+    """(header, the last index as an expression) when ``idx`` is ``iv + c`` of a loop whose only exiting block
+    is ``block``, which ends ``br (icmp eq iv + 1, N), exit, header`` (or ne / ult / slt, continuing)."""
+    from enzcc.ir import BinaryOp, Cast, CondBr, ICmp, Phi
+    offset = 0
+    if isinstance(idx, BinaryOp) and idx.opcode == "add" and _const(idx.rhs) is not None:
+        idx, offset = idx.lhs, _const(idx.rhs)
+    if not isinstance(idx, Phi) or len(idx.incoming) != 2:
+        return None
+    header = idx.parent
+    term = block.terminator
+    if not isinstance(term, CondBr) or not isinstance(term.condition, ICmp):
+        return None
+    cmp = term.condition
+    nxt, bound = cmp.lhs, cmp.rhs
+    if not (isinstance(nxt, BinaryOp) and nxt.opcode == "add" and nxt.lhs is idx and _const(nxt.rhs) == 1):
+        return None
+    start = None
+    for v, b in idx.incoming:
+        if v is nxt and b is block:
+            continue
+        start = _const(v)
+    if start is None:
+        return None
+    continuing = {"eq": False, "ne": True, "ult": True, "slt": True}.get(cmp.predicate)
+    if continuing is None or (term.true_dest is header) != continuing or \
+            (term.false_dest is header) == continuing:
+        return None
+    loop_blocks = _loop_blocks(header, block)
+    if loop_blocks is None:
+        return None
+    for b in loop_blocks:  # the only way out is block's exit edge
+        if b is not block and any(id(s) not in {id(x) for x in loop_blocks} for s in b.successors):
+            return None
+    n = _expr(bound)
+    if n is None:
+        return None
+    # the last iteration has iv = N - 1 (the loop runs while iv + 1 != N, from start < N)
+    return header, ["add", n, ["c", offset - 1]]
+
+
+def _loop_blocks(header, latch):
+    """The blocks of the natural loop of the back edge latch -> header (None when header does not reach it)."""
+    blocks, stack = {id(header): header}, [latch]
+    while stack:
+        b = stack.pop()
+        if id(b) in blocks:
+            continue
+        blocks[id(b)] = b
+        stack.extend(b.predecessors)
+    return list(blocks.values()) if latch in blocks.values() else None
+
+
+def _expr(v):
+    """An expression over the integer parameters (see above), or None."""
+    from enzcc.ir import Argument, BinaryOp, Cast
+    c = _const(v)
+    if c is not None:
+        return ["c", c]
+    if isinstance(v, Argument):
+        return ["a", v.index]
+    if isinstance(v, Cast) and v.opcode in ("sext", "zext"):
+        inner = _expr(v.operands[0])
+        bits = getattr(v.operands[0].type, "bits", None)
+        return None if inner is None or bits is None else [v.opcode, inner, bits]
+    if isinstance(v, BinaryOp) and v.opcode == "add":
+        a, b = _expr(v.lhs), _expr(v.rhs)
+        return None if a is None or b is None else ["add", a, b]
+    return None
+
+
+def _guards(fn, dt, header, _fn) -> list | None:
+    """The conditions under which the entry reaches ``header``: for each conditional branch on the dominator
+    chain whose one successor leads on (dominates the header), [pred, bits, lhs, rhs, want]; None when one is
+    not an icmp of integer-parameter expressions, or a switch, or the chain has a loop of its own."""
+    from enzcc.ir import CondBr, ICmp
+    chain, b = [], dt.idom(header)
+    while b is not None:
+        chain.append(b)
+        b = dt.idom(b)
+    chain_ids = {id(d) for d in chain}
+    forward = _reach([fn.entry_block], lambda b: b.successors, header)
+    backward = _reach(list(header.predecessors), lambda b: b.predecessors, header)
+    before = {id(b) for b in backward}
+    for b in forward:  # every branch on the way is one of the chain's (else the way depends on more)
+        if id(b) in before and id(b) not in chain_ids and len(set(map(id, b.successors))) > 1:
+            return None
+    guards = []
+    for d in chain:
+        term = d.terminator
+        succs = list(dict.fromkeys(term.successors)) if term is not None else []
+        if len(succs) <= 1:
+            continue
+        if not isinstance(term, CondBr):
+            return None
+        on = [s for s in (term.true_dest, term.false_dest) if dt.dominates(s, header)]
+        if len(on) != 1:
+            return None  # both ways go on, through blocks the chain does not hold
+        cmp = term.condition
+        if not isinstance(cmp, ICmp):
+            return None
+        lhs, rhs = _expr(cmp.lhs), _expr(cmp.rhs)
+        bits = getattr(cmp.lhs.type, "bits", None)
+        if lhs is None or rhs is None or bits is None:
+            return None
+        guards.append([cmp.predicate, bits, lhs, rhs, on[0] is term.true_dest])
+    return guards
+
+
+def evaluate(expr, ints: dict[int, int]):
+    """An expression's value for the integer arguments (C position -> value), or None when it cannot tell
+    (a widened value outside its width)."""
+    op = expr[0]
+    if op == "c":
+        return expr[1]
+    if op == "a":
+        return ints.get(expr[1])
+    if op == "add":
+        a, b = evaluate(expr[1], ints), evaluate(expr[2], ints)
+        return None if a is None or b is None else a + b
+    v = evaluate(expr[1], ints)
+    if v is None:
+        return None
+    bits = expr[2]
+    if op == "sext":
+        return v if -(1 << (bits - 1)) <= v < (1 << (bits - 1)) else None
+    return v if 0 <= v < (1 << bits) else None  # zext
+
+
+def _holds(guard, ints) -> bool | None:
+    pred, bits, lhs, rhs, want = guard
+    a, b = evaluate(lhs, ints), evaluate(rhs, ints)
+    if a is None or b is None:
+        return None
+    if pred.startswith("u"):
+        a, b = a % (1 << bits), b % (1 << bits)
+    got = {"eq": a == b, "ne": a != b, "slt": a < b, "sle": a <= b, "sgt": a > b, "sge": a >= b,
+           "ult": a < b, "ule": a <= b, "ugt": a > b, "uge": a >= b}.get(pred)
+    return None if got is None else got == want
+
+
+def written_bytes(facts: list[dict], ints: dict[int, int]) -> tuple[int, str] | None:
+    """The largest number of bytes the code surely writes into one parameter for these integer arguments, and
+    where (file:line); None when no fact applies."""
+    best = None
+    for f in facts:
+        if not all(_holds(g, ints) for g in f["guards"]):
+            continue
+        last = evaluate(f["index"], ints)
+        if last is None or last < 0:
+            continue
+        n = last * f["elem"] + f["store"]
+        if best is None or n > best[0]:
+            best = (n, f["at"])
+    return best

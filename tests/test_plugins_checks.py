@@ -21,7 +21,7 @@ plugins_importable()
 
 np = pytest.importorskip("numpy")
 
-from enzcc_plugins import CheckedCallError, In, Int, Out, PrototypeError, load_kernel  # noqa: E402
+from enzcc_plugins import CheckedCallError, In, Int, Out, PrototypeError, ShapeError, load_kernel  # noqa: E402
 from enzcc_plugins import build as B  # noqa: E402
 
 SOURCE = r"""
@@ -62,6 +62,17 @@ void overrun(const double *x, long n, double *y) {     /* writes n + 2 elements 
 }
 void overrun2(const double *x, long n, double *y) {    /* the same (ops are named by the function) */
   for (long i = 0; i < n + 2; i++) y[i] = x[i % n] * x[i % n];
+}
+void square(const double *x, long n, double *y) {      /* writes y[0 .. n - 1]: a loop bound by Int n */
+  for (long i = 0; i < n; i++) y[i] = x[i] * x[i];
+}
+void shifted(const double *x, int n, double *y) {      /* writes y[0 .. n]: int n, index i + 1 */
+  y[0] = 0;
+  for (int i = 0; i < n; i++) y[i + 1] = y[i] + x[i];
+}
+void when_positive(const double *x, long n, double *y) {  /* writes only when x[0] > 0: no static verdict */
+  if (x[0] > 0)
+    for (long i = 0; i < n; i++) y[i] = 1;
 }
 """
 
@@ -175,6 +186,29 @@ def _uses(src, name):
                    cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     rec = next(iter(embed.unpack_records(embed.elf_section(obj.read_bytes(), embed.SECTION), str(obj))))
     return checks.analyse_pointers(rec.bitcode, name, str(src))
+
+
+def test_extent_written_is_compared_with_the_output_shape(src, cache):
+    # issue 36: an Out shape smaller than what the code writes (malloc_consolidate(), exit 134): the loop bound is
+    # Int n, so the call is refused before it runs
+    small = [In("x", shape=("n",)), Int("n"), Out("y", shape=lambda n: (n - 1,))]
+    k = load_kernel(src, "square", small, cache=cache)
+    with pytest.raises(ShapeError, match=r"writes 4 elements of 'y' \(at kernels.c:\d+, for n = 4\), but its declared "
+                                         r"shape \(3,\) holds 3"):
+        k(np.ones(4))
+    with pytest.raises(ShapeError, match=r"writes 1 element of 'y'.*\(0,\) holds 0"):
+        k(np.ones(1))
+    good = load_kernel(src, "square", [In("x", shape=("n",)), Int("n"), Out("y", shape=("n",))], cache=cache)
+    np.testing.assert_allclose(good(np.array([1.0, -2.0, 3.0])), [1.0, 4.0, 9.0])
+    k = load_kernel(src, "shifted", [In("x", shape=("n",)), Int("n"), Out("y", shape=("n",))], cache=cache)
+    with pytest.raises(ShapeError, match=r"writes 4 elements of 'y'"):
+        k(np.ones(3))
+    ok = load_kernel(src, "shifted", [In("x", shape=("n",)), Int("n"), Out("y", shape=lambda n: (n + 1,))],
+                     cache=cache)
+    np.testing.assert_allclose(ok(np.array([1.0, 2.0, 3.0])), [0, 1, 3, 6])
+    # a write that depends on the data: no verdict before the call (the checked mode would catch it)
+    k = load_kernel(src, "when_positive", small, cache=cache)
+    assert k(-np.ones(3)).shape == (2,)
 
 
 # --- the checked mode ------------------------------------------------------------------------------------
@@ -312,3 +346,7 @@ def test_torch_checked_mode(src, cache, monkeypatch):
     y.backward(torch.ones(5, dtype=torch.float64))
     np.testing.assert_allclose(y.detach().numpy(), [1.0, 4.0, 9.0, 1.0, 4.0])
     np.testing.assert_allclose(x.grad.numpy(), 2 * x.detach().numpy() * np.array([2.0, 2.0, 1.0]))
+    monkeypatch.delenv("ENZCC_CHECKED")
+    S = enzyme(src, "square", [In("x", shape=("n",)), Int("n"), Out("y", shape=lambda n: (n - 1,))], cache=cache)
+    with pytest.raises(ShapeError, match=r"writes 3 elements of 'y'"):  # refused before the call, unchecked too
+        S.apply(x)
