@@ -17,8 +17,8 @@ Everything else (probes, ``cargo check``, proc-macro crates, build scripts, crat
 ``__enzyme_*``) is rustc itself: the process is replaced by rustc, so it costs only enzcc's start.
 
 Which crates reach ``__enzyme_*``: a crate whose source files (the directory of its root file, recursively)
-name ``__enzyme``, or whose ``--extern`` dependencies do. A library crate that reaches one leaves a marker
-beside its rlib (``<rlib>.enzcc-ad``), so that the crates using it know without reading it.
+name ``__enzyme``, or whose ``--extern`` dependencies do. A library or proc-macro crate that reaches one leaves a
+marker beside its output (``<rlib>.enzcc-ad``), so that the crates using it know without reading it.
 """
 
 from __future__ import annotations
@@ -133,10 +133,17 @@ class RustcCall:
 
     def rlib_path(self) -> str | None:
         """Where rustc writes this library crate's rlib (``--out-dir`` and ``-C extra-filename``)."""
+        return self._output(".rlib")
+
+    def proc_macro_path(self) -> str | None:
+        """Where rustc writes this proc-macro crate (a shared library, as on Linux)."""
+        return self._output(".so")
+
+    def _output(self, suffix: str) -> str | None:
         if not self.out_dir:
             return None
         extra = self.codegen_value("extra-filename") or ""
-        return os.path.join(self.out_dir, f"lib{self.crate_name}{extra}.rlib")
+        return os.path.join(self.out_dir, f"lib{self.crate_name}{extra}{suffix}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -227,6 +234,8 @@ def _drop_codegen(args: list[str], value_index: int) -> None:
 def main(argv: list[str]) -> int:
     rustc, args = _real_rustc(argv)
     call = RustcCall(rustc, args)
+    if "proc-macro" in call.crate_types and "link" in call.emit:
+        _mark(call.proc_macro_path(), call)  # (a macro may expand to __enzyme_* calls in the crates using it)
     if call.passes_through:
         return _exec([rustc, *args])
     if call.library and not call.links:
@@ -245,12 +254,17 @@ def _library(call: RustcCall) -> int:
     """A library crate: rustc with its bitcode kept, and the marker beside the rlib kept up to date. The marker
     is written before rustc runs: with cargo's pipelining, the crates using this one start as soon as its
     metadata is written, before this rustc ends."""
-    rlib = call.rlib_path()
-    if rlib is not None:
-        if reaches_enzyme(call):
-            os.makedirs(os.path.dirname(rlib) or ".", exist_ok=True)
-            with open(rlib + MARKER, "w") as fh:
-                fh.write("this crate reaches an __enzyme_* call (written by enzcc's RUSTC_WRAPPER)\n")
-        elif os.path.exists(rlib + MARKER):
-            os.unlink(rlib + MARKER)
+    _mark(call.rlib_path(), call)
     return _exec([call.rustc, *_with_bitcode(call)])
+
+
+def _mark(output: str | None, call: RustcCall) -> None:
+    """The marker beside a crate's output: there when the crate reaches ``__enzyme_*``, gone otherwise."""
+    if output is None:
+        return
+    if reaches_enzyme(call):
+        os.makedirs(os.path.dirname(output) or ".", exist_ok=True)
+        with open(output + MARKER, "w") as fh:
+            fh.write("this crate reaches an __enzyme_* call (written by enzcc's RUSTC_WRAPPER)\n")
+    elif os.path.exists(output + MARKER):
+        os.unlink(output + MARKER)

@@ -214,3 +214,34 @@ def test_rustc_command_lines():
     assert _without_plugin_options("-Wl,-plugin-opt=O0,-plugin-opt=mcpu=x86-64") == ""
     assert _without_plugin_options("-Wl,--as-needed,-plugin-opt=O2") == "-Wl,--as-needed"
     assert _without_plugin_options("-Wl,-z,relro") == "-Wl,-z,relro"
+
+
+def test_through_a_proc_macro(example, cargo_env):
+    """A proc-macro crate expands to the __enzyme_autodiff call (its marker: the binary names no __enzyme_*
+    itself); a build script and include! of its output around it pass through."""
+    (example / "Cargo.toml").write_text('[workspace]\nmembers = ["model", "mac", "app"]\nresolver = "2"\n')
+    (example / "mac" / "src").mkdir(parents=True)
+    (example / "mac" / "Cargo.toml").write_text(
+        '[package]\nname = "mac"\nversion = "0.1.0"\nedition = "2021"\n\n[lib]\nproc-macro = true\n')
+    (example / "mac" / "src" / "lib.rs").write_text(
+        "extern crate proc_macro;\nuse proc_macro::TokenStream;\n"
+        "/// grad!(f, x): the derivative of the extern \"C\" fn f(f64) -> f64 at x\n"
+        "#[proc_macro]\npub fn grad(input: TokenStream) -> TokenStream {\n"
+        "    let text = input.to_string();\n"
+        "    let (f, x) = text.split_once(',').unwrap();\n"
+        "    format!(\"{{ extern \\\"C\\\" {{ fn __enzyme_autodiff(f: *const (), ...) -> f64; }} \\\n"
+        "             unsafe {{ __enzyme_autodiff({f} as *const (), ({x}) as f64) }} }}\").parse().unwrap()\n}\n")
+    (example / "app" / "Cargo.toml").write_text(
+        '[package]\nname = "app"\nversion = "0.1.0"\nedition = "2021"\n\n[dependencies]\n'
+        'model = { path = "../model" }\nmac = { path = "../mac" }\n')
+    (example / "app" / "build.rs").write_text(
+        'fn main() { let out = std::env::var("OUT_DIR").unwrap();\n'
+        '            std::fs::write(format!("{out}/x.rs"), "const X: f64 = 1.25;").unwrap(); }\n')
+    (example / "app" / "src" / "main.rs").write_text(
+        'include!(concat!(env!("OUT_DIR"), "/x.rs"));\n'
+        'fn main() { println!("{:.17e}", mac::grad!(model::cube, X)); }\n')
+    proc = cargo(example, cargo_env, "run", RUSTC_WRAPPER="enzcc")
+    assert list((Path(cargo_env["CARGO_TARGET_DIR"]) / "debug" / "deps").glob("libmac-*.so.enzcc-ad"))
+    got = float(proc.stdout)
+    assert abs(got - (3 * 1.25 ** 2 + 2 * math.cos(1.25))) < 1e-12
+    assert abs(got - central(lambda v: cube(v[0]), [1.25], 0)) < 1e-5
