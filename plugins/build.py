@@ -1694,9 +1694,9 @@ def memoise_ops(framework: str):
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            checked = os.environ.get("ENZCC_CHECKED")  # (the checked mode is chosen at load time)
+            checked = _checked_env()  # (the checked mode is chosen at load time)
             try:
-                key = (args, tuple(kwargs.items()), checked)
+                key = (args, tuple(kwargs.items()) if kwargs else (), checked)
                 hit = calls.get(key)
             except TypeError:  # a list (the declaration): as tuples
                 key = (_hashable(args), _hashable(tuple(kwargs.items())), checked)
@@ -1728,6 +1728,17 @@ def memoise_ops(framework: str):
             return op
         return wrapper
     return decorate
+
+
+_ENVIRON_BYTES = getattr(os.environ, "_data", None) if os.name == "posix" else None
+
+
+def _checked_env():
+    """``ENZCC_CHECKED`` as it is now (os.environ's own bytes dictionary where there is one: a lookup there
+    costs ~0.05 us, ``os.environ.get`` ~0.7 us, which a small op's call would notice)."""
+    if isinstance(_ENVIRON_BYTES, dict):
+        return _ENVIRON_BYTES.get(b"ENZCC_CHECKED")
+    return os.environ.get("ENZCC_CHECKED")
 
 
 def _stamps(path, deps) -> tuple:
