@@ -18,7 +18,7 @@ from enzcc_testing import ROOT
 
 CARGO = shutil.which("cargo") or (os.path.expanduser("~/.cargo/bin/cargo")
                                   if os.access(os.path.expanduser("~/.cargo/bin/cargo"), os.X_OK) else None)
-pytestmark = pytest.mark.skipif(CARGO is None, reason="needs cargo (not installed)")
+needs_cargo = pytest.mark.skipif(CARGO is None, reason="needs cargo (not installed)")
 
 
 def cube(x: float) -> float:
@@ -78,6 +78,7 @@ def check_example_output(stdout: str) -> None:
         assert abs(got[i] - central(rosenbrock, x, i)) < 1e-4 * max(1.0, abs(got[i]))
 
 
+@needs_cargo
 @pytest.mark.parametrize("profile", ["dev", "release"])
 def test_wrapper_run(example, cargo_env, profile):
     proc = cargo(example, cargo_env, "run", "--profile", profile, RUSTC_WRAPPER="enzcc")
@@ -88,6 +89,7 @@ def test_wrapper_run(example, cargo_env, profile):
     assert not list(deps.glob("libmodel-*.rlib.enzcc-ad"))  # model reaches no __enzyme_* call
 
 
+@needs_cargo
 def test_wrapper_test_harness(example, cargo_env):
     """``cargo test``: the harness (test::test_main_static) links, and its #[test]s check the gradients
     against the analytic ones."""
@@ -97,11 +99,13 @@ def test_wrapper_test_harness(example, cargo_env):
     assert "2 passed" in proc.stdout
 
 
+@needs_cargo
 def test_rustc_is_enzcc(example, cargo_env):
     proc = cargo(example, cargo_env, "run", RUSTC="enzcc")
     check_example_output(proc.stdout)
 
 
+@needs_cargo
 def test_through_a_library_that_differentiates(example, cargo_env):
     """The crate calling __enzyme_autodiff is a library; the binary using it names no __enzyme_* itself
     (its dependency's marker says the link must differentiate)."""
@@ -140,6 +144,7 @@ def plain_workspace(root: Path) -> Path:
     return root
 
 
+@needs_cargo
 def test_differentiating_nothing_is_rustc(tmp_path, cargo_env):
     """A workspace without __enzyme_* calls: the program enzcc's wrapper builds is byte for byte rustc's."""
     ws = plain_workspace(tmp_path / "plain")
@@ -154,6 +159,7 @@ def test_differentiating_nothing_is_rustc(tmp_path, cargo_env):
     assert check.returncode == 0
 
 
+@needs_cargo
 def test_refused_call_is_one_line(tmp_path, cargo_env):
     """A function pointer chosen at run time: enzcc's one-line error with the source location, through cargo,
     and a non-zero exit; no traceback, no page about a failed linker."""
@@ -179,6 +185,7 @@ def test_refused_call_is_one_line(tmp_path, cargo_env):
     assert not (Path(cargo_env["CARGO_TARGET_DIR"]) / "debug" / "bad").exists()
 
 
+@needs_cargo
 def test_library_built_without_enzcc(example, cargo_env):
     """cargo does not rebuild a dependency when only RUSTC_WRAPPER changes: the error names the rlib without
     bitcode and what to do."""
@@ -216,6 +223,7 @@ def test_rustc_command_lines():
     assert _without_plugin_options("-Wl,-z,relro") == "-Wl,-z,relro"
 
 
+@needs_cargo
 def test_through_a_proc_macro(example, cargo_env):
     """A proc-macro crate expands to the __enzyme_autodiff call (its marker: the binary names no __enzyme_*
     itself); a build script and include! of its output around it pass through."""
