@@ -53,18 +53,23 @@ import numpy as np
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
+from . import ship
 from .build import memoise_ops
-from .build import EnzccBuildError, In, Int, Out, Scalar, build_native_once, cache_dir
+from .build import VECTOR_WIDTHS, EnzccBuildError, In, Int, Out, Scalar, build_native_once, cache_dir
+from .ship import NameClashError, ShippedLibraryError
 
-__all__ = ["enzyme", "EnzymeFunction", "EnzccBuildError", "In", "Out", "Scalar", "Int"]
+__all__ = ["enzyme", "load_library", "export", "EnzymeFunction", "EnzccBuildError", "NameClashError", "ShippedLibraryError",
+           "In", "Out", "Scalar", "Int"]
 
 # --- the FFI handler: one C++ file, compiled once per machine and jaxlib -------------------------------------
 
 HANDLER_SOURCE = Path(__file__).resolve().parent / "native" / "xla_ffi.cc"
+REGISTRY_HEADER = HANDLER_SOURCE.parent / "entry_registry.h"
 TARGET = "enzcc_call"
 
 _handler_lock = threading.Lock()
 _handler_registered = False
+_handler = None  # the handler's ctypes library: enzcc_register_entry
 
 
 def _cxx() -> str:
@@ -79,32 +84,67 @@ def _cxx() -> str:
                           "ENZCC_PLUGINS_CXX)")
 
 
+def _handler_path() -> tuple[Path, list]:
+    """Where the handler lives in the plugin cache and the command that builds it."""
+    import jaxlib
+
+    source = HANDLER_SOURCE.read_bytes() + b"\0" + REGISTRY_HEADER.read_bytes()
+    cxx = _cxx()
+    key = hashlib.sha256(source + b"\0" + cxx.encode() + b"\0" + jaxlib.__version__.encode()).hexdigest()[:20]
+    root = cache_dir().absolute() / "jax-ffi"
+    return root / f"enzcc_xla_ffi-jaxlib{jaxlib.__version__}-{key}.so", [
+        cxx, "-std=c++17", "-O2", "-shared", "-fPIC", "-I", jax.ffi.include_dir(), str(HANDLER_SOURCE), "-o"]
+
+
 def handler_library() -> Path:
     """The compiled handler (plugins/native/xla_ffi.cc) in the plugin cache, built on first use. The file name
     holds the jaxlib version and a hash of the source and compiler, so a new jaxlib or handler rebuilds it; the
     build happens in a private directory and is renamed into place under a lock (concurrent processes wait)."""
-    import jaxlib
-
-    source = HANDLER_SOURCE.read_bytes()
-    cxx = _cxx()
-    key = hashlib.sha256(source + b"\0" + cxx.encode() + b"\0" + jaxlib.__version__.encode()).hexdigest()[:20]
-    root = cache_dir().absolute() / "jax-ffi"
-    root.mkdir(parents=True, exist_ok=True)
-    path = root / f"enzcc_xla_ffi-jaxlib{jaxlib.__version__}-{key}.so"
-    return build_native_once(path, lambda out: [cxx, "-std=c++17", "-O2", "-shared", "-fPIC", "-I",
-                                                 jax.ffi.include_dir(), str(HANDLER_SOURCE), "-o", str(out)],
-                             f"the XLA FFI handler {HANDLER_SOURCE}")
+    path, command = _handler_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return build_native_once(path, lambda out: [*command, str(out)], f"the XLA FFI handler {HANDLER_SOURCE}")
 
 
 def register_handler() -> None:
     """Build (or fetch) the handler and register it with XLA as the CPU FFI target ``enzcc_call`` (once)."""
-    global _handler_registered
+    global _handler_registered, _handler
     with _handler_lock:
         if _handler_registered:
             return
         lib = ctypes.CDLL(str(handler_library()))
+        lib.enzcc_register_entry.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_void_p]
+        lib.enzcc_register_entry.restype = ctypes.c_int
         jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(lib.EnzccCall), platform="cpu")
+        _handler = lib
         _handler_registered = True
+
+
+def _register_if_built() -> None:
+    """At import: register the handler when it is already built (no build), so that a deserialized
+    ``jax.export`` run before :func:`load_library` gets the handler's error naming the op to load, not XLA's."""
+    try:
+        if _handler_path()[0].exists():
+            register_handler()
+    except (EnzccBuildError, OSError):
+        pass
+
+
+def export(fun, **kwargs):
+    """``jax.export.export(fun, ...)`` that accepts enzcc's FFI target. JAX refuses to serialize custom calls
+    whose targets it does not know to be stable; ``enzcc_call`` names its kernels and entry points by stable
+    names (not addresses), and its attributes are part of enzcc_plugins' ABI, so this passes
+    ``disabled_checks=[jax.export.DisabledSafetyCheck.custom_call("enzcc_call")]`` (added to any given)."""
+    checks = list(kwargs.pop("disabled_checks", ())) + [jax.export.DisabledSafetyCheck.custom_call(TARGET)]
+    return jax.export.export(fun, disabled_checks=checks, **kwargs)
+
+
+def _register_entry(qualname: str, entry: str, address: int) -> None:
+    """Tell the handler where ``entry`` of the kernel named ``qualname`` is (it finds it by name when it runs)."""
+    register_handler()
+    rc = _handler.enzcc_register_entry(qualname.encode(), entry.encode(), address)
+    if rc != 0:
+        raise NameClashError(f"JAX op {qualname!r}: the name's entry point {entry} is already another function in "
+                             f"this process; choose another op_name= (or namespace=)")
 
 
 # --- the static description of one call ---------------------------------------------------------------------
@@ -127,9 +167,7 @@ class Layout:
     shapes: tuple
     ints: tuple
     names: tuple  # the parameters' names, for messages
-    primal: int
-    vjp: int
-    jvp: int
+    qualname: str  # the stable op name ("namespace::function"), by which the handler finds the entry points
     #: the CompiledKernel, asked for the second-order entry point (a second library, built on first use)
     kernel: object = field(default=None, compare=False, repr=False)
 
@@ -155,47 +193,34 @@ class Layout:
     def aval(self, i: int, batch: tuple = ()) -> jax.core.ShapedArray:
         return jax.core.ShapedArray(tuple(batch) + tuple(self.shapes[i]), np.dtype(self.dtypes[i]))
 
-    def entry(self, mode: str) -> int:
-        """The address of the entry point a primitive calls ('primal', 'tangent', 'vjp', 'vjp_tangent',
-        'tangent_tangent')."""
+    def entry(self, mode: str) -> str:
+        """The name of the entry point a primitive calls ('primal', 'tangent', 'vjp', 'vjp_tangent',
+        'tangent_tangent'), registered with the handler (the second-order library is built on first use)."""
+        entry = _ENTRY_OF[mode]
         if mode in ("vjp_tangent", "tangent_tangent"):
             if self.kernel is None:
                 raise NotImplementedError(f"{self.name}: no second-order entry point")
-            return self.kernel.address("vjp_jvp" if mode == "vjp_tangent" else "jvp_jvp")
-        return {"primal": self.primal, "tangent": self.jvp, "vjp": self.vjp}[mode]
+            _register_entry(self.qualname, entry, self.kernel.address(entry))
+        return entry
 
 
-class _DlInfo(ctypes.Structure):
-    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p), ("dli_sname", ctypes.c_char_p),
-                ("dli_saddr", ctypes.c_void_p)]
+_ENTRY_OF = {"primal": "primal", "tangent": "jvp", "vjp": "vjp", "vjp_tangent": "vjp_jvp",
+             "tangent_tangent": "jvp_jvp"}
 
 
-@functools.lru_cache(maxsize=None)
-def _entry_info(address: int) -> tuple[str, str]:
-    """(symbol, library file) of an entry point's address, which the handler checks again before calling."""
-    dladdr = ctypes.CDLL(None).dladdr
-    dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo)]
-    info = _DlInfo()
-    if not dladdr(address, ctypes.byref(info)) or not info.dli_sname or info.dli_saddr != address:
-        raise EnzccBuildError(f"no exported function at the entry point address {address:#x}")
-    return info.dli_sname.decode(), os.path.basename(info.dli_fname.decode())
-
-
-def _attrs(layout: Layout, entry: int, arrays: list[list[tuple[int, int]]], zero=(), batch=(),
+def _attrs(layout: Layout, entry: str, arrays: list[list[tuple[int, int]]], zero=(), batch=(),
            batched=(), scratch=(), vector=None) -> dict:
-    """The FFI attributes of one call (see plugins/native/xla_ffi.cc); ``vector``: (addresses, library) of the
-    vector-mode versions of a forward entry point."""
+    """The FFI attributes of one call (see plugins/native/xla_ffi.cc): the kernel and entry point by name;
+    ``vector``: the entry point whose vector-mode versions (``_v2``, ``_v4``, ``_v8``) run under vmap."""
     kinds = [k for arr in arrays for k, _ in arr]
     index = [i for arr in arrays for _, i in arr]
-    symbol, library = _entry_info(entry)
-    return dict(fn=np.int64(entry), symbol=symbol, library=library, arrays=np.int64(len(arrays)),
+    return dict(kernel=layout.qualname, entry=entry, arrays=np.int64(len(arrays)),
                 slot_kind=np.array(kinds, np.int64), slot_index=np.array(index, np.int64),
                 ints=np.array(layout.ints, np.int64),
                 zero=np.array(list(zero), np.int64), batch=np.int64(math.prod(batch)),
                 batched=np.array([1 if b else 0 for b in batched], np.int64),
                 scratch=np.array(list(scratch), np.int64),
-                vfns=np.array(list(vector[0]) if vector else [], np.int64),
-                vlibrary=os.path.basename(str(vector[1])) if vector else "")
+                ventry=vector or "")
 
 
 # --- the primitives -----------------------------------------------------------------------------------------
@@ -345,9 +370,12 @@ def _vector_entries(layout: Layout, mode: str, batch: tuple, batched: tuple):
     if entry == "vjp_jvp" and any(b is True for b in batched[I:I + len(layout.outputs)]):
         return None  # seeds that differ from item to item (copies of one seed are flagged COPIES)
     try:
-        return layout.kernel.vector(entry)
+        addresses, _ = layout.kernel.vector(entry)
     except EnzccBuildError:
         return None
+    for w, address in zip(VECTOR_WIDTHS, addresses):
+        _register_entry(layout.qualname, f"{entry}_v{w}", address)
+    return entry
 
 
 def _lowering(prim):
@@ -598,9 +626,12 @@ class EnzymeFunction:
     other forward-over-reverse second derivatives.
     """
 
-    def __init__(self, kernel, seed_shape: Callable | None = None):
+    def __init__(self, kernel, seed_shape: Callable | None = None, qualname: str | None = None,
+                 seed: dict | None = None):
         self.kernel = kernel
         self.name = kernel.name
+        self.op_name = qualname or ship.op_name(kernel.name)  # stable: what a jax.export names
+        self._seed = seed  # the one-array form's out_size, for the manifest (None: a declaration)
         self.params = tuple(kernel.params)
         self.arg_names = tuple(kernel.arg_names)
         self._seed_shape = seed_shape  # the seed's one-array form: the output's shape from the input's
@@ -608,7 +639,16 @@ class EnzymeFunction:
         self._eager: dict = {}  # layout -> jax.jit of _run
         self.__name__ = self.__qualname__ = kernel.name
         self.__doc__ = f"{kernel.name} from {kernel.source}, compiled by enzcc; derivatives by enzcc."
-        register_handler()
+        entries = kernel.shipped_entries() if isinstance(kernel, ship.ShippedKernel) else {
+            e: kernel.address(e) for e in ("primal", "vjp", "jvp")}
+        for entry, address in entries.items():  # (a deserialized export's calls find them by name)
+            _register_entry(self.op_name, entry, address)
+
+    def save_library(self, directory, *, second_order: bool = True) -> Path:
+        """Copy the compiled libraries into ``directory`` with a manifest, for :func:`load_library` in another
+        process (a ``jax.export`` of this function names its entry points by ``op_name``). second_order: build
+        and ship the second-derivative library too (where enzcc can). Returns the manifest's path."""
+        return ship.save(self.kernel, self.op_name, directory, "jax", seed=self._seed, second_order=second_order)
 
     def __repr__(self) -> str:
         return f"<enzcc JAX function {self.name}({', '.join(self.arg_names)}) from {self.kernel.source}>"
@@ -651,8 +691,7 @@ class EnzymeFunction:
                 name=self.name, kinds=tuple(p.kind for p in self.params),
                 dtypes=tuple(p.dtype or "" for p in self.params), const=tuple(bool(p.const) for p in self.params),
                 shapes=tuple(tuple(plan.shapes.get(p.name, ())) if p.kind != INT else () for p in self.params),
-                ints=tuple(ints), names=tuple(p.name for p in self.params),
-                primal=k.address("primal"), vjp=k.address("vjp"), jvp=k.address("jvp"), kernel=k)
+                ints=tuple(ints), names=tuple(p.name for p in self.params), qualname=self.op_name, kernel=k)
             self._layouts[key] = layout
         return layout
 
@@ -697,7 +736,7 @@ class EnzymeFunction:
 @memoise_ops("jax")  # the same source, function, declaration and options: the same function
 def enzyme(source, name: str, params=None, dtype=None, *, out_size: int | Callable[[int], int] | None = None,
            cflags: Sequence[str] = (), compiler: str | None = None, cache=None,
-           lang: str | None = None) -> EnzymeFunction:
+           lang: str | None = None, namespace: str | None = None, op_name: str | None = None) -> EnzymeFunction:
     """Compile ``name`` from ``source`` (C, C++, Fortran ``bind(c)`` or Rust) and its derivatives with enzcc and
     return it as a JAX function (:class:`EnzymeFunction`) that runs through XLA's FFI.
 
@@ -707,35 +746,79 @@ def enzyme(source, name: str, params=None, dtype=None, *, out_size: int | Callab
     returns an array of ``x``'s shape, or 1-D of ``out_size(n)`` when ``out_size`` (an int or a callable
     ``n -> int``) is given; for this form the third positional argument may be the dtype
     (``enzyme("f.c", "f", "double")``). dtype, cflags, compiler, cache, lang: as for
-    :func:`enzcc_plugins.load_kernel`. Raises ``EnzccBuildError`` (the source does not compile, enzcc refuses
-    a derivative), ``PrototypeError`` (the declaration does not match the C function) at load time.
+    :func:`enzcc_plugins.load_kernel`. namespace, op_name: the stable name ``namespace::op_name`` (defaults
+    ``enzcc`` and the function's name; op_name may be ``'ns::op'``) by which the handler finds the entry points,
+    so that a ``jax.export`` of the function runs in another process after :func:`load_library`. Raises
+    ``EnzccBuildError`` (the source does not compile, enzcc refuses a derivative), ``PrototypeError`` (the
+    declaration does not match the C function) at load time, ``NameClashError`` when the name already holds
+    another function or declaration in this process.
     """
     from .build import load_kernel
+
+    qualname = ship.op_name(name, namespace, op_name)
 
     if params is not None and not isinstance(params, (list, tuple)):
         if dtype is not None:
             raise TypeError("enzyme(): params must be a list of In/Out/Scalar/Int declarations")
         params, dtype = None, params  # the seed's enzyme(source, name, dtype)
-    seed_shape = None
+    seed_shape, seed = None, None
     if params is None:
-        if out_size is not None and not callable(out_size) and (
-                isinstance(out_size, bool) or not isinstance(out_size, int) or out_size < 0):
-            raise ValueError(f"out_size must be a non-negative int or a callable n -> int, got {out_size!r}")
-
-        def out_len(n: int) -> int:
-            m = out_size(n) if callable(out_size) else out_size
-            if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 0:
-                raise ValueError(f"out_size({n}) returned {m!r}, not a non-negative int")
-            return int(m)
-
-        if out_size is None:
-            params = [In("x"), Int("n", value=lambda x: x.size), Out("y", shape=lambda x: (x.size,))]
-            seed_shape = tuple
-        else:
-            params = [In("x"), Int("n", value=lambda x: x.size), Out("y", shape=lambda x: (out_len(x.size),))]
-            seed_shape = lambda shape: (out_len(math.prod(shape)),)  # noqa: E731
+        params, seed_shape = _seed_params(out_size)
+        seed = None if callable(out_size) else {"out_size": out_size}
     elif out_size is not None:
         raise TypeError("enzyme(): out_size is for the one-array form; give an Out(...) shape in params instead")
     kernel = load_kernel(source, name, list(params), dtype, cflags=cflags, compiler=compiler, cache=cache,
                          lang=lang)
-    return EnzymeFunction(kernel, seed_shape)
+    return _named(qualname, kernel, seed_shape, seed)
+
+
+_names = ship.Names("JAX")
+
+
+def _named(qualname: str, kernel, seed_shape, seed) -> EnzymeFunction:
+    """The function under its stable name: the one made before for the same kernel and declaration, a
+    NameClashError for another."""
+    return _names.get_or_make(qualname, kernel, lambda: EnzymeFunction(kernel, seed_shape, qualname, seed))
+
+
+def _seed_params(out_size):
+    """The one-array form's declaration and the output's shape from the input's."""
+    if out_size is not None and not callable(out_size) and (
+            isinstance(out_size, bool) or not isinstance(out_size, int) or out_size < 0):
+        raise ValueError(f"out_size must be a non-negative int or a callable n -> int, got {out_size!r}")
+
+    def out_len(n: int) -> int:
+        m = out_size(n) if callable(out_size) else out_size
+        if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 0:
+            raise ValueError(f"out_size({n}) returned {m!r}, not a non-negative int")
+        return int(m)
+
+    if out_size is None:
+        params = [In("x"), Int("n", value=lambda x: x.size), Out("y", shape=lambda x: (x.size,))]
+        seed_shape = tuple
+    else:
+        params = [In("x"), Int("n", value=lambda x: x.size), Out("y", shape=lambda x: (out_len(x.size),))]
+        seed_shape = lambda shape: (out_len(math.prod(shape)),)  # noqa: E731
+    return params, seed_shape
+
+
+def load_library(path, params=None) -> EnzymeFunction | list[EnzymeFunction]:
+    """Load the ops saved by :meth:`EnzymeFunction.save_library` (a manifest, the library beside it, or a
+    directory: all of them) and register their entry points by name, so that a deserialized ``jax.export`` that
+    calls them runs in this process. Returns the function (a list for several). params: the declaration, when
+    its shapes are Python callables (a file cannot hold them). No source, no enzcc needed."""
+    got = []
+    for m in ship.manifests(path):
+        qualname, kernel, doc = ship.load(m, params if params is not None else _seed_decl(m))
+        seed_shape = _seed_params(doc["seed"]["out_size"])[1] if doc.get("seed") else None
+        got.append(_named(qualname, kernel, seed_shape, doc.get("seed")))
+    return got[0] if len(got) == 1 else got
+
+
+def _seed_decl(manifest_path):
+    """The one-array form's declaration when the manifest says the function was made in that form."""
+    doc = ship._read(manifest_path)
+    return _seed_params(doc["seed"]["out_size"])[0] if doc.get("seed") else None
+
+
+_register_if_built()

@@ -28,25 +28,28 @@ on the CPU and of the declared dtype; Python numbers and lists are converted to 
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
-import itertools
 import json
 import os
 import shutil
 import threading
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from . import build as _build
+from . import ship
 from .build import EnzccBuildError, In, Int, Out, PrototypeError, Scalar, SecondOrderError, ShapeError, cache_dir
+from .ship import NameClashError, ShippedLibraryError
 
-__all__ = ["enzyme", "EnzccOp", "op_library", "In", "Out", "Scalar", "Int", "EnzccBuildError", "PrototypeError",
+__all__ = ["enzyme", "load_library", "EnzccOp", "op_library", "NameClashError", "ShippedLibraryError", "In", "Out", "Scalar", "Int", "EnzccBuildError", "PrototypeError",
            "SecondOrderError", "ShapeError"]
 
 _OP_SOURCE = Path(__file__).resolve().parent / "native" / "tf_op.cc"
+_REGISTRY_HEADER = _OP_SOURCE.parent / "entry_registry.h"
 _TF_DTYPES = {"float32": tf.float32, "float64": tf.float64}
 _C_NAMES = {"float32": "float", "float64": "double"}
 
@@ -74,45 +77,77 @@ _op_lock = threading.Lock()
 _op_module = None
 
 
-def op_library() -> Path:
-    """The path of the compiled EnzccCall op library, building it on first use (cached under the plugin cache
-    directory, keyed by the TensorFlow version and build flags, the compiler and tf_op.cc's text)."""
+def _op_library_path() -> tuple[Path, Callable]:
+    """Where the op library lives in the plugin cache, and the command that builds it."""
     cflags, lflags = tf.sysconfig.get_compile_flags(), tf.sysconfig.get_link_flags()
     cxx = _cxx()
     h = hashlib.sha256()
-    for part in (tf.__version__, json.dumps([cflags, lflags]), shutil.which(cxx) or cxx, _OP_SOURCE.read_text()):
+    for part in (tf.__version__, json.dumps([cflags, lflags]), shutil.which(cxx) or cxx, _OP_SOURCE.read_text(),
+                 _REGISTRY_HEADER.read_text()):
         h.update(part.encode() + b"\0\1")
-    root = cache_dir().absolute()
-    root.mkdir(parents=True, exist_ok=True)
     stem = f"tf_op-{tf.__version__}-{h.hexdigest()[:16]}"
-    path = root / f"{stem}.so"
-    return _build.build_native_once(
-        path, lambda out: [cxx, "-O2", "-shared", "-fPIC", "-w", *cflags, str(_OP_SOURCE), "-o", str(out), *lflags],
-        "the enzcc TensorFlow op")
+    path = cache_dir().absolute() / f"{stem}.so"
+    return path, lambda out: [cxx, "-O2", "-shared", "-fPIC", "-w", *cflags, str(_OP_SOURCE), "-o", str(out),
+                              *lflags]
+
+
+def op_library() -> Path:
+    """The path of the compiled EnzccCall op library, building it on first use (cached under the plugin cache
+    directory, keyed by the TensorFlow version and build flags, the compiler, tf_op.cc's and
+    entry_registry.h's text)."""
+    path, command = _op_library_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return _build.build_native_once(path, command, "the enzcc TensorFlow op")
+
+
+_op_entries = None  # the op library through ctypes: enzcc_register_entry
 
 
 def _ops():
-    global _op_module
+    global _op_module, _op_entries
     with _op_lock:
         if _op_module is None:
-            _op_module = tf.load_op_library(str(op_library()))
+            path = str(op_library())
+            module = tf.load_op_library(path)
+            lib = ctypes.CDLL(path)  # the same loaded library (and registry) as TensorFlow's
+            lib.enzcc_register_entry.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_void_p]
+            lib.enzcc_register_entry.restype = ctypes.c_int
+            _op_module, _op_entries = module, lib
         return _op_module
+
+
+def _register_entry(qualname: str, entry: str, address: int) -> None:
+    """Tell the op where ``entry`` of the kernel named ``qualname`` is (it finds it by name, never by an address
+    kept in a graph)."""
+    _ops()
+    if _op_entries.enzcc_register_entry(qualname.encode(), entry.encode(), address) != 0:
+        raise NameClashError(f"TensorFlow op {qualname!r}: the name's entry point {entry} is already another "
+                             f"function in this process; choose another op_name= (or namespace=)")
+
+
+def _register_if_built() -> None:
+    """At import: load the op library when it is already built (no build), so that a SavedModel using
+    EnzccCall loads, and runs into the op's error naming the library to load rather than 'Op type not
+    registered'."""
+    try:
+        if _op_library_path()[0].exists():
+            _ops()
+    except (EnzccBuildError, OSError, tf.errors.OpError):
+        pass
 
 
 # --- one kernel at one set of shapes: the op's attributes for each entry point -----------------------------
 
-_registry_lock = threading.Lock()
-_registry: dict[str, "_Variant"] = {}
-_keys = itertools.count()
-
-
 class _Variant:
     """A kernel resolved at one set of input shapes and integer values: the attributes of the EnzccCall op
-    for each entry point. Registered under ``key`` so that the gradient and forward rules, which see only
-    the op, find it again."""
+    for each entry point. Its ``key`` (the op's stable name and the free integers' values) lets the gradient and
+    forward rules, which see only the op, find it again from the op's input shapes, in this process or in one
+    that loaded a SavedModel."""
 
-    def __init__(self, kernel, plan):
+    def __init__(self, op: "EnzccOp", plan, free_ints: Sequence[int]):
+        kernel = op.kernel
         self.kernel = kernel
+        self.qualname = op.op_name
         self.plan = plan
         self.params = sorted(kernel.params, key=lambda p: p.index)
         self.ins = [p for p in self.params if p.kind in ("in", "scalar")]
@@ -127,9 +162,7 @@ class _Variant:
         self.shape = {p.name: tuple(int(e) for e in plan.shapes.get(p.name, ())) for p in self.params
                       if p.kind != "int"}
         self.dtype = {p.name: _TF_DTYPES[p.dtype] for p in self.params if p.kind != "int"}
-        with _registry_lock:
-            self.key = f"{kernel.name}#{next(_keys)}"
-            _registry[self.key] = self
+        self.key = f"{op.op_name}|{','.join(str(int(v)) for v in free_ints)}"
         self._attrs: dict[str, tuple] = {}
 
     # the four entry points: op inputs, op outputs and the pointer layout
@@ -208,12 +241,11 @@ class _Variant:
 
     def attrs(self, mode: str) -> tuple[list, dict]:
         """The op inputs' (name, dtype, shape) and the EnzccCall attributes for one entry point (the
-        address resolves the entry point, building the second-order library on first use of vjp_jvp)."""
+        entry point is registered by name, building the second-order library on first use of vjp_jvp)."""
         if mode not in self._attrs:
             op_in, op_out, scratch, arrays = self._layout(mode)
-            address = int(self.kernel.address(mode))
-            fields = ["enzcc1", address, f"{self.kernel.name}_enzcc_{mode}", self.kernel.name, len(arrays),
-                      len(self.params), len(op_in)]
+            _register_entry(self.qualname, mode, int(self.kernel.address(mode)))
+            fields = ["enzcc2", self.qualname, mode, self.kernel.name, len(arrays), len(self.params), len(op_in)]
             for n, _, shape in op_in:
                 fields += [n, len(shape), *shape]
             fields.append(len(op_out))
@@ -225,7 +257,7 @@ class _Variant:
             fields += [v for arr in arrays for entry in arr for v in entry]
             fields += [len(self.int_values), *self.int_values]
             attrs = dict(Tout=[t for _, t, _ in op_out], spec=" ".join(str(f) for f in fields),
-                         key=f"{self.key}:{mode}")
+                         key=f"{self.key}|{mode}")
             self._attrs[mode] = (op_in, attrs)
         return self._attrs[mode]
 
@@ -252,16 +284,24 @@ class _Variant:
         return [per_input[self.in_pos[p.name]] for p in self.diff]
 
 
-def _variant_of(key) -> tuple[_Variant, str]:
-    """The variant and entry point of an EnzccCall op from its ``key`` attribute."""
+def _variant_of(key, inputs) -> tuple[_Variant, str]:
+    """The variant and entry point of an EnzccCall op from its ``key`` attribute (stable name, free integers,
+    entry point) and its inputs' shapes (the kernel's inputs come first)."""
     if isinstance(key, bytes):
         key = key.decode()
-    vkey, _, mode = key.rpartition(":")
-    with _registry_lock:
-        v = _registry.get(vkey)
-    if v is None:
-        raise LookupError(f"EnzccCall op {key!r} was not made in this process: its derivatives are unknown")
-    return v, mode
+    try:
+        qualname, ints, mode = key.split("|")
+        free = [int(v) for v in ints.split(",") if v]
+    except ValueError:
+        raise LookupError(f"EnzccCall op key {key!r} is not one this enzcc_plugins writes (made by another "
+                          f"version?)") from None
+    op = _names.lookup(qualname)
+    if op is None:
+        raise LookupError(f"the enzcc op {qualname} is not loaded in this process, so its derivatives are unknown; "
+                          f"call enzcc_plugins.tensorflow.load_library(path) with the library saved by "
+                          f"save_library(...), or make the op again with enzcc_plugins.tensorflow.enzyme(...)")
+    shapes = [tuple(t.shape.as_list()) for t in inputs[:len(op.kernel.inputs)]]
+    return op._variant(shapes, free), mode
 
 
 # --- reverse mode: the registered gradient -----------------------------------------------------------------
@@ -283,7 +323,7 @@ def _refuse_const_gradients(v: "_Variant", op) -> None:
 
 def _grad(op, *grads):
     """The gradient of an EnzccCall op, for each entry point it can be (see the module docstring)."""
-    v, mode = _variant_of(op.get_attr("key"))
+    v, mode = _variant_of(op.get_attr("key"), op.inputs)
     nin, nout, ndiff = len(v.ins), len(v.outs), len(v.diff)
     x = list(op.inputs[:nin])
     _refuse_const_gradients(v, op)
@@ -326,7 +366,7 @@ def _grad(op, *grads):
 def _jvp(attr_tuple, inputs, outputs, tangents):
     """Output tangents of an EnzccCall op from its input tangents (TensorFlow's forward-mode hook)."""
     attrs = dict(zip(attr_tuple[::2], attr_tuple[1::2]))
-    v, mode = _variant_of(attrs["key"])
+    v, mode = _variant_of(attrs["key"], inputs)
     nin, nout, ndiff = len(v.ins), len(v.outs), len(v.diff)
     x = list(inputs[:nin])
     if mode not in ("primal", "vjp"):
@@ -381,8 +421,14 @@ class EnzccOp:
     """A compiled function as a TensorFlow operation: call it with the kernel's call arguments (positional or
     by name; ``.arg_names``). Returns the output tensor, or a tuple of them when the function has several."""
 
-    def __init__(self, kernel):
+    def __init__(self, kernel, qualname: str | None = None, seed: bool = False):
         self.kernel = kernel
+        self.op_name = qualname or ship.op_name(kernel.name)  # stable: what a SavedModel names
+        self._seed = seed  # made by the one-array form (its declaration is rebuilt by load_library)
+        entries = kernel.shipped_entries() if isinstance(kernel, ship.ShippedKernel) else {
+            e: kernel.address(e) for e in ("primal", "vjp", "jvp")}
+        for entry, address in entries.items():  # (a SavedModel's nodes find them by name)
+            _register_entry(self.op_name, entry, address)
         self.arg_names = tuple(kernel.arg_names)
         self._args = tuple(kernel.by_name[n] for n in self.arg_names)  # In/Scalar in C order, free Ints
         self._variants: dict[tuple, _Variant] = {}
@@ -444,31 +490,67 @@ class EnzccOp:
                 t, shape = self._tensor(p, value)
                 tensors.append(t)
                 shapes.append(shape)
+        _, attrs = self._variant(shapes, ints).attrs("primal")
+        outs = (_op_module or _ops()).enzcc_call(tensors, **attrs)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _variant(self, shapes: Sequence[tuple], ints: Sequence[int]) -> _Variant:
+        """The variant for the inputs' shapes (C order) and the free integers' values, made once."""
         sig = (tuple(shapes), tuple(ints))
         variant = self._variants.get(sig)
         if variant is None:
             names = [p.name for p in self._args]
             plan = self.kernel.resolve(dict(zip((n for n, p in zip(names, self._args) if p.kind != "int"), shapes)),
                                        dict(zip((n for n, p in zip(names, self._args) if p.kind == "int"), ints)))
-            with self._lock:  # (a _Variant registers itself: made once per signature)
+            with self._lock:
                 variant = self._variants.get(sig)
                 if variant is None:
-                    variant = self._variants[sig] = _Variant(self.kernel, plan)
-        _, attrs = variant.attrs("primal")
-        outs = (_op_module or _ops()).enzcc_call(tensors, **attrs)
-        return outs[0] if len(outs) == 1 else tuple(outs)
+                    variant = self._variants[sig] = _Variant(self, plan, ints)
+        return variant
+
+    def save_library(self, directory, *, second_order: bool = True) -> Path:
+        """Copy the compiled libraries into ``directory`` with a manifest, for :func:`load_library` in the
+        process that loads a SavedModel using this op. second_order: build and ship the second-derivative
+        library too (where enzcc can). Returns the manifest's path."""
+        return ship.save(self.kernel, self.op_name, directory, "tensorflow",
+                         seed={"out_size": None} if self._seed else None, second_order=second_order)
 
 
 _seed_lock = threading.Lock()
 _seed_ops: dict[tuple, EnzccOp] = {}
 
 
+_names = ship.Names("TensorFlow")
+
+
 @_build.memoise_ops("tensorflow")  # the same source, function, declaration and options: the same op
-def _load(source, name, params, dtype, cflags, compiler, cache, lang) -> EnzccOp:
+def _load(source, name, params, dtype, cflags, compiler, cache, lang, qualname=None) -> EnzccOp:
     if isinstance(cflags, str):
         cflags = cflags.split()
-    return EnzccOp(_build.load_kernel(source, name, list(params), dtype, cflags=tuple(cflags), compiler=compiler,
-                                      cache=cache, lang=lang))
+    seed = params is None
+    kernel = _build.load_kernel(source, name, list(params if not seed else _seed_params()), dtype,
+                                cflags=tuple(cflags), compiler=compiler, cache=cache, lang=lang)
+    return _named(qualname or ship.op_name(name), kernel, seed)
+
+
+def _named(qualname: str, kernel, seed: bool) -> EnzccOp:
+    """The op under its stable name: the one made before for the same kernel and declaration, a NameClashError
+    for another (a SavedModel names the op by it)."""
+    return _names.get_or_make(qualname, kernel, lambda: EnzccOp(kernel, qualname, seed))
+
+
+def load_library(path, params=None) -> EnzccOp | list[EnzccOp]:
+    """Load the ops saved by :meth:`EnzccOp.save_library` (a manifest, the library beside it, or a directory:
+    all of them): the EnzccCall op library and the kernels' entry points by name, so that a SavedModel using them
+    loads and runs (with gradients) in this process. Returns the op (a list for several). params: the
+    declaration, when its shapes are Python callables (a file cannot hold them). No source, no enzcc needed."""
+    got = []
+    for m in ship.manifests(path):
+        seed = bool(ship._read(m).get("seed"))
+        qualname, kernel, _ = ship.load(m, params if params is not None else (_seed_params() if seed else None))
+        got.append(_named(qualname, kernel, seed))
+    _ops()
+    return got[0] if len(got) == 1 else got
 
 
 def _seed_params():
@@ -478,7 +560,8 @@ def _seed_params():
 
 @tf.autograph.experimental.do_not_convert
 def enzyme(*args, filename=None, function=None, params=None, dtype=None, cflags: Sequence[str] = (),
-           compiler: str | None = None, cache=None, lang: str | None = None, **kwargs):
+           compiler: str | None = None, cache=None, lang: str | None = None, namespace: str | None = None,
+           op_name: str | None = None, **kwargs):
     """A C/C++/Fortran/Rust function compiled by enzcc, as a TensorFlow op with gradients.
 
     Two forms:
@@ -491,8 +574,11 @@ def enzyme(*args, filename=None, function=None, params=None, dtype=None, cflags:
       reference system's form ``enzyme(inp, filename="test.c", function="f")``. Without ``params`` the seed
       signature above is used with ``T`` from the tensor's dtype.
 
-    cflags, compiler, cache, lang: as for ``enzcc_plugins.build.load_kernel``. Raises ``EnzccBuildError``
-    (``PrototypeError`` when the declaration does not match the function) at load time.
+    cflags, compiler, cache, lang: as for ``enzcc_plugins.build.load_kernel``. namespace, op_name: the stable
+    name ``namespace::op_name`` (defaults ``enzcc`` and the function's name; op_name may be ``'ns::op'``) by
+    which a SavedModel names the function (:func:`load_library` in the loading process). Raises
+    ``EnzccBuildError`` (``PrototypeError`` when the declaration does not match the function) at load time,
+    ``NameClashError`` when the name already holds another function or declaration in this process.
     """
     if filename is None and function is None:
         if len(args) < 2 or kwargs:
@@ -502,8 +588,8 @@ def enzyme(*args, filename=None, function=None, params=None, dtype=None, cflags:
             if params is not None or len(args) > 3:
                 raise TypeError("enzyme(source, name, params=None, ...): too many positional arguments")
             params = args[2]
-        return _load(source, name, params if params is not None else _seed_params(), dtype, cflags, compiler,
-                     cache, lang)
+        return _load(source, name, params, dtype, cflags, compiler, cache, lang,
+                     ship.op_name(name, namespace, op_name))
     if filename is None or function is None:
         raise TypeError("enzyme(*tensors, filename=..., function=...) needs both filename and function")
     if params is None:
@@ -518,12 +604,15 @@ def enzyme(*args, filename=None, function=None, params=None, dtype=None, cflags:
     except OSError as e:
         raise FileNotFoundError(f"enzyme: cannot read source filename={filename!r}: {e}") from e
     key = (str(path), st.st_mtime_ns, st.st_size, function, repr(params), str(dtype), tuple(cflags), compiler,
-           str(cache), lang)
+           str(cache), lang, namespace, op_name)
     with _seed_lock:
         op = _seed_ops.get(key)
     if op is None:
-        op = _load(path, function, params if params is not None else _seed_params(), dtype, cflags, compiler,
-                   cache, lang)
+        op = _load(path, function, params, dtype, cflags, compiler, cache, lang,
+                   ship.op_name(function, namespace, op_name))
         with _seed_lock:
             op = _seed_ops.setdefault(key, op)
     return op(*args, **kwargs)
+
+
+_register_if_built()

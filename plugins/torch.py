@@ -9,7 +9,8 @@
 
     F = enzyme("f.c", "f")            # the seed's void f(const T *in, size_t n, T *out): F.apply(x)
 
-Each kernel becomes five custom ops, ``torch.ops.enzcc.<name>_<key>_{primal,vjp,jvp,vjp_jvp,jvp_jvp}``, with CPU
+Each kernel becomes five custom ops, ``torch.ops.<namespace>.<name>_{primal,vjp,jvp,vjp_jvp,jvp_jvp}`` (the stable
+name ``namespace::name``: ``enzcc::<function>`` unless given), with CPU
 kernels calling the library through ctypes and fake kernels computed from the declared shapes, so
 ``torch.compile`` captures them in its graph (``fullgraph=True`` works). Their Autograd kernels are
 ``autograd.Function``s: the primal's backward is the vjp op and its forward-mode rule the jvp op
@@ -29,21 +30,22 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import itertools
 import threading
 from typing import Callable, Sequence
 
 import torch
 
+from . import ship
 from .build import (VECTOR_WIDTHS, CompiledKernel, EnzccBuildError, In, Int, Out, PrototypeError, SecondOrderError,
                     ShapeError, load_kernel, memoise_ops)
 
-__all__ = ["enzyme", "EnzymeFunction", "EnzccBuildError", "PrototypeError", "SecondOrderError", "ShapeError"]
+from .ship import NameClashError, ShippedLibraryError
+
+__all__ = ["enzyme", "load_library", "EnzymeFunction", "EnzccBuildError", "NameClashError", "PrototypeError",
+           "SecondOrderError", "ShapeError", "ShippedLibraryError"]
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 _C = {"float32": "float", "float64": "double"}
-_counter = itertools.count()
-_counter_lock = threading.Lock()
 
 
 class _Runner:
@@ -168,14 +170,16 @@ class _Runner:
                 if v.numel() != 1:
                     raise ShapeError(f"{self.name}: argument {name!r} is a scalar, got shape {tuple(v.shape)}")
             ins.append(v)
-        if not torch.compiler.is_compiling():  # (while compiling, the fake kernels check the shapes)
-            self.plan(ins, ints)  # shape errors now, naming the argument
+        if not torch.compiler.is_compiling() and not torch.jit.is_tracing():
+            self.plan(ins, ints)  # shape errors now, naming the argument (else the op's kernels check them)
         return ins, ints
 
 
-def _register_ops(r: _Runner, opname: str):
-    """The five custom ops of one kernel with their real (ctypes) and fake kernels."""
+def _register_ops(r: _Runner, qualname: str):
+    """The five custom ops of one kernel with their real (ctypes) and fake kernels, named
+    ``namespace::<name>_<entry>`` from the stable name ``namespace::<name>``."""
     k = r.k
+    ns, opname = qualname.split("::")
 
     def empty(shape, dtype):
         return torch.empty(shape, dtype=dtype)
@@ -279,13 +283,13 @@ def _register_ops(r: _Runner, opname: str):
                          "(Tensor[] ins, Tensor[] cots, Tensor[] tins, Tensor[] tcots, SymInt[] ints) -> Tensor[]"),
              "jvp_jvp": (jvp_jvp, jvp_jvp_fake,
                          "(Tensor[] ins, Tensor[] tans, Tensor[] sins, Tensor[] utans, SymInt[] ints) -> Tensor[]")}
-    lib = torch.library.Library("enzcc", "FRAGMENT")
+    lib = torch.library.Library(ns, "FRAGMENT")
     ops = {}
     for entry, (impl, fake, schema) in impls.items():
-        lib.define(f"{opname}_{entry}{schema}")
+        _define(lib, qualname, f"{opname}_{entry}{schema}")
         lib.impl(f"{opname}_{entry}", impl, "CPU")
-        torch.library.register_fake(f"enzcc::{opname}_{entry}", fake, lib=lib)
-        ops[entry] = getattr(torch.ops.enzcc, f"{opname}_{entry}").default
+        torch.library.register_fake(f"{ns}::{opname}_{entry}", fake, lib=lib)
+        ops[entry] = getattr(getattr(torch.ops, ns), f"{opname}_{entry}").default
     # torch.func.vmap: one call per example, except where only the tangents (cotangents) of the jvp (vjp) op are
     # batched, as in torch.func.jacfwd (jacrev): vector mode, W of them per run of the function
     def example(vals, dims, b):
@@ -392,8 +396,20 @@ def _register_ops(r: _Runner, opname: str):
     for entry in impls:
         rule = vector_rule(entry) if entry in ("jvp", "vjp") else second_order_rule() if entry == "vjp_jvp" else \
             _sequential_vmap(ops[entry])
-        torch.library.register_vmap(f"enzcc::{opname}_{entry}", rule, lib=lib)
+        torch.library.register_vmap(f"{ns}::{opname}_{entry}", rule, lib=lib)
     return lib, ops, {entry: impl for entry, (impl, _, _) in impls.items()}
+
+
+def _define(lib, qualname: str, schema: str) -> None:
+    """Define one op; a name that PyTorch already knows (defined by something other than enzcc_plugins in this
+    process) is a NameClashError, not PyTorch's registration error."""
+    try:
+        lib.define(schema)
+    except RuntimeError as e:
+        if "already" not in str(e) and "multiple" not in str(e).lower():
+            raise
+        raise NameClashError(f"PyTorch op {qualname!r}: {schema.split('(')[0]} is already defined in this process "
+                             f"by something else; choose another op_name= (or namespace=)") from None
 
 
 def _sequential_vmap(op):
@@ -447,7 +463,7 @@ def _below_autograd(op, *args):
         return op(*args)
 
 
-def _register_autograd(r: _Runner, lib, opname: str, ops, impls) -> None:
+def _register_autograd(r: _Runner, lib, qualname: str, ops, impls) -> None:
     """Autograd kernels of the ops: the primal's derivatives are the vjp op (reverse) and the jvp op
     (forward); the vjp op's are vjp_jvp (H v) and jvp (J v), so backward is differentiable; the jvp and
     vjp_jvp ops are not differentiated further (a third derivative is a clear error)."""
@@ -677,8 +693,8 @@ def _register_autograd(r: _Runner, lib, opname: str, ops, impls) -> None:
         return ops["vjp"](ins, cots, ints)
 
     def primal_call(ins, ints):
-        if torch.compiler.is_compiling():
-            return ops["primal"](ins, ints)  # one op in the graph
+        if torch.compiler.is_compiling() or torch.jit.is_tracing():
+            return ops["primal"](ins, ints)  # one op in the graph (torch.jit.trace records it, not its insides)
         if _functorch_active() or torch.autograd.forward_ad._current_level >= 0 or (
                 torch.is_grad_enabled() and any(t.requires_grad for t in ins)):
             return primal_autograd(ins, ints)
@@ -688,6 +704,7 @@ def _register_autograd(r: _Runner, lib, opname: str, ops, impls) -> None:
 
     r.primal_call = primal_call
 
+    opname = qualname.split("::")[1]
     lib.impl(f"{opname}_primal", primal_autograd, "Autograd")
     lib.impl(f"{opname}_vjp", vjp_autograd, "Autograd")
     lib.impl(f"{opname}_jvp", not_differentiated("jvp"), "Autograd", with_keyset=True)
@@ -701,9 +718,11 @@ class EnzymeFunction:
     Attributes: ``kernel`` (the :class:`enzcc_plugins.CompiledKernel`), ``ops`` (the ``torch.ops.enzcc``
     overloads: primal, vjp, jvp, vjp_jvp, jvp_jvp)."""
 
-    def __init__(self, runner: _Runner, ops, lib, doc: str):
+    def __init__(self, runner: _Runner, ops, lib, doc: str, qualname: str, seed: dict | None = None):
         self._runner = runner
         self.kernel = runner.k
+        self.op_name = qualname  # stable: the ops are torch.ops.<namespace>.<name>_<entry>
+        self._seed = seed  # the one-array form's out_size, for the manifest (None: a declaration)
         self.ops = ops
         self._lib = lib  # keeps the registrations alive
         self.__doc__ = doc
@@ -725,11 +744,18 @@ class EnzymeFunction:
         bound = self.kernel.bind(*args, **kwargs)
         return self.apply(*(bound[n] for n in self.kernel.arg_names))
 
+    def save_library(self, directory, *, second_order: bool = True):
+        """Copy the compiled libraries into ``directory`` with a manifest, for :func:`load_library` in the
+        process that loads a ``torch.export`` program using these ops. second_order: build and ship the
+        second-derivative library too (where enzcc can). Returns the manifest's path."""
+        return ship.save(self.kernel, self.op_name, directory, "torch", seed=self._seed, second_order=second_order)
+
 
 @memoise_ops("torch")  # the same source, function, declaration and options: the same op
 def enzyme(source, name: str, params: Sequence | None = None, dtype=None, *,
            out_size: int | Callable[[int], int] | None = None, cflags: Sequence[str] = (),
-           compiler: str | None = None, cache=None, lang: str | None = None) -> EnzymeFunction:
+           compiler: str | None = None, cache=None, lang: str | None = None, namespace: str | None = None,
+           op_name: str | None = None) -> EnzymeFunction:
     """Compile ``name`` from ``source`` (C, C++, Fortran, Rust) with its derivatives and return ``F``, a PyTorch
     operation: ``F(*args, **kwargs)`` or ``F.apply(*args)`` (arguments in the C order of the inputs, scalars
     and free ints); one output is returned as a tensor, several as a tuple.
@@ -739,27 +765,59 @@ def enzyme(source, name: str, params: Sequence | None = None, dtype=None, *,
     ``void f(const T *in, size_t n, T *out)``: ``F.apply(x)`` flattens ``x`` (``n = x.numel()``) and returns
     ``x``'s shape, or 1-D of ``out_size(n)`` when out_size (an int or ``n -> int``) is given.
     dtype: the default element type ('float32'/'float64' or a torch dtype; default: the prototype's).
-    cflags, compiler, cache, lang: as for :func:`enzcc_plugins.load_kernel`. Raises
-    :class:`EnzccBuildError` (with enzcc's one-line error) / :class:`PrototypeError` at load time.
+    cflags, compiler, cache, lang: as for :func:`enzcc_plugins.load_kernel`. namespace, op_name: the stable
+    name ``namespace::op_name`` (defaults ``enzcc`` and the function's name; op_name may be ``'ns::op'``): the
+    ops are ``torch.ops.<namespace>.<op_name>_{primal,vjp,jvp,vjp_jvp,jvp_jvp}``, so a ``torch.export``
+    program runs in another process after :func:`load_library`. Raises :class:`EnzccBuildError` (with enzcc's
+    one-line error) / :class:`PrototypeError` at load time, :class:`NameClashError` when the name already holds
+    another function or declaration in this process.
     """
+    qualname = ship.op_name(name, namespace, op_name)
     if params is not None and not isinstance(params, (list, tuple)):
         if dtype is not None:
             raise TypeError("give the dtype once: enzyme(source, name, params, dtype) or enzyme(source, name, dtype)")
         params, dtype = None, params  # the seed's enzyme(source, name, dtype)
+    seed = None
     if params is None:
         params = _seed_params(dtype, out_size)
+        seed = None if callable(out_size) else {"out_size": out_size}
     elif out_size is not None:
         raise TypeError("out_size is for the seed's one-array signature; give the output's shape in Out(...)")
     kernel = load_kernel(source, name, params, dtype, cflags=cflags, compiler=compiler, cache=cache, lang=lang)
+    return _named(qualname, kernel, seed)
+
+
+_names = ship.Names("PyTorch")
+
+
+def _named(qualname: str, kernel: CompiledKernel, seed: dict | None) -> EnzymeFunction:
+    """The ops under their stable name: those registered before for the same kernel and declaration, a
+    NameClashError for another (a saved program would call the wrong function)."""
+    return _names.get_or_make(qualname, kernel, lambda: _make(qualname, kernel, seed))
+
+
+def _make(qualname: str, kernel: CompiledKernel, seed: dict | None) -> EnzymeFunction:
     r = _Runner(kernel)
-    with _counter_lock:
-        serial = next(_counter)
-    opname = f"{name}_{kernel.library.stem.rsplit('-', 1)[-1][:10]}_{serial}"
-    lib, ops, impls = _register_ops(r, opname)
-    _register_autograd(r, lib, opname, ops, impls)
-    doc = f"{name} from {kernel.source}, compiled by enzcc; derivatives by enzcc. Arguments: " + \
+    lib, ops, impls = _register_ops(r, qualname)
+    _register_autograd(r, lib, qualname, ops, impls)
+    doc = f"{kernel.name} from {kernel.source}, compiled by enzcc; derivatives by enzcc. Arguments: " + \
           ", ".join(f"{p.name}: {p.describe()}" for p in kernel.params if p.name in kernel.arg_names)
-    return EnzymeFunction(r, ops, lib, doc)
+    return EnzymeFunction(r, ops, lib, doc, qualname, seed)
+
+
+def load_library(path, params: Sequence | None = None):
+    """Register the ops saved by :meth:`EnzymeFunction.save_library` (a manifest, the library beside it, or a
+    directory: all of them) under their stable names, with their autograd rules, so that a ``torch.export``
+    program using them loads (``torch.export.load``) and runs, with gradients, in this process. Returns the
+    :class:`EnzymeFunction` (a list for several). params: the declaration, when its shapes are Python callables
+    (a file cannot hold them). No source, no enzcc needed."""
+    got = []
+    for m in ship.manifests(path):
+        seed = ship._read(m).get("seed")
+        given = params if params is not None else (_seed_params(None, seed["out_size"]) if seed else None)
+        qualname, kernel, _ = ship.load(m, given)
+        got.append(_named(qualname, kernel, seed))
+    return got[0] if len(got) == 1 else got
 
 
 def _seed_params(dtype, out_size):

@@ -123,7 +123,8 @@ def test_torch_gradcheck_float64(layer, compiler, src):
 
 
 def test_torch_float32(compiler, src):
-    layer32 = enzyme(src, "layer", DECL, cflags=["-DREAL=float"], compiler=compiler)
+    layer32 = enzyme(src, "layer", DECL, cflags=["-DREAL=float"], compiler=compiler,
+                     op_name="layer_float32")  # (another library than layer's: another stable name)
     assert all(p.dtype == "float32" for p in layer32.kernel.params if p.kind != "int")  # from the prototype
     x, w, b, a = data(torch.float32, seed=2)
     y, s = layer32(x, w, b, a)
@@ -409,7 +410,7 @@ def test_torch_second_order_refused_is_a_clear_error(compiler, tmp_path):
     refusing.chmod(0o755)
     (tmp_path / "sq.c").write_text("void f(const double *x, double *y) { y[0] = x[0] * x[0] * x[0]; }\n")
     F = enzyme(tmp_path / "sq.c", "f", [In("x", shape=(1,)), Out("y", shape=(1,))], compiler=str(refusing),
-               cache=tmp_path / "cache")
+               cache=tmp_path / "cache", op_name="f_refused_second_order")
     x = torch.tensor([2.0], dtype=F64, requires_grad=True)
     (g,) = torch.autograd.grad(F(x).sum(), x, create_graph=True)
     assert torch.allclose(g, torch.tensor([12.0], dtype=F64))  # first order never needs the second library

@@ -7,20 +7,20 @@
 // forward rules only) and `spec`, one string (TensorFlow converts every attribute on every eager call, and
 // one string costs a third of what a dozen list attributes do) of whitespace-separated fields:
 //
-//   enzcc1 FN SYMBOL NAME NPTR NARGS
+//   enzcc2 KERNEL ENTRY NAME NPTR NARGS
 //   NIN   then per input:     ARGNAME RANK DIM...      (the shapes the layout was made for; names for errors)
 //   NOUT  then per output:    RANK DIM...
 //   NSCR  then per temporary: DTYPE RANK DIM...        (a reverse pass's primal outputs, private seed copies)
 //   NPTR*NARGS triples KIND INDEX EXTRA                (what each pointer of the a, d, ta, td arrays is: Slot)
 //   NINTS then the integer parameters' values          (passed as int64_t, ABI 3)
 //
-// FN is the entry point's address (the library is loaded by the Python side) and SYMBOL its name. When
-// TensorFlow constructs the kernel (once per graph node / eager attribute set) it checks with dladdr that
-// the address is that exported symbol of a loaded library, so a graph carried to another process is an
-// error instead of a call through a stale address. The Python side (plugins/tensorflow.py) writes the
-// spec; this file knows nothing about gradients.
-
-#include <dlfcn.h>
+// KERNEL is the kernel's stable op name ("namespace::function") and ENTRY the entry point ("primal", "vjp",
+// "jvp", "vjp_jvp"). When TensorFlow constructs the kernel (once per graph node / eager attribute set) it finds
+// the entry point's address in entry_registry.h, where enzcc_plugins.tensorflow registers every kernel it loads
+// (enzyme(...) or load_library(path)). So a SavedModel names its functions by something stable: in a fresh
+// process it runs once the library is loaded, and before that it is an error saying so, never a call through a
+// stale address. The Python side (plugins/tensorflow.py) writes the spec; this file knows nothing about
+// gradients.
 
 #include <cstdint>
 #include <cstring>
@@ -33,6 +33,8 @@
 #include "tensorflow/core/framework/shape_inference.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/tensor_shape.h"
+
+#include "entry_registry.h"
 
 namespace {
 
@@ -63,8 +65,7 @@ using Entry4 = void (*)(void *const *, void *const *, void *const *, void *const
 
 // The parsed `spec` attribute.
 struct Spec {
-  uint64_t fn = 0;
-  std::string symbol, name;
+  std::string kernel, entry, name;
   int64_t nptr = 0, nargs = 0;
   std::vector<std::string> in_names;
   std::vector<TensorShape> in_shapes, out_shapes, scratch_shapes;
@@ -77,7 +78,6 @@ class Reader {
   explicit Reader(const std::string &text) : in_(text) {}
   bool Word(std::string *w) { return static_cast<bool>(in_ >> *w); }
   bool Int(int64_t *v) { return static_cast<bool>(in_ >> *v); }
-  bool UInt(uint64_t *v) { return static_cast<bool>(in_ >> *v); }
   bool Count(size_t *n) {  // a non-negative count small enough to allocate
     int64_t v;
     if (!Int(&v) || v < 0 || v > (1 << 20)) return false;
@@ -107,8 +107,8 @@ Status ParseSpec(const std::string &text, Spec *s) {
   std::string magic;
   size_t n;
   auto bad = [&](const char *what) { return errors::InvalidArgument("EnzccCall: malformed spec (", what, ")"); };
-  if (!r.Word(&magic) || magic != "enzcc1") return bad("version");
-  if (!r.UInt(&s->fn) || !r.Word(&s->symbol) || !r.Word(&s->name) || !r.Int(&s->nptr) || !r.Int(&s->nargs))
+  if (!r.Word(&magic) || magic != "enzcc2") return bad("version");
+  if (!r.Word(&s->kernel) || !r.Word(&s->entry) || !r.Word(&s->name) || !r.Int(&s->nptr) || !r.Int(&s->nargs))
     return bad("header");
   if (!(s->nptr == 1 || s->nptr == 2 || s->nptr == 4) || s->nargs < 0 || s->nargs > (1 << 16)) return bad("arity");
   if (!r.Count(&n)) return bad("inputs");
@@ -179,15 +179,14 @@ class EnzccCallOp : public OpKernel {
                   errors::InvalidArgument("EnzccCall: bad layout entry ", k / 3, ": (", kind, ", ", index, ", ",
                                           extra, ")"));
     }
-    // the address must be the named symbol of a loaded library (dladdr reads no memory at the address)
-    Dl_info info;
-    void *fn = reinterpret_cast<void *>(static_cast<uintptr_t>(s_.fn));
-    OP_REQUIRES(ctx, fn != nullptr && dladdr(fn, &info) != 0 && info.dli_sname != nullptr &&
-                         s_.symbol == info.dli_sname && info.dli_saddr == fn,
-                errors::FailedPrecondition(s_.name, ": the address given for ", s_.symbol,
-                                           " is not that function in a loaded library (a graph made in another "
-                                           "process?); make the op again in this process"));
-    fn_ = fn;
+    // the entry point by the kernel's stable name, registered when its library was loaded
+    fn_ = enzcc_registry::Find(s_.kernel, s_.entry);
+    OP_REQUIRES(ctx, fn_ != nullptr,
+                errors::FailedPrecondition("the enzcc op ", s_.kernel, " (entry point ", s_.entry,
+                                           ") is not loaded in this process; call "
+                                           "enzcc_plugins.tensorflow.load_library(path) with the library saved "
+                                           "by save_library(...), or make the op again with "
+                                           "enzcc_plugins.tensorflow.enzyme(...)"));
   }
 
   void Compute(OpKernelContext *ctx) override {

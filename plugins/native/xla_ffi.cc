@@ -3,11 +3,11 @@
 // NAME_enzcc_jvp(a, d) and NAME_enzcc_vjp_jvp(a, d, ta, td).
 //
 // The handler knows nothing about a kernel but what its attributes say:
-//   fn          address of the entry point (an int64: the library is loaded by Python and stays loaded)
-//   symbol      its name, and library the file name of the library that defines it: the handler checks with
-//   library     dladdr (once per address) that fn is that symbol of that library, so an executable compiled
-//               in another process (JAX's persistent compilation cache) is an error, not a call through a
-//               stale address. The library's name holds a hash of its source and declaration.
+//   kernel      the kernel's stable op name ("namespace::function") and the entry point ("primal", "vjp",
+//   entry       "jvp", "vjp_jvp", "jvp_jvp"): the handler finds the address in entry_registry.h, where
+//               enzcc_plugins.jax registers every entry point of every kernel it loads (enzyme(...) or
+//               load_library(path)). A serialized jax.export therefore runs in any process that has loaded the
+//               library; one that has not gets an error saying so, never a call through a stale address.
 //   arrays      how many pointer arrays the entry point takes: 1 (a), 2 (a, d) or 4 (a, d, ta, td)
 //   slot_kind   arrays * P entries (P = the C function's parameter count), array by array, each saying where
 //   slot_index  that pointer comes from: 0 NULL, 1 operand slot_index, 2 result slot_index,
@@ -21,9 +21,9 @@
 //   batch       B: the call runs B times (jax.vmap); every result has a leading axis of B, an operand has one
 //               when batched[operand] is 1 (item b then starts at byte b * size / B), else all items share it
 //   batched     one flag per operand
-//   vfns        for the forward, reverse or forward-over-reverse entry point under jax.vmap: the addresses of its
-//   vlibrary    vector-mode versions NAME_enzcc_jvp_v2, _v4, _v8 (or _vjp_..., _vjp_jvp_...; empty: none) and
-//               their library. When every pointer of the first array (the primal arguments) is the same for all
+//   ventry      for the forward, reverse or forward-over-reverse entry point under jax.vmap: the name of its
+//               vector-mode versions (entry + "_v2", "_v4", "_v8", registered as above; empty: none).
+//               When every pointer of the first array (the primal arguments) is the same for all
 //               batch items, W items at a time run as one call whose second array (with 4 arrays: third and
 //               fourth) holds W arrays of P pointers, item after item (plugins/ABI.md), each lane with its own
 //               scratch; with 4 arrays the second is the first item's, whose seeds the caller guarantees the
@@ -34,8 +34,6 @@
 // (XLA's input/output aliasing copies them when the caller still needs them), so no operand is ever written.
 //
 // Built by enzcc_plugins.jax with clang++ -std=c++17 against jax.ffi.include_dir(); see handler_library().
-
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -49,6 +47,7 @@
 #include <vector>
 
 #include "xla/ffi/api/ffi.h"
+#include "entry_registry.h"
 
 namespace ffi = xla::ffi;
 
@@ -87,33 +86,14 @@ char *AllocateScratch(size_t bytes, Memory &own) {
   return kept.get();
 }
 
-// fn -> (library, symbol) that dladdr confirmed; libraries are never unloaded, so a confirmation stays valid
-struct Confirmed {
-  std::string library, symbol;
-};
-std::mutex verified_mutex;
-std::unordered_map<int64_t, Confirmed> verified;
-
-std::string_view base_name(std::string_view path) {
-  size_t slash = path.rfind('/');
-  return slash == std::string_view::npos ? path : path.substr(slash + 1);
-}
-
-ffi::Error CheckEntry(int64_t fn, std::string_view symbol, std::string_view library) {
-  library = base_name(library);
-  std::lock_guard<std::mutex> lock(verified_mutex);
-  auto it = verified.find(fn);
-  if (it != verified.end() && it->second.library == library && it->second.symbol == symbol)
-    return ffi::Error::Success();
-  Dl_info info;
-  void *addr = reinterpret_cast<void *>(static_cast<uintptr_t>(fn));
-  if (dladdr(addr, &info) == 0 || info.dli_sname == nullptr || info.dli_saddr != addr ||
-      symbol != info.dli_sname || info.dli_fname == nullptr || base_name(info.dli_fname) != base_name(library))
+// The registered address of (kernel, entry), or an error telling the user to load the kernel's library.
+ffi::Error FindEntry(std::string_view kernel, std::string_view entry, void **fn) {
+  *fn = enzcc_registry::Find(kernel, entry);
+  if (*fn == nullptr)
     return ffi::Error::InvalidArgument(
-        "enzcc_call: the address given for " + std::string(symbol) + " is not that function of " +
-        std::string(library) + " in this process (an executable compiled in another process?); "
-        "call the enzcc_plugins.jax function again in this process");
-  verified[fn] = Confirmed{std::string(library), std::string(symbol)};
+        "enzcc_call: the enzcc op " + std::string(kernel) + " (entry point " + std::string(entry) +
+        ") is not loaded in this process; call enzcc_plugins.jax.load_library(path) with the library saved by "
+        "save_library(...), or make the op again with enzcc_plugins.jax.enzyme(...)");
   return ffi::Error::Success();
 }
 
@@ -136,20 +116,24 @@ struct Region {
   size_t stride;  // bytes between batch items; 0: shared by all items
 };
 
-ffi::Error EnzccCallImpl(ffi::RemainingArgs args, ffi::RemainingRets rets, int64_t fn, std::string_view symbol,
-                         std::string_view library, int64_t arrays,
+ffi::Error EnzccCallImpl(ffi::RemainingArgs args, ffi::RemainingRets rets, std::string_view kernel,
+                         std::string_view entry, int64_t arrays,
                          ffi::Span<const int64_t> slot_kind, ffi::Span<const int64_t> slot_index,
                          ffi::Span<const int64_t> ints, ffi::Span<const int64_t> zero, int64_t batch,
                          ffi::Span<const int64_t> batched, ffi::Span<const int64_t> scratch,
-                         ffi::Span<const int64_t> vfns, std::string_view vlibrary) {
-  if (ffi::Error e = CheckEntry(fn, symbol, library); e.failure()) return e;
+                         std::string_view ventry) {
+  void *fn = nullptr;
+  if (ffi::Error e = FindEntry(kernel, entry, &fn); e.failure()) return e;
   constexpr size_t kWidths[] = {2, 4, 8};
-  if (vfns.size() != 0 && (vfns.size() != 3 || (arrays != 2 && arrays != 4)))
-    return ffi::Error::InvalidArgument("enzcc_call: vfns needs 3 entries and an entry point taking 2 or 4 arrays");
-  for (size_t v = 0; v < vfns.size(); ++v)
-    if (ffi::Error e = CheckEntry(vfns[v], std::string(symbol) + "_v" + std::to_string(kWidths[v]), vlibrary);
+  void *vfn[3] = {nullptr, nullptr, nullptr};
+  if (!ventry.empty() && arrays != 2 && arrays != 4)
+    return ffi::Error::InvalidArgument("enzcc_call: ventry needs an entry point taking 2 or 4 arrays");
+  for (size_t v = 0; !ventry.empty() && v < 3; ++v) {
+    if (ffi::Error e = FindEntry(kernel, std::string(ventry) + "_v" + std::to_string(kWidths[v]), &vfn[v]);
         e.failure())
       return e;
+  }
+  const bool has_vector = !ventry.empty();
   if (arrays != 1 && arrays != 2 && arrays != 4)
     return ffi::Error::InvalidArgument("enzcc_call: arrays must be 1, 2 or 4");
   if (slot_kind.size() != slot_index.size() || slot_kind.size() % arrays != 0)
@@ -192,7 +176,7 @@ ffi::Error EnzccCallImpl(ffi::RemainingArgs args, ffi::RemainingRets rets, int64
     scratch_at[k] = scratch_bytes;
     scratch_bytes += (static_cast<size_t>(scratch[k]) + kAlign - 1) / kAlign * kAlign;
   }
-  const size_t scratch_lanes = vfns.size() != 0 ? 8 : 1;
+  const size_t scratch_lanes = has_vector ? 8 : 1;
   Memory own_scratch;
   char *scratch_base = scratch.size() ? AllocateScratch(scratch_bytes * scratch_lanes, own_scratch) : nullptr;
   if (scratch.size() && scratch_base == nullptr)
@@ -229,7 +213,7 @@ ffi::Error EnzccCallImpl(ffi::RemainingArgs args, ffi::RemainingRets rets, int64
   // reverse), the second array (gradients and seeds, the VJP's own arguments) is item b's for the whole run (the
   // caller passes seeds shared by the items, as copies), and the gradients written there are copied to the
   // other lanes' items; the third and fourth arrays are per lane
-  bool shared = vfns.size() != 0;
+  bool shared = has_vector;
   for (size_t i = 0; shared && i < P; ++i)
     shared = slot_kind[i] != kResult && (slot_kind[i] != kOperand || in[slot_index[i]].stride == 0);
   size_t b = 0;
@@ -249,9 +233,9 @@ ffi::Error EnzccCallImpl(ffi::RemainingArgs args, ffi::RemainingRets rets, int64
             for (size_t i = 0; i < P; ++i) lane_base[r][k * P + i] = pointer(first + i, b + k, k);
         }
         if (arrays == 2) {
-          reinterpret_cast<Entry2>(vfns[v])(vptrs.data(), lane_base[0]);
+          reinterpret_cast<Entry2>(vfn[v])(vptrs.data(), lane_base[0]);
         } else {
-          reinterpret_cast<Entry4>(vfns[v])(vptrs.data(), vptrs.data() + P, lane_base[0], lane_base[1]);
+          reinterpret_cast<Entry4>(vfn[v])(vptrs.data(), vptrs.data() + P, lane_base[0], lane_base[1]);
           for (size_t i = P; i < 2 * P; ++i)
             if (slot_kind[i] == kResult) {
               const Region &r = out[slot_index[i]];
@@ -281,9 +265,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(EnzccCall, EnzccCallImpl,
                               ffi::Ffi::Bind()
                                   .RemainingArgs()
                                   .RemainingRets()
-                                  .Attr<int64_t>("fn")
-                                  .Attr<std::string_view>("symbol")
-                                  .Attr<std::string_view>("library")
+                                  .Attr<std::string_view>("kernel")
+                                  .Attr<std::string_view>("entry")
                                   .Attr<int64_t>("arrays")
                                   .Attr<ffi::Span<const int64_t>>("slot_kind")
                                   .Attr<ffi::Span<const int64_t>>("slot_index")
@@ -292,5 +275,4 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(EnzccCall, EnzccCallImpl,
                                   .Attr<int64_t>("batch")
                                   .Attr<ffi::Span<const int64_t>>("batched")
                                   .Attr<ffi::Span<const int64_t>>("scratch")
-                                  .Attr<ffi::Span<const int64_t>>("vfns")
-                                  .Attr<std::string_view>("vlibrary"));
+                                  .Attr<std::string_view>("ventry"));
