@@ -29,7 +29,7 @@ import sys
 from enzcc.errors import EnzccError
 
 MARKER = ".enzcc-ad"
-"""Suffix of the file beside an rlib that says the crate reaches an ``__enzyme_*`` call."""
+"""Suffix of the file beside a crate's rlib (or proc-macro library) that says it reaches an ``__enzyme_*`` call."""
 
 LINK_ENV = "ENZCC_RUSTC_LINK"
 """Environment variable rustc passes on to its linker, enzcc's :func:`link_main`: the link's settings file."""
@@ -174,7 +174,8 @@ def _sources_name_enzyme(roots: list[str], limit: int = 5000) -> bool:
 
 
 def _extern_reaches(path: str) -> bool:
-    """A dependency reaches ``__enzyme_*``: its marker, or (built some other way) its own bytes name one."""
+    """A dependency reaches ``__enzyme_*``: the marker beside it (for an ``.rmeta``, cargo's pipelining, the
+    marker of its rlib)."""
     if os.path.exists(path + MARKER):
         return True
     if path.endswith(".rmeta"):
@@ -183,6 +184,7 @@ def _extern_reaches(path: str) -> bool:
 
 
 def reaches_enzyme(call: RustcCall) -> bool:
+    """Whether the crate may call an ``__enzyme_*`` function, itself or through the crates it uses."""
     return any(_extern_reaches(p) for p in call.externs) or _sources_name_enzyme(call.sources)
 
 
@@ -232,18 +234,21 @@ def _drop_codegen(args: list[str], value_index: int) -> None:
 
 
 def main(argv: list[str]) -> int:
+    """``enzcc RUSTC ARGS`` (``RUSTC_WRAPPER``) or ``enzcc ARGS`` (``RUSTC``): see the module's docstring."""
     rustc, args = _real_rustc(argv)
     call = RustcCall(rustc, args)
     if "proc-macro" in call.crate_types and "link" in call.emit:
         _mark(call.proc_macro_path(), call)  # (a macro may expand to __enzyme_* calls in the crates using it)
     if call.passes_through:
         return _exec([rustc, *args])
-    if call.library and not call.links:
-        return _library(call)
     if call.links and reaches_enzyme(call):
         from enzcc.rustc_link import differentiating_compile
 
+        if call.library:  # (an rlib besides, e.g. crate-type = ["lib", "cdylib"])
+            _mark(call.rlib_path(), call)
         return differentiating_compile(call)
+    if call.library:
+        return _library(call)
     if "staticlib" in call.crate_types and reaches_enzyme(call):
         raise EnzccError(f"crate '{call.crate_name}' (staticlib) calls __enzyme_* functions: enzcc differentiates "
                          "Rust at the link of a bin, test, cdylib or dylib crate")
