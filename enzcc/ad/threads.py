@@ -273,17 +273,20 @@ class ExclusiveSpans:
     its store). Through other memory neither: a group is kept only when every other access whose reverse may
     add to memory (a load of another root, a call's pointer, an atomic) is in a kept group too, or provably
     elsewhere (the thread's stack, a ``noalias`` parameter, another global, memory the thread owns:
-    :class:`WrittenElements`). Stores of other threads there through other pointers would be data races of the
-    primal unless a barrier orders them, and the reverse mirrors the barrier. The spans reach the reverse only
-    through the token of :data:`SPANS`: a reverse function not forked by code that computed them (a direct call,
-    a nested region, a recursion) reads no token and adds atomically everywhere."""
+    :class:`WrittenElements`), and the function calls no code of the program that could reach the memory unseen
+    (a function not inlined, a call through a pointer). Stores of other threads there through other pointers
+    would be data races of the primal unless a barrier orders them, and the reverse mirrors the barrier. The
+    spans reach the reverse only through the token of :data:`SPANS`: a reverse function not forked by code that
+    computed them (a direct call, a nested region, a recursion) reads no token and adds atomically
+    everywhere."""
 
     def __init__(self, module, activity, primal: list[Instruction], noalias: set[int], owned):
         self.module = module
         self.activity = activity
         self.noalias = noalias
         self._primal = {id(i) for i in primal}
-        self.groups: list = [] if getattr(module, "enzcc_chunked_tape", False) else self._choose(primal, owned)
+        self.groups: list = [] if getattr(module, "enzcc_chunked_tape", False) or \
+            any(_reaches_memory_unseen(module, i) for i in primal) else self._choose(primal, owned)
         """The stable keys of the groups (:func:`span_key`), in the order of their pairs in :data:`SPANS`."""
         self.token: str | None = None
         """The global whose address is this function's token, once a plain add was emitted."""
@@ -357,6 +360,20 @@ class ExclusiveSpans:
                 self._bounds.append((b.select(mine, low, ConstantInt(T.i64, -1)),
                                      b.select(mine, high, ConstantInt(T.i64, 0))))
         return self._bounds
+
+
+def _reaches_memory_unseen(module, inst: Instruction) -> bool:
+    """Whether ``inst`` calls code that may reach memory with derivatives other than through its pointer
+    arguments: a function of the program left as a call (it may read a global, or an array through a global
+    pointer), or a call through a pointer. Library functions reach only what they are given; runtime calls
+    without derivatives (the OpenMP runtime's) none."""
+    if not isinstance(inst, Call) or hook(inst, "inactive"):
+        return False
+    name = inst.callee_name
+    if name is None:
+        return True
+    fn = module.functions.get(name)
+    return fn is not None and not fn.is_declaration
 
 
 def span_key(root: Value, primal: set[int]):

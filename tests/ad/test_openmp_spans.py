@@ -152,3 +152,43 @@ def test_a_dynamic_schedule_is_refused_in_reverse_mode(enzcc):
     enzcc.write("d.c", PRELUDE + src)
     r = enzcc("-O2", "-fopenmp", "d.c", "-lm", "-o", "d", check=False)
     assert r.returncode != 0 and "use schedule(static)" in r.stderr and "Traceback" not in r.stderr
+
+
+CALLS = r"""
+__attribute__((noinline)) double sq(double x) { return x * sin(x); }
+double f(const double *a, int n) {
+  double s = 0;
+  #pragma omp parallel for schedule(static) reduction(+: s)
+  for (int i = 1; i < n - 1; i++) s += sq(a[i - 1] * a[i + 1]);
+  return s;
+}
+int main(void) {
+  enum { N = 20 };
+  double a[N], da[N] = {0}, h = 1e-6;
+  for (int k = 0; k < N; k++) a[k] = 0.5 + 0.3 * sin(0.7 * k);
+  __enzyme_autodiff((void *)f, enzyme_dup, a, da, enzyme_const, N);
+  for (int k = 0; k < N; k++) {
+    char key[16];
+    double keep = a[k];
+    a[k] = keep + h; double up = f(a, N);
+    a[k] = keep - h; double down = f(a, N);
+    a[k] = keep;
+    snprintf(key, 16, "ad.a%d", k); report(key, da[k]);
+    snprintf(key, 16, "fd.a%d", k); report(key, (up - down) / (2 * h));
+  }
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("inline", ["auto", "none"])
+def test_a_function_left_as_a_call_keeps_atomics(enzcc, inline):
+    """A function of the program called from the region (not inlined: it could reach the array through a global
+    pointer, out of the spans' sight) leaves every add atomic; inlined, the reads get their spans."""
+    enzcc.write("c.c", PRELUDE + CALLS)
+    enzcc("-O2", "-fopenmp", f"--ad-inline={inline}", "-S", "-emit-llvm", "c.c", "-o", "c.ll")
+    plain, shared, other = _adds((enzcc.cwd / "c.ll").read_text(), "f.omp_outlined")
+    assert (plain > 0) == (inline == "auto") and (other >= 2 if inline == "none" else shared == plain)
+    enzcc("-O2", "-fopenmp", f"--ad-inline={inline}", "c.c", "-lm", "-o", "c")
+    for n in ("1", "2", "4"):
+        assert_close(_values(enzcc.run("./c", env={"OMP_NUM_THREADS": n}).stdout), "ad.", "fd.", rel=1e-6, abs_=1e-7)
