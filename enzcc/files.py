@@ -14,13 +14,22 @@ from enzcc.errors import EnzccError
 class atomic_output:
     """``with atomic_output(path) as tmp``: a temporary path beside ``path``, moved into place only if the
     block succeeds, so a failed build never leaves a half-written output (and parallel makes never share a
-    temporary). (A class: ``contextlib`` costs every enzcc run.)"""
+    temporary). (A class: ``contextlib`` costs every enzcc run.)
+
+    An output that exists and is not a regular file (``-o /dev/null`` in a configure probe, a FIFO) is written
+    into, as clang does, never replaced: renaming over it would turn ``/dev/null`` into a file for the whole
+    machine. The temporary then lives in the run's private directory and its bytes are copied in at the end."""
 
     def __init__(self, path: str):
+        self.path = path
+        self.special = os.path.exists(path) and not os.path.isfile(path) and not os.path.isdir(path)
+        if self.special:
+            self._dir = private_directory()
+            self.tmp = os.path.join(self._dir, os.path.basename(path) or "out")
+            return
         directory = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(directory):
             raise EnzccError(f"cannot write {path}: directory {directory} does not exist")
-        self.path = path
         self.tmp = os.path.join(directory, f".{os.path.basename(path)}.enzcc-{os.getpid()}-{os.urandom(4).hex()}")
 
     def __enter__(self) -> str:
@@ -31,11 +40,24 @@ class atomic_output:
             if exc_type is None:
                 if not os.path.exists(self.tmp):
                     raise EnzccError(f"no output was produced for {self.path}")
-                os.replace(self.tmp, self.path)
+                if self.special:
+                    self._copy_into_special()
+                else:
+                    os.replace(self.tmp, self.path)
         finally:
             if os.path.exists(self.tmp):
                 os.unlink(self.tmp)
+            if self.special:
+                os.rmdir(self._dir)
         return False
+
+    def _copy_into_special(self) -> None:
+        try:
+            with open(self.tmp, "rb") as src, open(self.path, "wb") as dst:
+                while chunk := src.read(1 << 20):
+                    dst.write(chunk)
+        except OSError as exc:
+            raise EnzccError(f"cannot write {self.path}: {exc.strerror or exc}") from None
 
 
 def private_directory() -> str:
