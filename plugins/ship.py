@@ -157,21 +157,26 @@ def _json_decl(value, what: str):
     return value
 
 
+def _base(kernel: CompiledKernel) -> str:
+    """The cache entry's name, ``<function>-<key>``: its metadata files are ``<base><suffix>.json`` (suffix
+    "", "-vjp_jvp", "-vec", "-vjp_jvp-vec"), each naming its library (which may carry a digest of the headers)."""
+    return f"{kernel._build.name}-{kernel._build.key}"
+
+
 def manifest(kernel: CompiledKernel, qualname: str, framework: str, seed: dict | None = None) -> dict:
     """The manifest of one kernel under one name: enough to load its library without source or enzcc."""
-    stem = Path(kernel.library).stem
     return {"enzcc_plugins_manifest": _MANIFEST_VERSION, "wrapper_abi": WRAPPER_ABI, "op": qualname,
-            "framework": framework, "function": kernel.name, "source": str(kernel.source), "stem": stem,
-            "lang": kernel._build.lang, "seed": seed,
+            "framework": framework, "function": kernel.name, "source": str(kernel.source), "stem": _base(kernel),
+            "key": kernel._build.key, "library": Path(kernel.library).name, "lang": kernel._build.lang, "seed": seed,
             "params": [{"name": p.name, "kind": p.kind, "dtype": p.dtype, "const": p.const, "ctype": p.ctype,
                         "shape": _json_decl(p.shape, "shape"), "value": _json_decl(p.value, "value")}
                        for p in kernel.params]}
 
 
-def _library_files(kernel: CompiledKernel, second_order: bool) -> list[Path]:
-    """The kernel's built libraries and their metadata: the first-order one; the second-order one when asked
-    (built now, where enzcc can); the vector-mode ones that are built."""
-    root, stem = Path(kernel.library).parent, Path(kernel.library).stem
+def _library_files(kernel: CompiledKernel, second_order: bool) -> list[tuple[Path, dict, Path]]:
+    """(metadata file, its content, library) of each of the kernel's built libraries: the first-order one; the
+    second-order one when asked (built now, where enzcc can); the vector-mode ones that are built."""
+    root, base = Path(kernel.library).parent, _base(kernel)
     if second_order:
         try:
             kernel.second_order_library
@@ -179,9 +184,14 @@ def _library_files(kernel: CompiledKernel, second_order: bool) -> list[Path]:
             pass  # shipped without: second derivatives are then an error in the loading process
     files = []
     for suffix in ("", "-vec") + (("-vjp_jvp", "-vjp_jvp-vec") if second_order else ()):
-        so = root / f"{stem}{suffix}.so"
-        if so.exists():
-            files += [so, so.with_suffix(".json")]
+        meta_path = root / f"{base}{suffix}.json"
+        try:
+            meta = json.loads(meta_path.read_text())
+        except (OSError, ValueError):
+            continue
+        library = root / meta.get("library", f"{base}{suffix}.so")
+        if library.exists():
+            files.append((meta_path, meta, library))
     return files
 
 
@@ -191,8 +201,10 @@ def save(kernel: CompiledKernel, qualname: str, directory, framework: str, *, se
     written under temporary names and renamed into place, so a reader never sees half a file."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    for f in _library_files(kernel, second_order):
-        _atomic_copy(f, directory / f.name)
+    for meta_path, meta, library in _library_files(kernel, second_order):
+        _atomic_copy(library, directory / library.name)
+        # the headers the source included were compiled in: the shipped library does not depend on them
+        _atomic_write(directory / meta_path.name, json.dumps(dict(meta, dependencies=[]), indent=1) + "\n")
     doc = manifest(kernel, qualname, framework, seed)
     target = directory / (qualname.replace("::", ".") + MANIFEST_SUFFIX)
     _atomic_write(target, json.dumps(doc, indent=1) + "\n")
@@ -239,7 +251,7 @@ def manifests(path) -> list[Path]:
             raise ShippedLibraryError(f"{path}: no such manifest")
         return [path]
     if path.suffix == ".so":
-        found = [m for m in sorted(path.parent.glob("*" + MANIFEST_SUFFIX)) if _read(m).get("stem") == path.stem]
+        found = [m for m in sorted(path.parent.glob("*" + MANIFEST_SUFFIX)) if _read(m).get("library") == path.name]
         if not found:
             raise ShippedLibraryError(f"{path}: no enzcc op manifest beside this library names it (save it with "
                                       f"save_library(...), which writes the library and its manifest)")
@@ -286,7 +298,8 @@ class ShippedKernel(CompiledKernel):
         return got
 
     def _sibling(self, suffix: str) -> Path:
-        return self.library.parent / f"{self.library.stem}{suffix}.so"
+        """The metadata file of one of the kernel's libraries in the shipped directory."""
+        return self.library.parent / f"{_base(self)}{suffix}.json"
 
 
 def _params(doc: dict, given: Sequence[Param] | None, where: Path) -> list[Param]:
@@ -320,11 +333,10 @@ def load(path: Path, params: Sequence[Param] | None = None) -> tuple[str, Shippe
     if doc.get("wrapper_abi") != WRAPPER_ABI:
         raise ShippedLibraryError(f"{path}: built for the kernel ABI {doc.get('wrapper_abi')}, this enzcc_plugins "
                                   f"speaks ABI {WRAPPER_ABI}; build and save it again")
-    library = path.parent / f"{doc['stem']}.so"
+    library = path.parent / doc["library"]
     if not library.exists():
         raise ShippedLibraryError(f"{path}: the library {library.name} is not beside it")
     resolved = _params(doc, params, path)
-    key = doc["stem"].rsplit("-", 1)[-1]
     b = _Build(Path(doc["source"]), "", doc["function"], doc.get("lang", "c"), resolved, [], "enzcc", path.parent,
-               key)
+               doc["key"])
     return doc["op"], ShippedKernel(b, library, resolved), doc

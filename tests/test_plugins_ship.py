@@ -98,25 +98,53 @@ def test_op_names():
             ship.op_name(*bad)
 
 
-def test_manifest_with_callables_needs_the_declaration(src, compiler, tmp_path):
+def test_manifest_with_callables_needs_the_declaration(compiler, tmp_path):
     """A shape given by a Python callable cannot travel in a file: loading says so and takes the declaration;
-    given it, the shipped library runs without source (the NumPy level), values = the formulas."""
+    given it, the shipped library runs without source, headers or enzcc (the NumPy level): values, gradient and
+    second order (the shipped second library) = the formulas."""
     from enzcc_plugins import load_kernel
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "scale.h").write_text("#define SCALE 1.0\n")
+    src = tmp_path / "src" / "head.c"
+    src.write_text('#include "scale.h"\n' + SOURCE.replace("y[i] = a *", "y[i] = SCALE * a *"))
     params = [In("x"), In("w", shape=lambda x: x.shape), Scalar("a"), Int("n", lambda x: x.size),
               Out("y", shape=lambda x: x.shape), Out("s", shape=())]
     k = load_kernel(src, "softplus_head", params, compiler=compiler)
-    manifest = ship.save(k, "shiptest::cb", tmp_path / "ship", "numpy", second_order=False)
+    manifest = ship.save(k, "shiptest::cb", tmp_path / "ship", "numpy")
     assert manifest.name == "shiptest.cb.enzcc.json"
+    for f in (tmp_path / "src").iterdir():  # another machine: neither the source nor its header
+        f.unlink()
     with pytest.raises(ship.ShippedLibraryError, match=r"parameter 'w' is a Python callable.*params="):
         ship.load(manifest)
     qualname, shipped, _ = ship.load(manifest, params)
     assert qualname == "shiptest::cb" and isinstance(shipped, ship.ShippedKernel)
-    y, s = shipped(np.array(X), np.array(W), A)
+    x, w = np.array(X), np.array(W)
+    y, s = shipped(x, w, A)
     close(s, reference()[0])
+    grads = shipped.vjp((x, w, A), (np.zeros_like(x), np.array(1.0)))
+    for a, b in zip(grads, reference()[1]):
+        close(a, b)
+    t = np.ones_like(x)  # a second derivative: d/dx of <grad_x s, t> along t ... through the shipped vjp_jvp
+    _, tg = shipped.vjp_jvp((x, w, A), (np.zeros_like(x), np.array(1.0)), (t, np.zeros_like(w), 0.0))
+    eps = 1e-6
+    fd = (shipped.vjp((x + eps * t, w, A), (np.zeros_like(x), np.array(1.0)))[0]
+          - shipped.vjp((x - eps * t, w, A), (np.zeros_like(x), np.array(1.0)))[0]) / (2 * eps)
+    close(tg[0], fd, 1e-6)
     with pytest.raises(ship.ShippedLibraryError, match="does not match"):
         ship.load(manifest, params[:-1])
     with pytest.raises(ship.ShippedLibraryError, match="no enzcc op manifest"):
         ship.manifests(tmp_path)
+
+
+def test_shipped_without_second_order(src, compiler, tmp_path):
+    """Shipped without its second-order library, a second derivative is an error naming the directory."""
+    from enzcc_plugins import load_kernel
+    k = load_kernel(src, "softplus_head", decl(), compiler=compiler)
+    manifest = ship.save(k, "shiptest::first", tmp_path / "ship", "numpy", second_order=False)
+    assert not list((tmp_path / "ship").glob("*vjp_jvp*"))
+    _, shipped, _ = ship.load(manifest)
+    assert shipped.arg_names == ("x", "w", "a")
+    close(shipped(np.array(X), np.array(W), A)[1], reference()[0])
     with pytest.raises(ship.SecondOrderError, match="no second derivatives"):
         shipped.address("vjp_jvp")
 
