@@ -376,7 +376,8 @@ def _const(v):
 
 def _counted_loop(block, idx):
     """(header, the last index as an expression) when ``idx`` is ``iv + c`` of a loop whose only exiting block
-    is ``block``, which ends ``br (icmp eq iv + 1, N), exit, header`` (or ne / ult / slt, continuing)."""
+    is ``block``, which ends ``br (icmp eq iv + 1, N), exit, header`` (or ne / ult / slt, continuing; or the
+    same test of ``iv`` itself), ``iv`` counting up by one from a constant."""
     from enzcc.ir import BinaryOp, Cast, CondBr, ICmp, Phi
     offset = 0
     if isinstance(idx, BinaryOp) and idx.opcode == "add" and _const(idx.rhs) is not None:
@@ -388,14 +389,21 @@ def _counted_loop(block, idx):
     if not isinstance(term, CondBr) or not isinstance(term.condition, ICmp):
         return None
     cmp = term.condition
-    nxt, bound = cmp.lhs, cmp.rhs
-    if not (isinstance(nxt, BinaryOp) and nxt.opcode == "add" and nxt.lhs is idx and _const(nxt.rhs) == 1):
+    tested, bound = cmp.lhs, cmp.rhs
+    nxt = [v for v, b in idx.incoming if b is block]
+    if len(nxt) != 1 or not (isinstance(nxt[0], BinaryOp) and nxt[0].opcode == "add" and nxt[0].lhs is idx
+                             and _const(nxt[0].rhs) == 1):
+        return None
+    if tested is nxt[0]:
+        step = -1   # the loop runs while iv + 1 != N: the last iv is N - 1
+    elif tested is idx:
+        step = 0    # while iv != N (the test after the body): the last iv is N
+    else:
         return None
     start = None
     for v, b in idx.incoming:
-        if v is nxt and b is block:
-            continue
-        start = _const(v)
+        if b is not block:
+            start = _const(v)
     if start is None:
         return None
     continuing = {"eq": False, "ne": True, "ult": True, "slt": True}.get(cmp.predicate)
@@ -411,8 +419,7 @@ def _counted_loop(block, idx):
     n = _expr(bound)
     if n is None:
         return None
-    # the last iteration has iv = N - 1 (the loop runs while iv + 1 != N, from start < N)
-    return header, ["add", n, ["c", offset - 1]]
+    return header, ["add", n, ["c", offset + step]]
 
 
 def _loop_blocks(header, latch):

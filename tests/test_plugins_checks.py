@@ -57,11 +57,14 @@ void hidden_write(double *x, long n, double *y) {      /* writes x through a cal
   for (long i = 0; i < n; i++) y[i] = x[i] * x[i];
   clobber(x, n);
 }
-void overrun(const double *x, long n, double *y) {     /* writes n + 2 elements of y */
-  for (long i = 0; i < n + 2; i++) y[i] = x[i % n] * x[i % n];
+void overrun(const double *x, long n, double *y) {     /* writes n + x[0] elements: no static bound */
+  for (long i = 0; i < n + (long)x[0]; i++) y[i] = x[i % n] * x[i % n];
 }
 void overrun2(const double *x, long n, double *y) {    /* the same (ops are named by the function) */
-  for (long i = 0; i < n + 2; i++) y[i] = x[i % n] * x[i % n];
+  for (long i = 0; i < n + (long)x[0]; i++) y[i] = x[i % n] * x[i % n];
+}
+void plus_two(const double *x, long n, double *y) {    /* writes n + 2 elements: bound by Int n */
+  for (long i = 0; i < n + 2; i++) y[i] = x[0];
 }
 void square(const double *x, long n, double *y) {      /* writes y[0 .. n - 1]: a loop bound by Int n */
   for (long i = 0; i < n; i++) y[i] = x[i] * x[i];
@@ -206,6 +209,9 @@ def test_extent_written_is_compared_with_the_output_shape(src, cache):
     ok = load_kernel(src, "shifted", [In("x", shape=("n",)), Int("n"), Out("y", shape=lambda n: (n + 1,))],
                      cache=cache)
     np.testing.assert_allclose(ok(np.array([1.0, 2.0, 3.0])), [0, 1, 3, 6])
+    k = load_kernel(src, "plus_two", [In("x", shape=("n",)), Int("n"), Out("y", shape=("n",))], cache=cache)
+    with pytest.raises(ShapeError, match=r"writes 5 elements of 'y'.*for n = 3"):
+        k(np.ones(3))
     # a write that depends on the data: no verdict before the call (the checked mode would catch it)
     k = load_kernel(src, "when_positive", small, cache=cache)
     assert k(-np.ones(3)).shape == (2,)
@@ -217,7 +223,7 @@ def test_extent_written_is_compared_with_the_output_shape(src, cache):
 def test_checked_mode_turns_an_overrun_into_an_exception(src, cache):
     # issue 36: an Out shape smaller than what the code writes: malloc_consolidate(), exit 134
     k = load_kernel(src, "overrun", decl(), cache=cache, checked=True)
-    x = np.array([1.0, 2.0, 3.0])
+    x = np.array([2.5, 1.5, 3.0])  # (long)x[0] = 2: five elements written
     with pytest.raises(CheckedCallError, match=r"past the end of output 'y' \(shape \(3,\), float64\): at byte 24, "
                                                r"element 3"):
         k(x)
@@ -231,7 +237,7 @@ def test_checked_mode_turns_an_overrun_into_an_exception(src, cache):
     ku = load_kernel(src, "overrun", good, cache=cache, checked=False)
     assert kc.checked and not ku.checked
     np.testing.assert_array_equal(kc(x), ku(x))
-    np.testing.assert_allclose(kc(x), np.array([1.0, 4.0, 9.0, 1.0, 4.0]))
+    np.testing.assert_allclose(kc(x), np.array([6.25, 2.25, 9.0, 6.25, 2.25]))
     seed = np.array([1.0, -1.0, 2.0, 0.5, 3.0])
     (g,) = kc.vjp([x], [seed])
     np.testing.assert_allclose(g, 2 * x * np.array([1.5, 2.0, 2.0]))
@@ -338,13 +344,13 @@ def test_torch_checked_mode(src, cache, monkeypatch):
     d = [In("x", shape=("n",)), Int("n"), Out("y", shape=("n",))]  # overrun writes n + 2 elements
     monkeypatch.setenv("ENZCC_CHECKED", "1")
     F = enzyme(src, "overrun", d, cache=cache)
-    x = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64, requires_grad=True)
+    x = torch.tensor([2.5, 1.5, 3.0], dtype=torch.float64, requires_grad=True)
     with pytest.raises(CheckedCallError, match=r"past the end of output 'y' \(shape \(3,\), float64\)"):
         F.apply(x)
     good = enzyme(src, "overrun2", [In("x", shape=("n",)), Int("n"), Out("y", shape=lambda n: (n + 2,))], cache=cache)
     y = good.apply(x)
     y.backward(torch.ones(5, dtype=torch.float64))
-    np.testing.assert_allclose(y.detach().numpy(), [1.0, 4.0, 9.0, 1.0, 4.0])
+    np.testing.assert_allclose(y.detach().numpy(), [6.25, 2.25, 9.0, 6.25, 2.25])
     np.testing.assert_allclose(x.grad.numpy(), 2 * x.detach().numpy() * np.array([2.0, 2.0, 1.0]))
     monkeypatch.delenv("ENZCC_CHECKED")
     S = enzyme(src, "square", [In("x", shape=("n",)), Int("n"), Out("y", shape=lambda n: (n - 1,))], cache=cache)
