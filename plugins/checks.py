@@ -65,6 +65,9 @@ def optimized_function(bitcode: bytes, name: str):
     from enzcc.ir import parse_module
 
     mod = llvm.parse_bitcode(bitcode)
+    for f in mod.functions:  # (a copy for the analysis: the rest of the file, internal and unused, goes early)
+        if not f.is_declaration and f.name != name:
+            f.linkage = "internal"
     backend.optimize(mod, backend.target_machine(backend.host_triple(), 2), 2, vectorize=False)
     text = str(mod)
     try:
