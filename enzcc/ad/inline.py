@@ -17,7 +17,8 @@ from enzcc.ad.emit import fail_at_run_time
 from enzcc.ad.errors import ad_error
 from enzcc.ad.globals import used_globals
 from enzcc.ad.registry import rule_for
-from enzcc.ad.usercalls import DISPATCHED_CALL, MAX_INLINED_AGGREGATE_TARGETS, has_call_attribute, needs_inlining
+from enzcc.ad.usercalls import (DISPATCHED_CALL, MAX_INLINED_AGGREGATE_TARGETS, SIZE_CUT_CALL, has_call_attribute,
+                                needs_inlining)
 from enzcc.ad.memory import base_object, byte_offset
 from enzcc.ir import types as T
 from enzcc.ir.instructions import Alloca, Br, Call, Cast, GetElementPtr, Invoke, Load, Phi, Ret, Select, Store
@@ -514,8 +515,8 @@ def is_kept_recursive(call: Call) -> bool:
 
 
 def _inlinable(call: Call, module, is_user_function) -> bool:
-    if is_kept_recursive(call):
-        return False
+    if is_kept_recursive(call) or SIZE_CUT_CALL in call.fn_attrs:
+        return False  # (a call the size budget of the function being prepared left: enzcc.ad.prepare)
     name = call.callee_name
     if not name or name not in module.functions:
         return False

@@ -130,6 +130,7 @@ def prepare(fn: Function) -> None:
 
     keep = hints_of(fn.module).protected()
     policy = getattr(fn.module, "enzcc_inline", "auto")
+    _cut_calls_past_budget(fn, keep, policy)
     inline_all(fn, lambda callee: callee.name not in keep and should_inline(callee, policy))
     _mark_size_cut_calls(fn, keep, policy)
     _math_calls_as_intrinsics(fn, keep)
@@ -348,6 +349,14 @@ INLINE_THRESHOLD = 1500
 #: called through its derived functions, as Enzyme does for every call. The cut falls as deep as it can: the
 #: callees inside are inlined when their own expansion fits, so code that runs often stays inlined.
 MAX_EXPANDED_SIZE = 12000
+#: A function differentiated as a function of its own (the function asked for, or a callee past
+#: :data:`MAX_EXPANDED_SIZE`) inlines its calls only up to this many instructions in all, the smallest
+#: expansions first; the larger calls stay calls to derived functions of their own. Without this bound such a
+#: function took in every callee that fits the budget on its own, however many there were (REBOUND's
+#: corrector calling seven 8,000-instruction operators: 78,000 instructions in one derivative, 210,000 in all
+#: for one leapfrog step, past 8 GB and 10 minutes); with it the derivatives of a program are at most a few
+#: times its own size.
+MAX_BODY_SIZE = 12000
 
 
 def should_inline(callee: Function, policy: str) -> bool:
@@ -360,12 +369,47 @@ def should_inline(callee: Function, policy: str) -> bool:
         return True
     if policy == "none":
         return False
-    from enzcc.ad.usercalls import needs_inlining
-
-    if isinstance(callee.return_type, T.PointerType) or needs_inlining(callee.return_type) or \
-            any(needs_inlining(t) for t in callee.function_type.params):
+    if _must_inline(callee):
         return True
     return _own_size(callee) <= INLINE_THRESHOLD and expanded_size(callee, policy) <= MAX_EXPANDED_SIZE
+
+
+def _must_inline(callee: Function) -> bool:
+    """A callee returning a pointer or passing aggregates of pointers or floats: its shadows and derivatives
+    exist only inlined (:func:`enzcc.ad.usercalls.needs_inlining`), whatever its size."""
+    from enzcc.ad.usercalls import needs_inlining
+
+    return isinstance(callee.return_type, T.PointerType) or needs_inlining(callee.return_type) or \
+        any(needs_inlining(t) for t in callee.function_type.params)
+
+
+def _cut_calls_past_budget(fn: Function, keep, policy: str) -> None:
+    """Tag the calls of ``fn`` (a function differentiated on its own, before inlining) whose expansion does not
+    fit :data:`MAX_BODY_SIZE` with the others with :data:`enzcc.ad.usercalls.SIZE_CUT_CALL`: they stay calls
+    (the inliner skips them). The smallest expansions are taken first, so many small helpers stay inlined and
+    the few large ones go; each callee's own calls are then inlined whole (its expansion was counted)."""
+    from enzcc.ad.inline import is_kept_recursive
+    from enzcc.ad.usercalls import SIZE_CUT_CALL
+
+    if policy != "auto":
+        return
+    module = fn.module
+    size, candidates = 0, []
+    for inst in fn.instructions():
+        size += 1
+        callee = module.functions.get(inst.callee_name) if isinstance(inst, Call) and inst.callee_name else None
+        if callee is None or callee.is_declaration or callee.name in keep or is_kept_recursive(inst) or \
+                callee.name == getattr(fn, "primal_name", None) or not should_inline(callee, policy):
+            continue
+        if _must_inline(callee) or callee.name.startswith("__enzcc_"):
+            size += expanded_size(callee, policy)
+        else:
+            candidates.append((expanded_size(callee, policy), len(candidates), inst))
+    for n, _, inst in sorted(candidates, key=lambda c: c[:2]):
+        if size + n <= MAX_BODY_SIZE:
+            size += n
+        elif SIZE_CUT_CALL not in inst.fn_attrs:
+            inst.fn_attrs.append(SIZE_CUT_CALL)
 
 
 def _mark_size_cut_calls(fn: Function, keep, policy: str) -> None:

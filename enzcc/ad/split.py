@@ -151,9 +151,26 @@ class _Frame:
                          any(id(u.user.parent) in back_ids for u in i.uses)]
         # the last field says whether a reverse call has used the frame (see _cut_reverse)
         fields = [_alloca_type(a) for a in self.allocas] + [v.type for v in self.crossing] + [T.i8]
-        self.type = T.StructType(tuple(fields))
+        self.type = _frame_type(G.module, getattr(maker.dc.fn, "primal_name", maker.dc.fn.name), fields)
         self.used_field = len(fields) - 1
         maker.frame_size = G.module.data_layout.alloc_size(self.type)
+
+
+#: a frame with more fields than this gets a named type (``%enzcc.frame.f = type {...}``)
+NAMED_FRAME_FIELDS = 16
+
+
+def _frame_type(module, name: str, fields: list) -> T.Type:
+    """The frame's struct type; a large one named, since every getelementptr into it spells its type out: a
+    frame of 5,000 fields (a large function's values crossing to its reverse code) written literally in each of
+    its thousands of getelementptrs made a derivative of 170 MB of text (REBOUND's integrators: 1.1 GB in all).
+    The layout is the same either way."""
+    if len(fields) <= NAMED_FRAME_FIELDS:
+        return T.StructType(tuple(fields))
+    base, k = f"enzcc.frame.{name}", 0
+    while (f"{base}.{k}" if k else base) in module.named_types:
+        k += 1
+    return module.add_named_type(f"{base}.{k}" if k else base, T.StructType(tuple(fields)))
 
 
 def _frame(maker) -> _Frame:

@@ -1,0 +1,84 @@
+"""The size of what the engine makes for a program whose functions are differentiated as functions of their own
+(REBOUND: 95 functions, 28,000 instructions, reached from one leapfrog step through switches over integrators).
+
+- A function differentiated on its own inlines its calls only up to ``enzcc.ad.prepare.MAX_BODY_SIZE``
+  instructions in all: before, it took in every callee that fit the inlining budget alone, however many calls
+  there were (REBOUND's corrector: seven 8,000-instruction operators in one derivative; 210,000 instructions for
+  one step, then more than 8 GB and ten minutes).
+- The frame a split derivative keeps between its augmented primal and its reverse function gets a named type
+  when it is large: written out literally in each getelementptr, a frame of thousands of fields made a
+  derivative 170 MB of text.
+
+Gradients against central differences; structure from the symbols and the LLVM text of the program."""
+
+import subprocess
+
+from adharness import PRELUDE
+from enzcc_testing import need
+
+pytestmark = need("clang-22", "nm")
+
+DEPTH = 9  # level1 expands to about 6,600 instructions: one fits MAX_BODY_SIZE, four do not
+
+
+def _source() -> str:
+    """levelD calls level(D+1) twice (noinline: LLVM keeps the tree); the leaves step a pair of bodies. ``top``
+    calls level1 four times: too large to inline itself, so it is differentiated on its own."""
+    lines = ["struct body { double x, v; };",
+             f"__attribute__((noinline)) void level{DEPTH}(struct body *b, int k) {{"
+             " b[k & 1].v -= 0.01 * sin(b[(k + 1) & 1].x - b[k & 1].x); b[k & 1].x += 0.01 * b[k & 1].v; }"]
+    for d in range(DEPTH - 1, 0, -1):
+        lines.append(f"__attribute__((noinline)) void level{d}(struct body *b, int k) {{ if (b[0].x > 1e6) return;"
+                     f" level{d + 1}(b, 2 * k); level{d + 1}(b, 2 * k + 1); }}")
+    lines.append(r"""
+__attribute__((noinline)) void top(struct body *b) {
+  level1(b, 0); b[0].v *= 0.99; level1(b, 1); b[1].v *= 0.99; level1(b, 2); b[0].v *= 0.99; level1(b, 3);
+}
+double f(double *x0) {
+  struct body b[2] = {{x0[0], 0.0}, {x0[1], 0.1}};
+  top(b);
+  return b[0].x * b[1].x;
+}
+int main(void) {
+  double x[2] = {0.3, -0.4}, d[2] = {0, 0};
+  __enzyme_autodiff((void *)f, enzyme_dup, x, d);
+  for (int i = 0; i < 2; i++) {
+    double h = 1e-6, s = x[i];
+    x[i] = s + h; double up = f(x); x[i] = s - h; double dn = f(x); x[i] = s;
+    report(i ? "ad.1" : "ad.0", d[i]);
+    report(i ? "fd.1" : "fd.0", (up - dn) / (2 * h));
+  }
+  return 0;
+}
+""")
+    return "\n".join(lines)
+
+
+def test_body_budget_cuts_repeated_calls(enzcc):
+    enzcc.write("tree.c", PRELUDE + _source())
+    enzcc("-O2", "tree.c", "-lm", "-o", "tree")
+    out = enzcc.run("./tree").stdout
+    v = dict((k, float(x)) for k, x in (line.split() for line in out.splitlines()))
+    for i in (0, 1):
+        assert abs(v[f"ad.{i}"]) > 1.0  # (a gradient that is there)
+        assert abs(v[f"ad.{i}"] - v[f"fd.{i}"]) <= 1e-6 * abs(v[f"fd.{i}"]), v
+    symbols = subprocess.run(["nm", str(enzcc.cwd / "tree")], capture_output=True, text=True).stdout
+    # top is differentiated on its own (too large to inline); inside it, one level1 is inlined and the other
+    # three calls go through level1's own derived functions (before: all four inlined, no augmented_level1)
+    assert "augmented_top" in symbols and "augmented_level1" in symbols, symbols
+
+
+def test_large_frame_has_a_named_type(enzcc):
+    from enzcc.ad import differentiate_text
+
+    enzcc.write("tree.c", PRELUDE + _source())
+    subprocess.run(["clang-22", "-O2", "-fno-unroll-loops", "-fno-vectorize", "-fno-slp-vectorize", "-emit-llvm",
+                    "-S", "tree.c", "-o", "tree.ll"], cwd=enzcc.cwd, check=True)
+    text, count = differentiate_text((enzcc.cwd / "tree.ll").read_text())
+    assert count == 1
+    lines = text.splitlines()
+    named = [line for line in lines if line.startswith("%enzcc.frame.top")]
+    assert named and len(named[0]) > 400, named  # (a frame of many fields: top's values its reverse reads)
+    # each getelementptr into the frame names the type instead of spelling out its fields
+    assert max(len(line) for line in lines if " = getelementptr" in line) < 200, \
+        max((line for line in lines if " = getelementptr" in line), key=len)[:300]
