@@ -168,6 +168,9 @@ class MemoryTypes:
         dl = getattr(call.module, "data_layout", None)
         if not isinstance(n, ConstantInt) or dl is None:
             return None
+        tagged = _tbaa_struct_fields(call, n.value)
+        if tagged is not None:
+            return tagged
         fields: dict[int, set] = {}
         ends, loose = [], []
         for p in call.args[:2]:
@@ -612,6 +615,45 @@ def _tbaa_struct_untyped(call: Call) -> bool:
     tags = re.findall(r"!(\d+)", node or "")
     return bool(tags) and all(_tbaa_type_name(module, module.metadata.get(int(t))) == "omnipotent char"
                               for t in tags)
+
+
+def _tbaa_struct_fields(call: Call, size: int):
+    """From ``!tbaa.struct`` on a memcpy (clang's copy of a C struct: ``a = b``, ``r->particles[i] = p``), which
+    lists each field it copies as (offset, size, type): ``[(offset, kind), ...]`` when the fields hold a float and
+    each is a float, a pointer or an integer (a record of doubles and pointers moved within an array, where no
+    access tells the copy's layout: REBOUND's particles); None otherwise (a union's or a character array's
+    bytes, ``omnipotent char``, may be anything). Not for memmove: its fields may overlap."""
+    if not (call.callee_name or "").startswith("llvm.memcpy"):
+        return None
+    ref = call.get_metadata("tbaa.struct")
+    module = call.module
+    node = _md(module, ref) if ref and module is not None else None
+    if node is None:
+        return None
+    out, end = [], 0
+    for off, n, tag in re.findall(r"i64 (\d+), i64 (\d+), !(\d+)", node):
+        off, n = int(off), int(n)
+        name = _tbaa_type_name(module, module.metadata.get(int(tag)))
+        if name in _TBAA_FLOATS and _tbaa_float_bytes(_TBAA_FLOATS[name]) == n:
+            kind = _TBAA_FLOATS[name]
+        elif (name == "any pointer" or re.fullmatch(r"p\d+ .+", name or "")) and n == 8:
+            kind = T.ptr
+        elif name in _TBAA_INT_BITS and _TBAA_INT_BITS[name] == 8 * n or name == "omnipotent char" and n == 1:
+            kind = T.IntType(8 * n)
+        else:
+            return None
+        if off < end:
+            return None
+        out.append((off, kind))
+        end = off + n
+    if end > size or not any(isinstance(k, T.FloatType) for _, k in out):
+        return None
+    return out
+
+
+def _tbaa_float_bytes(kind: T.FloatType) -> int:
+    """Bytes of a C floating-point type as TBAA names it (``long double``: x87's 80 bits in 16 bytes)."""
+    return {"double": 8, "float": 4}.get(kind.kind, 16)
 
 
 def _tbaa_struct_kind(call: Call):
