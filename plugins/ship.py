@@ -240,6 +240,8 @@ def manifests(path) -> list[Path]:
     """The manifests ``path`` names: a manifest, a library ``.so`` (the manifests in its directory that name it)
     or a directory (all of them)."""
     path = Path(path).expanduser()
+    if not path.exists():
+        raise ShippedLibraryError(f"{path}: no such file or directory (the directory save_library(...) wrote?)")
     if path.is_dir():
         found = sorted(path.glob("*" + MANIFEST_SUFFIX))
         if not found:
