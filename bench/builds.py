@@ -12,6 +12,8 @@
   pinned sources (``tests/libraries/sources.py``: Debian orig tarballs, a PyPI source distribution), skipped with
   the reason when they cannot be had. The projects' archives (``*.a``) are weighed too: enzcc's carry the
   bitcode.
+  Projects are timed by wall clock and by CPU time (user + system of every process of the build, which a loaded
+  machine disturbs less).
 * ``nstmt``: one differentiated function of N generated straight-line statements (math calls, three
   variables), ``enzcc -O2 -c`` (AD included) against ``clang-22 -O2 -c`` of the same file, with peak memory.
 * ``suite``: each ``bench/`` objective, ``enzcc -O2 -c`` (AD included) against ``clang-22 -O2 -c``.
@@ -35,6 +37,7 @@ import json
 import os
 import platform
 import random
+import resource
 import shutil
 import statistics
 import subprocess
@@ -454,16 +457,21 @@ def main(argv=None) -> int:
                 for tag, cc in (("clang", CLANG), ("enzcc", enzcc)):
                     progress.update(bar, description=f"round {r + 1}/{rounds}: {name} with {tag}")
                     if kind == "project":
+                        before = resource.getrusage(resource.RUSAGE_CHILDREN)
                         wall, err = builder(cc, tag)
+                        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                        cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
                         peak = archive_bytes(work / f"{dirs[name]}-{tag}")  # (for projects: the bytes)
                     else:
                         src = nst_dir / f"n{name}.c" if kind == "nstmt" else HERE / f"{name}.c"
                         cmd = [cc, "-O2", "-c", str(src), "-o", str(work / f"{kind}-{name}-{tag}.o"),
                                *(["--no-cache"] if tag == "enzcc" else [])]  # (measure the work, every round)
                         wall, peak, proc = run_with_peak(cmd, work)
+                        cpu = None
                         err = "" if proc.returncode == 0 else proc.stderr.strip()[-500:]
-                    s = samples.setdefault((kind, name, tag), {"wall": [], "peak": [], "error": ""})
+                    s = samples.setdefault((kind, name, tag), {"wall": [], "cpu": [], "peak": [], "error": ""})
                     s["wall"].append(wall)
+                    s["cpu"].append(cpu)
                     s["peak"].append(peak)
                     s["error"] = s["error"] or err
                     progress.advance(bar)
@@ -476,6 +484,10 @@ def main(argv=None) -> int:
         row["ratio"] = ratio(row["enzcc_s"], row["clang_s"])
         if kind == "project":
             (ca, co), (ea, eo) = c["peak"][-1], e["peak"][-1]
+            row.update(clang_cpu_s=round(statistics.median(c["cpu"]), 3),
+                       enzcc_cpu_s=round(statistics.median(e["cpu"]), 3),
+                       cpu_samples={"clang": c["cpu"], "enzcc": e["cpu"]})
+            row["cpu_ratio"] = ratio(row["enzcc_cpu_s"], row["clang_cpu_s"])
             row.update(clang_archive_bytes=ca, enzcc_archive_bytes=ea, clang_object_bytes=co, enzcc_object_bytes=eo,
                        archive_ratio=ratio(ea, ca), object_ratio=ratio(eo, co))
         else:
@@ -491,14 +503,15 @@ def main(argv=None) -> int:
     out.write_text(json.dumps(results, indent=1) + "\n")
 
     table = Table(title=f"compile time, median of {rounds} interleaved round(s) (seconds)")
-    for col in ("what", "clang-22", "enzcc", "enzcc/clang", "peak MB clang", "peak MB enzcc", "memory ratio",
-                "archives (objects) enzcc/clang"):
+    for col in ("what", "clang-22", "enzcc", "enzcc/clang", "CPU enzcc/clang", "peak MB clang", "peak MB enzcc",
+                "memory ratio", "archives (objects) enzcc/clang"):
         table.add_column(col, justify="left" if col == "what" else "right")
     for group, label in (("projects", "drop-in build, no AD: "), ("nstmt", "N statements, AD: N="),
                          ("objectives", "bench objective, AD: ")):
         for row in results[group]:
             table.add_row(f"{label}{row['name']}" + (" [red](failed)[/]" if row.get("error") else ""),
                           f"{row['clang_s']:.2f}", f"{row['enzcc_s']:.2f}", f"{row['ratio']}x",
+                          f"{row['cpu_ratio']}x" if row.get("cpu_ratio") else "",
                           str(row.get("clang_peak_mb", "")), str(row.get("enzcc_peak_mb", "")),
                           f"{row['memory_ratio']}x" if row.get("memory_ratio") else "",
                           f"{row.get('archive_ratio') or '-'}x ({row.get('object_ratio') or '-'}x)"
