@@ -201,9 +201,10 @@ def test_torch_export_loads_in_a_fresh_process(src, compiler, tmp_path):
     assert f"failed to resolve torch.ops.{NS}.softplus_head_primal" in proc.stderr, proc.stderr[-2000:]
 
 
-def test_torch_jit_trace_records_the_op(src, compiler):
-    """torch.jit.trace records the op itself (not the aten::empty of its Python kernel); check_trace passes and
-    the trace computes what the op does."""
+def test_torch_jit_trace_records_the_op(src, compiler, tmp_path):
+    """torch.jit.trace records the op itself (not the aten::empty of its Python kernel); check_trace passes, the
+    trace computes what the op does, and saved (torch.jit.save) it runs in a fresh process after
+    load_library, with its gradient."""
     torch = pytest.importorskip("torch")
     import warnings
     from enzcc_plugins.torch import enzyme
@@ -224,6 +225,21 @@ def test_torch_jit_trace_records_the_op(src, compiler):
     x = torch.tensor(X, dtype=torch.float64, requires_grad=True)
     traced(x, *args[1:]).backward()
     close(x.grad.tolist(), reference()[1][0])
+    traced.save(str(tmp_path / "head.ts"))
+    F.save_library(tmp_path / "ship", second_order=False)
+    script = f"""
+        import json, torch
+        import enzcc_plugins.torch as ez
+        ez.load_library({str(tmp_path / "ship")!r})
+        m = torch.jit.load("head.ts")
+        x = torch.tensor({X!r}, dtype=torch.float64, requires_grad=True)
+        s = m(x, torch.tensor({W!r}, dtype=torch.float64), torch.tensor({A!r}, dtype=torch.float64))
+        s.backward()
+        print(json.dumps({{"s": s.item(), "gx": x.grad.tolist()}}))
+    """
+    got = result_of(fresh(script, tmp_path, "ts_load"))
+    close(got["s"], reference()[0])
+    close(got["gx"], reference()[1][0])
 
 
 # --- JAX -------------------------------------------------------------------------------------------------------
