@@ -85,9 +85,9 @@ def main(argv=None) -> int:
     for what in ("forward", "step"):
         paper, hoisted = samples[what + ", paper's line"], samples[what + ", hoisted"]
         ratios = [p / h for p, h in zip(paper, hoisted)]
+        of_medians = statistics.median(paper) / statistics.median(hoisted)
         print(f"  {what}: paper's line / hoisted = {statistics.median(ratios):.3f} (median of the rounds' ratios; "
-              f"ratio of the medians {med[what + chr(44) + ' paper' + chr(39) + 's line'] / med[what + ', hoisted']:.3f}, "
-              f"of the minimums {min(paper) / min(hoisted):.3f})")
+              f"ratio of the medians {of_medians:.3f}, of the minimums {min(paper) / min(hoisted):.3f})")
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     for _ in range(300):
         enzyme(test_c, "f").apply(xg).sum().backward()

@@ -42,7 +42,7 @@ void accumulate(const double *x, long n, double *y) {  /* y[i] += ...: reads y b
 void forgets(const double *x, long n, double *y) {     /* never writes y */
   (void)x; (void)n; (void)y;
 }
-void softmax(const double *in, long n, double *out) {  /* reads out, but after writing it */
+void ck_softmax(const double *in, long n, double *out) {  /* reads out, but after writing it */
   double m = in[0], s = 0;
   for (long i = 1; i < n; i++) m = fmax(m, in[i]);
   for (long i = 0; i < n; i++) { out[i] = exp(in[i] - m); s += out[i]; }
@@ -57,16 +57,16 @@ void hidden_write(double *x, long n, double *y) {      /* writes x through a cal
   for (long i = 0; i < n; i++) y[i] = x[i] * x[i];
   clobber(x, n);
 }
-void overrun(const double *x, long n, double *y) {     /* writes n + x[0] elements: no static bound */
+void ck_overrun(const double *x, long n, double *y) {     /* writes n + x[0] elements: no static bound */
   for (long i = 0; i < n + (long)x[0]; i++) y[i] = x[i % n] * x[i % n];
 }
-void overrun2(const double *x, long n, double *y) {    /* the same (ops are named by the function) */
+void ck_overrun2(const double *x, long n, double *y) {    /* the same (ops are named by the function) */
   for (long i = 0; i < n + (long)x[0]; i++) y[i] = x[i % n] * x[i % n];
 }
 void plus_two(const double *x, long n, double *y) {    /* writes n + 2 elements: bound by Int n */
   for (long i = 0; i < n + 2; i++) y[i] = x[0];
 }
-void square(const double *x, long n, double *y) {      /* writes y[0 .. n - 1]: a loop bound by Int n */
+void ck_square(const double *x, long n, double *y) {      /* writes y[0 .. n - 1]: a loop bound by Int n */
   for (long i = 0; i < n; i++) y[i] = x[i] * x[i];
 }
 void shifted(const double *x, int n, double *y) {      /* writes y[0 .. n]: int n, index i + 1 */
@@ -148,7 +148,7 @@ def test_correct_declarations_load_and_differentiate(src, cache):
     np.testing.assert_allclose(g, 2 * x, rtol=1e-12)  # analytic
     np.testing.assert_allclose(g, fd_gradient(lambda v: k(v), x, np.ones(1)), rtol=1e-6)
 
-    sm = load_kernel(src, "softmax", decl(), cache=cache)  # reads out after writing it: fine
+    sm = load_kernel(src, "ck_softmax", decl(), cache=cache)  # reads out after writing it: fine
     e = np.exp(x - x.max())
     np.testing.assert_allclose(sm(x), e / e.sum(), rtol=1e-12)
     seed = np.array([1.0, -2.0, 0.5, 3.0])
@@ -168,9 +168,9 @@ def test_unknown_use_is_trusted(src, cache):
 
 
 def test_access_analysis_reports_what_the_code_does(src, cache):
-    k = load_kernel(src, "softmax", decl(), cache=cache)
+    k = load_kernel(src, "ck_softmax", decl(), cache=cache)
     from enzcc_plugins import checks
-    obj_uses = _uses(src, "softmax")
+    obj_uses = _uses(src, "ck_softmax")
     assert obj_uses[0].describe() == "only reads it" and obj_uses[2].describe() == "reads and writes it"
     assert not obj_uses[2].read_first_at and k is not None
     uses = _uses(src, "forgets")
@@ -195,13 +195,13 @@ def test_extent_written_is_compared_with_the_output_shape(src, cache):
     # issue 36: an Out shape smaller than what the code writes (malloc_consolidate(), exit 134): the loop bound is
     # Int n, so the call is refused before it runs
     small = [In("x", shape=("n",)), Int("n"), Out("y", shape=lambda n: (n - 1,))]
-    k = load_kernel(src, "square", small, cache=cache)
+    k = load_kernel(src, "ck_square", small, cache=cache)
     with pytest.raises(ShapeError, match=r"writes 4 elements of 'y' \(at kernels.c:\d+, for n = 4\), but its declared "
                                          r"shape \(3,\) holds 3"):
         k(np.ones(4))
     with pytest.raises(ShapeError, match=r"writes 1 element of 'y'.*\(0,\) holds 0"):
         k(np.ones(1))
-    good = load_kernel(src, "square", [In("x", shape=("n",)), Int("n"), Out("y", shape=("n",))], cache=cache)
+    good = load_kernel(src, "ck_square", [In("x", shape=("n",)), Int("n"), Out("y", shape=("n",))], cache=cache)
     np.testing.assert_allclose(good(np.array([1.0, -2.0, 3.0])), [1.0, 4.0, 9.0])
     k = load_kernel(src, "shifted", [In("x", shape=("n",)), Int("n"), Out("y", shape=("n",))], cache=cache)
     with pytest.raises(ShapeError, match=r"writes 4 elements of 'y'"):
@@ -222,7 +222,7 @@ def test_extent_written_is_compared_with_the_output_shape(src, cache):
 
 def test_checked_mode_turns_an_overrun_into_an_exception(src, cache):
     # issue 36: an Out shape smaller than what the code writes: malloc_consolidate(), exit 134
-    k = load_kernel(src, "overrun", decl(), cache=cache, checked=True)
+    k = load_kernel(src, "ck_overrun", decl(), cache=cache, checked=True)
     x = np.array([2.5, 1.5, 3.0])  # (long)x[0] = 2: five elements written
     with pytest.raises(CheckedCallError, match=r"past the end of output 'y' \(shape \(3,\), float64\): at byte 24, "
                                                r"element 3"):
@@ -233,8 +233,8 @@ def test_checked_mode_turns_an_overrun_into_an_exception(src, cache):
         k.jvp([x], [np.ones(3)])
     # the declaration that fits: the same values as unchecked, gradient = analytic and finite differences
     good = [In("x", shape=("n",)), Int("n"), Out("y", shape=lambda n: (n + 2,))]
-    kc = load_kernel(src, "overrun", good, cache=cache, checked=True)
-    ku = load_kernel(src, "overrun", good, cache=cache, checked=False)
+    kc = load_kernel(src, "ck_overrun", good, cache=cache, checked=True)
+    ku = load_kernel(src, "ck_overrun", good, cache=cache, checked=False)
     assert kc.checked and not ku.checked
     np.testing.assert_array_equal(kc(x), ku(x))
     np.testing.assert_allclose(kc(x), np.array([6.25, 2.25, 9.0, 6.25, 2.25]))
@@ -328,12 +328,12 @@ def test_torch_enzyme_is_memoised(src, cache):
     pytest.importorskip("torch")
     from enzcc_plugins.torch import enzyme
     d = [In("x", shape=("n",)), Int("n"), Out("y", shape=lambda n: (n,))]
-    F = enzyme(src, "softmax", d, cache=cache)
-    assert enzyme(str(src), "softmax", list(d), cache=cache) is F
+    F = enzyme(src, "ck_softmax", d, cache=cache)
+    assert enzyme(str(src), "ck_softmax", list(d), cache=cache) is F
     import torch
     x = torch.tensor([0.1, 0.5, -0.3], dtype=torch.float64, requires_grad=True)
     for _ in range(50):  # the paper's line in a loop
-        y = enzyme(str(src), "softmax", [In("x", shape=("n",)), Int("n"), Out("y", shape=lambda n: (n,))],
+        y = enzyme(str(src), "ck_softmax", [In("x", shape=("n",)), Int("n"), Out("y", shape=lambda n: (n,))],
                    cache=cache).apply(x)
     np.testing.assert_allclose(y.detach().numpy(), torch.softmax(x, 0).detach().numpy(), rtol=1e-12)
 
@@ -341,18 +341,19 @@ def test_torch_enzyme_is_memoised(src, cache):
 def test_torch_checked_mode(src, cache, monkeypatch):
     torch = pytest.importorskip("torch")
     from enzcc_plugins.torch import enzyme
-    d = [In("x", shape=("n",)), Int("n"), Out("y", shape=("n",))]  # overrun writes n + 2 elements
+    d = [In("x", shape=("n",)), Int("n"), Out("y", shape=("n",))]  # writes n + (long)x[0] elements
     monkeypatch.setenv("ENZCC_CHECKED", "1")
-    F = enzyme(src, "overrun", d, cache=cache)
+    F = enzyme(src, "ck_overrun", d, cache=cache)
     x = torch.tensor([2.5, 1.5, 3.0], dtype=torch.float64, requires_grad=True)
     with pytest.raises(CheckedCallError, match=r"past the end of output 'y' \(shape \(3,\), float64\)"):
         F.apply(x)
-    good = enzyme(src, "overrun2", [In("x", shape=("n",)), Int("n"), Out("y", shape=lambda n: (n + 2,))], cache=cache)
+    good = enzyme(src, "ck_overrun2", [In("x", shape=("n",)), Int("n"), Out("y", shape=lambda n: (n + 2,))],
+                  cache=cache)
     y = good.apply(x)
     y.backward(torch.ones(5, dtype=torch.float64))
     np.testing.assert_allclose(y.detach().numpy(), [6.25, 2.25, 9.0, 6.25, 2.25])
     np.testing.assert_allclose(x.grad.numpy(), 2 * x.detach().numpy() * np.array([2.0, 2.0, 1.0]))
     monkeypatch.delenv("ENZCC_CHECKED")
-    S = enzyme(src, "square", [In("x", shape=("n",)), Int("n"), Out("y", shape=lambda n: (n - 1,))], cache=cache)
+    S = enzyme(src, "ck_square", [In("x", shape=("n",)), Int("n"), Out("y", shape=lambda n: (n - 1,))], cache=cache)
     with pytest.raises(ShapeError, match=r"writes 3 elements of 'y'"):  # refused before the call, unchecked too
         S.apply(x)
