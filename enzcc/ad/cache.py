@@ -449,17 +449,30 @@ class CacheUtility:
             memo[id(v)] = out
             return out
 
-        removed = [self.cached[vid] for vid in eligible]
-        for c in removed:
+        # the reads of the values to recompute, by the block of the reverse code they are in, in their order
+        # there: each block recomputes a value (and reads a cached operand) once, the first time it needs it,
+        # and later reads in the block use that (a fresh recomputation per read repeated whole expression
+        # trees: REBOUND's 1,000-instruction Bulirsch-Stoer step made 108,000 lines of reverse code)
+        by_block: dict[int, list] = {}
+        for vid in eligible:
+            c = self.cached[vid]
             for load, block in c.loads:
-                b = IRBuilder.before(load)
-                memo: dict = {}
-                clone = c.value.clone()
-                for i, op in enumerate(c.value.operands):
-                    new = rebuild(op, b, block, memo)
-                    if new is not op:
-                        clone.set_operand(i, new)
-                b.insert(clone)
+                by_block.setdefault(id(load.parent), []).append((load, block, c))
+        for reads in by_block.values():
+            order = {id(inst): k for k, inst in enumerate(reads[0][0].parent.instructions)}
+            reads.sort(key=lambda r: order[id(r[0])])
+            memo: dict = {}
+            for load, block, c in reads:
+                clone = memo.get(id(c.value))
+                if clone is None:
+                    b = IRBuilder.before(load)
+                    clone = c.value.clone()
+                    for i, op in enumerate(c.value.operands):
+                        new = rebuild(op, b, block, memo)
+                        if new is not op:
+                            clone.set_operand(i, new)
+                    b.insert(clone)
+                    memo[id(c.value)] = clone
                 load.replace_all_uses_with(clone)
                 load.erase()
         for vid in eligible:

@@ -31,14 +31,17 @@ MAX_INLINED_CALLS = 20000
 RECURSIVE_CALL = '"enzcc-recursive-call"'
 
 
-def inline_all(fn, is_user_function) -> None:
+def inline_all(fn, is_user_function, admit_dispatched=None) -> None:
     """Inline, repeatedly, every call in ``fn`` whose callee satisfies ``is_user_function(callee_fn)``.
 
     A work list in program order: each inlined body's calls are taken next (so a constructor is inlined
     before the virtual calls after it, whose targets its stores reveal); ``invoke``s become calls and calls
-    through known function pointers are devirtualized as they are reached, never by rescanning the function."""
+    through known function pointers are devirtualized as they are reached, never by rescanning the function.
+    ``admit_dispatched(call, callee)``, when given, also decides each call a devirtualized call became (what
+    the callee's expanded size did not count: the caller's size budget, :mod:`enzcc.ad.prepare`)."""
     module = fn.module
     count = 0
+    dispatched: set[int] = set()
     # (call instruction -> chain of function names it was inlined through)
     chain: dict[int, tuple[str, ...]] = {}
     work = [i for i in fn.instructions() if isinstance(i, Call)]
@@ -54,11 +57,15 @@ def inline_all(fn, is_user_function) -> None:
             direct = devirtualize_call(call)
             for c in reversed(direct):
                 chain[id(c)] = through
+                dispatched.add(id(c))
                 work.append(c)
             continue
         if not _inlinable(call, module, is_user_function):
             continue
         callee = module.functions[call.callee_name]
+        if admit_dispatched is not None and id(call) in dispatched and callee.name not in through and \
+                not admit_dispatched(call, callee):
+            continue
         if callee.name in through:
             # recursion: the call stays, and is differentiated as a call to the callee's derivative
             call.fn_attrs.append(RECURSIVE_CALL)

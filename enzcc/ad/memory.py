@@ -15,7 +15,7 @@ from enzcc.ir import types as T
 from enzcc.ad.errors import ad_error
 from enzcc.ad.registry import called_arguments, called_function, rule_named
 from enzcc.ir.instructions import Alloca, AtomicRMW, Call, Cast, GetElementPtr, Load, Phi, Select, Store
-from enzcc.ir.values import ConstantInt, GlobalRef, Value
+from enzcc.ir.values import Argument, ConstantInt, GlobalRef, Value
 
 _TBAA_FLOATS = {"double": T.FloatType("double"), "float": T.FloatType("float"),
                 "long double": T.FloatType("x86_fp80")}
@@ -168,7 +168,7 @@ class MemoryTypes:
         dl = getattr(call.module, "data_layout", None)
         if not isinstance(n, ConstantInt) or dl is None:
             return None
-        tagged = _tbaa_struct_fields(call, n.value)
+        tagged = _tbaa_struct_fields(call, n.value) or _declared_fields(call, n.value, dl)
         if tagged is not None:
             return tagged
         fields: dict[int, set] = {}
@@ -200,6 +200,45 @@ class MemoryTypes:
         if not any(isinstance(k, T.FloatType) for _, k in out) and (gaps or end < n.value):
             return None  # (bytes no access types may be floats: without a float field, only a full cover tells)
         return out
+
+    def copied_records(self, call: Call):
+        """For a memcpy of an array of records mixing floats with pointers and integers (REBOUND's particles
+        copied into a backup of any length: ``memcpy(b, r->particles, N * sizeof(struct reb_particle))``),
+        where both ends are at a record's start and the memory on both sides is indexed as one record type
+        (``getelementptr %struct.R``, or clang's pointer TBAA on the load of its pointer, as for
+        :meth:`reallocated_records`): ``(record bytes, [(byte offset, kind), ...])`` of every scalar field, when
+        one is a float and every float type the memory holds is a field's; else None. Not for memmove (its
+        records may overlap)."""
+        dl = call.module.data_layout if call.module is not None else None
+        n = call.args[2]
+        if dl is None or not (call.callee_name or "").startswith("llvm.memcpy"):
+            return None
+        records = set()
+        webs = [v for p in call.args[:2] for v in memory_web(p)]
+        for v in _with_reloads(webs, dl):
+            for use in getattr(v, "uses", []):
+                u = use.user
+                if isinstance(u, GetElementPtr) and use.index == 0 and \
+                        isinstance(u.source_type, (T.StructType, T.NamedStructType)):
+                    records.add(u.source_type)
+        if not records:
+            records = _pointee_records(webs)
+        if len(records) != 1:
+            return None
+        record = records.pop()
+        if _holds_union(record):
+            return None
+        stride = dl.alloc_size(record)
+        if isinstance(n, ConstantInt) and n.value % stride or \
+                any(_offset_mod(p, dl, stride) != 0 for p in call.args[:2]):
+            return None
+        fields = dl.scalar_leaves(record)
+        kinds = {k for _, k in fields}
+        floats = {k for p in call.args[:2] for k in self.web_kinds(p) if isinstance(k, T.FloatType)}
+        if not any(isinstance(k, T.FloatType) for k in kinds) or not floats <= kinds or \
+                any(isinstance(k, T.VectorType) for k in kinds):
+            return None
+        return stride, fields
 
     def _placed(self, base: Value) -> bool:
         """Whether every kind the caller says ``base``'s memory holds has a place among its fields (the caller's
@@ -318,6 +357,8 @@ class MemoryTypes:
         if len(floats) == 1 and all(isinstance(k, (T.FloatType, T.IntType, T.PointerType)) for k in kinds) \
                 and self._web_is_local(call):
             return "bytes"
+        if not kinds:
+            return _untouched_pointee_kind(call)
         return None
 
     def reallocated_records(self, call: Call):
@@ -497,6 +538,27 @@ def _pointee_records(values: list) -> set:
     return found
 
 
+def _untouched_pointee_kind(call: Call):
+    """For memory ``realloc`` moves that the function never reads or writes itself (a buffer of another
+    integrator grown on the way: REBOUND's JANUS particles of integer coordinates), what clang's pointer TBAA on
+    the loads and stores of its pointer says it points to, when that holds no float: ``T.ptr`` for records of
+    pointers and integers, the IntType of integer records or an integer pointee; else None."""
+    web = list(memory_web(call))
+    records = _pointee_records(web)
+    if len(records) == 1:
+        record = records.pop()
+        if _holds_union(record) or call.module is None:
+            return None
+        kinds = {k for _, k in call.module.data_layout.scalar_leaves(record)}
+        if kinds and all(isinstance(k, (T.IntType, T.PointerType)) for k in kinds):
+            return T.ptr if T.ptr in kinds else max(kinds, key=lambda k: k.bits)
+        return None
+    pointees = {_pointee_kind(tbaa_access_type(v)) for v in web if isinstance(v, Load)}
+    if len(pointees) == 1 and isinstance(next(iter(pointees)), (T.IntType, T.PointerType)):
+        return pointees.pop()
+    return None
+
+
 def _with_reloads(values: list, dl) -> list:
     """``values`` and the loads, in the same function, of a place one of them is stored to (the same base object
     and constant offset): a pointer kept in a struct field and read back from it (unoptimized code)."""
@@ -649,6 +711,60 @@ def _tbaa_struct_fields(call: Call, size: int):
     if end > size or not any(isinstance(k, T.FloatType) for _, k in out):
         return None
     return out
+
+
+def _declared_fields(call: Call, size: int, dl):
+    """For a copy to or from a local whose type is a struct (SROA's ``alloca { double, ..., ptr, i32, ptr }``
+    holding the part of a record it split off) or a struct passed by value (``byval(%struct.R)``, REBOUND's
+    ``reb_simulation_add(r, particle)``), where no access types the other side: ``[(offset, kind), ...]`` of
+    the scalar fields of that type the copy covers, when one is a float and the copy splits none; else None.
+    (A union's type names one member only: not taken.)"""
+    for p in call.args[:2]:
+        base, off = byte_offset(p, dl)
+        ty = _declared_record(base)
+        if off is None or ty is None or _holds_union(ty) or off + size > dl.alloc_size(ty):
+            continue
+        fields, cut = [], False
+        for at, k in dl.scalar_leaves(ty):
+            end = at + dl.store_size(k)
+            if off <= at and end <= off + size:
+                fields.append((at - off, k))
+            elif at < off + size and end > off:
+                cut = True  # (a field only partly copied)
+        if not cut and any(isinstance(k, T.FloatType) for _, k in fields):
+            return fields
+    return None
+
+
+def _declared_record(base):
+    """The struct type an alloca declares, or the one a ``byval`` parameter is passed as (asked of the user's
+    function, whose attributes a prepared copy of it does not have); else None."""
+    if isinstance(base, Alloca):
+        ty = base.allocated_type if base.num_elements is None else None
+        return ty if isinstance(ty, (T.StructType, T.NamedStructType)) else None
+    if not isinstance(base, Argument) or base.parent is None or base.parent.module is None:
+        return None
+    module = base.parent.module
+    primal = module.functions.get(getattr(base.parent, "primal_name", base.parent.name))
+    args = primal.args if primal is not None else []
+    attrs = args[base.index].attrs if base.index < len(args) else base.attrs
+    for a in attrs:
+        m = re.fullmatch(r"byval\(%(\S+)\)", a)
+        if m is not None:
+            return module.named_types.get(m.group(1).strip('"'))
+    return None
+
+
+def _holds_union(ty: T.Type) -> bool:
+    """A type that is, or has inside it, a union (clang's ``%union.X`` names one member's type only) or an
+    opaque struct."""
+    if isinstance(ty, T.NamedStructType):
+        return ty.is_opaque or ty.name.startswith("union.") or _holds_union(ty.body)
+    if isinstance(ty, T.StructType):
+        return any(_holds_union(e) for e in ty.elements)
+    if isinstance(ty, (T.ArrayType, T.VectorType)):
+        return _holds_union(ty.element)
+    return False
 
 
 def _tbaa_float_bytes(kind: T.FloatType) -> int:

@@ -130,8 +130,9 @@ def prepare(fn: Function) -> None:
 
     keep = hints_of(fn.module).protected()
     policy = getattr(fn.module, "enzcc_inline", "auto")
-    _cut_calls_past_budget(fn, keep, policy)
-    inline_all(fn, lambda callee: callee.name not in keep and should_inline(callee, policy))
+    budget = _cut_calls_past_budget(fn, keep, policy)
+    inline_all(fn, lambda callee: callee.name not in keep and should_inline(callee, policy),
+               budget.admit if budget is not None else None)
     _mark_size_cut_calls(fn, keep, policy)
     _math_calls_as_intrinsics(fn, keep)
     for inst in list(fn.instructions()):
@@ -347,16 +348,18 @@ INLINE_THRESHOLD = 1500
 #: from correctors called from each integrator's steps) expands exponentially when everything is inlined
 #: (millions of instructions); a callee past this size is differentiated once, as a function of its own, and
 #: called through its derived functions, as Enzyme does for every call. The cut falls as deep as it can: the
-#: callees inside are inlined when their own expansion fits, so code that runs often stays inlined.
-MAX_EXPANDED_SIZE = 12000
+#: callees inside are inlined when their own expansion fits, so code that runs often stays inlined. (12,000
+#: before MAX_BODY_SIZE: REBOUND's steps then derived 212,000 primal instructions in 143 s and 3.7 GB of the
+#: engine; at 2,000 and 3,000, 46 s and 1.4 GB; bench/*.c compile to the same assembly.)
+MAX_EXPANDED_SIZE = 2000
 #: A function differentiated as a function of its own (the function asked for, or a callee past
 #: :data:`MAX_EXPANDED_SIZE`) inlines its calls only up to this many instructions in all, the smallest
 #: expansions first; the larger calls stay calls to derived functions of their own. Without this bound such a
 #: function took in every callee that fits the budget on its own, however many there were (REBOUND's
-#: corrector calling seven 8,000-instruction operators: 78,000 instructions in one derivative, 210,000 in all
+#: corrector calling seven 8,000-instruction operators: 78,000 instructions in one derivative, 487,000 in all
 #: for one leapfrog step, past 8 GB and 10 minutes); with it the derivatives of a program are at most a few
 #: times its own size.
-MAX_BODY_SIZE = 12000
+MAX_BODY_SIZE = 3000
 
 
 def should_inline(callee: Function, policy: str) -> bool:
@@ -383,16 +386,38 @@ def _must_inline(callee: Function) -> bool:
         any(needs_inlining(t) for t in callee.function_type.params)
 
 
-def _cut_calls_past_budget(fn: Function, keep, policy: str) -> None:
+class _Budget:
+    """What is left of :data:`MAX_BODY_SIZE` for the function being prepared, for the calls a call through a
+    function pointer becomes (one per candidate target: REBOUND's ODE right-hand sides, each inlined at every
+    call of ``ode->derivatives``), which no expanded size counted."""
+
+    def __init__(self, policy: str, size: int):
+        self.policy, self.size = policy, size
+
+    def admit(self, call: Call, callee: Function) -> bool:
+        """Whether the call is inlined; one that is not gets :data:`enzcc.ad.usercalls.SIZE_CUT_CALL`."""
+        from enzcc.ad.usercalls import SIZE_CUT_CALL
+
+        n = expanded_size(callee, self.policy)
+        if _must_inline(callee) or callee.name.startswith("__enzcc_") or self.size + n <= MAX_BODY_SIZE:
+            self.size += n
+            return True
+        if SIZE_CUT_CALL not in call.fn_attrs:
+            call.fn_attrs.append(SIZE_CUT_CALL)
+        return False
+
+
+def _cut_calls_past_budget(fn: Function, keep, policy: str) -> "_Budget | None":
     """Tag the calls of ``fn`` (a function differentiated on its own, before inlining) whose expansion does not
     fit :data:`MAX_BODY_SIZE` with the others with :data:`enzcc.ad.usercalls.SIZE_CUT_CALL`: they stay calls
     (the inliner skips them). The smallest expansions are taken first, so many small helpers stay inlined and
-    the few large ones go; each callee's own calls are then inlined whole (its expansion was counted)."""
+    the few large ones go; each callee's own calls are then inlined whole (its expansion was counted). Returns
+    what is left of the budget, for the calls through function pointers (None: no budget)."""
     from enzcc.ad.inline import is_kept_recursive
     from enzcc.ad.usercalls import SIZE_CUT_CALL
 
     if policy != "auto":
-        return
+        return None
     module = fn.module
     size, candidates = 0, []
     for inst in fn.instructions():
@@ -410,6 +435,7 @@ def _cut_calls_past_budget(fn: Function, keep, policy: str) -> None:
             size += n
         elif SIZE_CUT_CALL not in inst.fn_attrs:
             inst.fn_attrs.append(SIZE_CUT_CALL)
+    return _Budget(policy, size)
 
 
 def _mark_size_cut_calls(fn: Function, keep, policy: str) -> None:

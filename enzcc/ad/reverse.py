@@ -34,7 +34,7 @@ from enzcc.ad.promote import promote_single_block_slots
 from enzcc.ad.rules import load_rules
 from enzcc.ad.errors import ad_error
 import enzcc.ad.runtime_activity as runtime_activity
-from enzcc.ad.shadow import Shadows, describe_pointer
+from enzcc.ad.shadow import Shadows, describe_pointer, to_i64
 from enzcc.ad.spill import spill_crossing_values
 from enzcc.ad.tape import Tape
 from enzcc.ir import types as T
@@ -260,6 +260,10 @@ class ReverseMode(AdjointGenerator, CacheUtility):
                                         b.load(T.ptr, b.gep(T.i8, dest, off)))
                                 b.store(p, slot)
                     continue
+                records = self.memtypes.copied_records(inst) if kind is None and not ra else None
+                if records is not None:  # an array of such records: the pointer fields' shadows, record by record
+                    self._copy_record_pointer_shadows(inst, records)
+                    continue
                 if not isinstance(kind, T.PointerType):
                     continue
                 b = IRBuilder.after(inst)
@@ -274,6 +278,24 @@ class ReverseMode(AdjointGenerator, CacheUtility):
                         b.call(inst.callee, [shadows.of(dest, inst), dest, n, inst.args[3]])
                     else:
                         b.memset(shadows.of(dest, inst), 0, n)
+
+    def _copy_record_pointer_shadows(self, inst, records) -> None:
+        """The forward sweep of a memcpy of an array of records (:meth:`MemoryTypes.copied_records`): each
+        record's pointer fields in the destination's shadow get the source's shadow pointers (null where the
+        source has no shadow); the float fields are left to the reverse sweep."""
+        stride, fields = records
+        dest, src = inst.args[0], inst.args[1]
+        b = IRBuilder.after(inst)
+        count = b.udiv(to_i64(b, inst.args[2]), ConstantInt(T.i64, stride))
+        helper = _strided_pointer_copy(self.module)
+        for shadows in self.lane_shadows:
+            dsrc = shadows.of(src, inst) if self.activity.is_active_ptr(src) else ConstantNull(T.ptr)
+            for at, k in fields:
+                if isinstance(k, T.PointerType):
+                    off = [ConstantInt(T.i64, at)]
+                    b.call(helper, [b.gep(T.i8, shadows.of(dest, inst), off),
+                                    b.gep(T.i8, dsrc, off) if not isinstance(dsrc, ConstantNull) else dsrc,
+                                    count, ConstantInt(T.i64, stride)])
 
     def _isolate_lane_calls(self) -> None:
         """Vector mode: each call whose reverse is made once for all lanes (a call that is not inlined, a
@@ -592,3 +614,32 @@ class ReverseMode(AdjointGenerator, CacheUtility):
 
 
 __all__ = ["ReverseMode"]
+
+
+def _strided_pointer_copy(module):
+    """``helper(dst, src, count, stride)``: for each of ``count`` records ``stride`` bytes apart, the pointer at
+    the start of each ``src`` record (null when ``src`` is null) into the ``dst`` record."""
+    from enzcc.ir.function import Function
+
+    name = "__enzcc_record_pointer_copy"
+    fn = module.functions.get(name)
+    if fn is not None:
+        return fn
+    fn = Function(name, T.FunctionType(T.void, (T.ptr, T.ptr, T.i64, T.i64)), ["dst", "src", "count", "stride"])
+    fn.linkage = "internal"
+    module.add_function(fn)
+    dst, src, count, stride = fn.args
+    entry, loop, done = fn.append_block("entry"), fn.append_block("loop"), fn.append_block("done")
+    eb = IRBuilder.at_end(entry)
+    eb.cond_br(eb.icmp("eq", count, ConstantInt(T.i64, 0)), done, loop)
+    lb = IRBuilder.at_end(loop)
+    i = lb.phi(T.i64, [(ConstantInt(T.i64, 0), entry)])
+    at = lb.mul(i, stride)
+    has_src = lb.icmp("ne", src, ConstantNull(T.ptr))
+    p = lb.select(has_src, lb.load(T.ptr, lb.select(has_src, lb.gep(T.i8, src, [at]), dst)), ConstantNull(T.ptr))
+    lb.store(p, lb.gep(T.i8, dst, [at]))
+    nxt = lb.add(i, ConstantInt(T.i64, 1))
+    i.add_incoming(nxt, loop)
+    lb.cond_br(lb.icmp("eq", nxt, count), done, loop)
+    IRBuilder.at_end(done).ret_void()
+    return fn

@@ -1,9 +1,12 @@
 """A C struct of doubles, a pointer and an int assigned from one element of an array to another (``a[i] = a[j]``,
 REBOUND's ``r->particles[i] = r->particles[j]``): clang copies it with a memcpy whose ``!tbaa.struct`` lists each
-field (offset, size, type), while no access in the function gives the layout at those variable offsets. The
-reverse gives each double's adjoint back to the source element and the forward sweep copies the pointer's
-shadow (``enzcc.ad.memory._tbaa_struct_fields``); before, 'cannot tell whether the memory this memcpy copies
-holds floating-point values'. At -O0 clang writes no TBAA: the same one-line refusal as before."""
+field (offset, size, type), while no access in the function gives the layout at those variable offsets
+(``enzcc.ad.memory._tbaa_struct_fields``); at -O0, without TBAA, the array is indexed as ``%struct.rec``
+(``MemoryTypes.copied_records``). The reverse gives each double's adjoint back to the source element and the
+forward sweep copies the pointer's shadow; before, 'cannot tell whether the memory this memcpy copies holds
+floating-point values'."""
+
+import pytest
 
 from adharness import PRELUDE
 from enzcc_testing import need
@@ -45,20 +48,13 @@ int main(void) {
 """
 
 
-def test_struct_assignment_between_array_elements(enzcc):
+@pytest.mark.parametrize("opt", ["-O0", "-O2"])
+def test_struct_assignment_between_array_elements(enzcc, opt):
     enzcc.write("t.c", PRELUDE + SOURCE)
-    enzcc("-O2", "t.c", "-lm", "-o", "t")
+    enzcc(opt, "t.c", "-lm", "-o", "t")
     v = dict((k, float(x)) for k, x in (line.split() for line in enzcc.run("./t").stdout.splitlines()))
     assert len(v) == 16
     for key in (k[3:] for k in v if k.startswith("ad.")):
         assert abs(v["ad." + key] - v["fd." + key]) <= 1e-6 * max(1.0, abs(v["fd." + key])), (key, v)
     # elements 2 and 3 were copied over 0 and 1: their gradients carry the copies' parts
     assert abs(v["ad.2.1"]) > 1.0 and abs(v["ad.3.1"]) > 1.0 and v["ad.0.0"] == 0.0
-
-
-def test_without_tbaa_still_refused_in_one_line(enzcc):
-    enzcc.write("t.c", PRELUDE + SOURCE)
-    r = enzcc("-O0", "t.c", "-lm", "-o", "t", check=False)
-    assert r.returncode != 0 and not (enzcc.cwd / "t").exists()
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and "cannot tell whether the memory this memcpy copies" in lines[0], r.stderr

@@ -12,7 +12,7 @@ from enzcc.ir import types as T
 
 #: calls that never carry derivatives
 INACTIVE_CALLS = ("printf", "fprintf", "puts", "putchar", "fputs", "fflush", "abort", "exit", "fwrite", "time",
-                  "clock", "rand", "srand", "assert", "__assert_fail", "omp_get_thread_num", "sprintf", "snprintf",
+                  "clock", "rand", "srand", "rand_r", "random", "srandom", "assert", "__assert_fail", "omp_get_thread_num", "sprintf", "snprintf",
                   "__cxa_guard_acquire", "__cxa_guard_release", "malloc_usable_size", "strlen", "strnlen", "strcmp",
                   "strncmp", "memcmp", "bcmp", "_ZSt11_Hash_bytesPKvmm", "_ZSt15_Fnv_hash_bytesPKvmm")
 #: string copies: they write characters

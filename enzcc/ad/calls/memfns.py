@@ -192,6 +192,23 @@ def _reverse_realloc_records(self, inst: Call, shadow: Value, records, block, b:
                 ConstantInt(T.i64, stride)])
 
 
+def _reverse_copy_records(self, inst: Call, records, block, b: IRBuilder) -> None:
+    """The reverse of a memcpy of an array of records (:meth:`enzcc.ad.memory.MemoryTypes.copied_records`):
+    each float field's adjoints in the destination's records go back to the source's (added; the destination's
+    zeroed), record by record; the pointer fields' shadows were copied in the forward sweep."""
+    stride, fields = records
+    dest, src = inst.args[0], inst.args[1]
+    if not self.activity.is_active_ptr(dest):
+        return
+    ddest, dsrc = self._shadow(dest, block, b, inst), self._shadow(src, block, b, inst)
+    count = b.udiv(to_i64(b, self._primal(inst.args[2], block, b)), ConstantInt(T.i64, stride))
+    for at, kind in fields:
+        if isinstance(kind, T.FloatType):
+            b.call(_strided_adjoint_helper(self.module, kind),
+                   [b.gep(T.i8, ddest, [ConstantInt(T.i64, at)]), b.gep(T.i8, dsrc, [ConstantInt(T.i64, at)]), count,
+                    ConstantInt(T.i64, stride)])
+
+
 def _strided_adjoint_helper(module, kind: T.Type):
     """``helper(dnew, dold, count, stride)``: for each of ``count`` records ``stride`` bytes apart,
     ``dold += dnew; dnew = 0`` on the float of type ``kind`` at the start of each."""
@@ -249,6 +266,10 @@ def _reverse_memcpy(self, inst: Call, block, b: IRBuilder) -> None:
         return
     if kind is None:
         fields = self.memtypes.copy_fields(inst)
+        records = self.memtypes.copied_records(inst) if fields is None else None
+        if records is not None and not self.concurrent and not runtime_activity.enabled(self.activity):
+            _reverse_copy_records(self, inst, records, block, b)
+            return
         if fields is None:
             raise ad_error("cannot tell whether the memory this memcpy copies holds floating-point values "
                            "(nothing in the function or its caller reads or writes it with one type, or it "
