@@ -1,5 +1,7 @@
 """Compile-time benchmarks: enzcc against clang-22 on the same work, interleaved round by round.
 
+* ``calls``: single calls on small files (``-c``, ``-E``, ``--version``, ``-Wl,--version``, a configure probe, a
+  link of objects), CPU time, clang and enzcc alternating call by call: enzcc's cost per call.
 * ``files``: a generated project of 100 C files (no AD), each compiled with ``-O2 -c`` two at a time, then
   linked: the drop-in build (``CC=enzcc``) against clang's.
 * ``lua``: Lua 5.4 built with its own makefile (``make -j2 CC=...``); the source comes from the ``lupa``
@@ -336,6 +338,43 @@ def build_tinyexpr(cc: str, src: Path, out: Path, jobs: int) -> tuple[float, str
     return wall, "" if run.stdout.strip() == "15.1987" else f"tinyexpr printed {run.stdout!r}"
 
 
+CALL_FILES = {"small.c": "#include <math.h>\nstatic double sq(double x) { return x * x; }\n"
+                          "double g(double x) { return sin(sq(x)); }\n",
+              "main.c": "#include <stdio.h>\ndouble g(double);\nint main(void) { printf(\"%g\\n\", g(1)); return 0; }\n",
+              "conftest.c": "int main(void) { return 0; }\n"}
+CALLS = [("-O2 -c f5.c (a file of the 101-file project)", ["-O2", "-c", "f5.c", "-o", "f5.o"]),
+         ("-O2 -c small.c", ["-O2", "-c", "small.c", "-o", "small.o"]),
+         ("-E small.c", ["-E", "small.c", "-o", "small.i"]),
+         ("--version", ["--version"]),
+         ("-Wl,--version (meson's linker probe)", ["-Wl,--version"]),
+         ("conftest.c -o conftest (a configure probe)", ["conftest.c", "-o", "conftest"]),
+         ("main.o small.o -lm -o prog", ["main.o", "small.o", "-lm", "-o", "prog"])]
+
+
+def measure_calls(compilers: dict[str, str], work: Path, rounds: int) -> list[dict]:
+    """CPU time (user + system of the call and its children) of single calls on small files, the compilers
+    alternating call by call; medians in ms."""
+    dirs = {}
+    for tag, cc in compilers.items():
+        d = dirs[tag] = work / f"calls-{tag}"
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir(parents=True)
+        for name, text in {**CALL_FILES, "f5.c": project_file(5, 101)}.items():
+            (d / name).write_text(text)
+        for src in ("main.c", "small.c"):
+            subprocess.run([cc, "-O2", "-c", src], cwd=d, capture_output=True)
+    cpu = {(what, tag): [] for what, _ in CALLS for tag in compilers}
+    for _ in range(rounds):
+        for what, args in CALLS:
+            for tag, cc in compilers.items():
+                proc = subprocess.Popen([cc, *args], cwd=dirs[tag], stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL)
+                _, _, usage = os.wait4(proc.pid, 0)
+                cpu[(what, tag)].append((usage.ru_utime + usage.ru_stime) * 1000)
+    return [{"call": what, **{f"{tag}_cpu_ms": round(statistics.median(cpu[(what, tag)]), 1) for tag in compilers}}
+            for what, _ in CALLS]
+
+
 LIBRARY_BUILDS = {
     "kissfft": ("kissfft 131.1 (cmake)", lambda cc, src, out, jobs: build_cmake(
         cc, src, out, jobs, ["-DKISSFFT_TEST=OFF", "-DKISSFFT_TOOLS=OFF", "-DKISSFFT_PKGCONFIG=OFF",
@@ -357,8 +396,8 @@ def ratio(a, b):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m bench.builds", description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small sizes, one round (for the tests)")
-    ap.add_argument("--only", default="", help="comma-separated: files, lua, zlib, kissfft, cminpack, liblbfgs, "
-                                               "tinyexpr, nstmt, suite (default: all)")
+    ap.add_argument("--only", default="", help="comma-separated: calls, files, lua, zlib, kissfft, cminpack, "
+                                               "liblbfgs, tinyexpr, nstmt, suite (default: all)")
     ap.add_argument("--rounds", type=int, default=None, help="alternating rounds of clang and enzcc")
     ap.add_argument("--jobs", type=int, default=2, help="parallel compiles in project builds (default 2)")
     ap.add_argument("--enzcc", default=None, help="the enzcc to measure (default: the one installed with this "
@@ -375,7 +414,8 @@ def main(argv=None) -> int:
     mode = "quick" if args.quick else "full"
     sizes = SIZES[mode]
     rounds = args.rounds or sizes["rounds"]
-    only = [x for x in args.only.split(",") if x] or ["files", "lua", "zlib", *LIBRARY_BUILDS, "nstmt", "suite"]
+    only = [x for x in args.only.split(",") if x] or ["calls", "files", "lua", "zlib", *LIBRARY_BUILDS, "nstmt",
+                                                      "suite"]
     beside = Path(sys.executable).parent / "enzcc"
     enzcc = args.enzcc or (str(beside) if beside.is_file() else shutil.which("enzcc") or "enzcc")
     if shutil.which(CLANG) is None:
@@ -397,6 +437,8 @@ def main(argv=None) -> int:
                      "enzcc_launcher": _is_launcher(enzcc),
                      "projects": [], "nstmt": [], "objectives": [], "skipped": {}}
 
+    if "calls" in only:  # (first: single calls, interleaved among themselves, 5 times the rounds)
+        results["calls"] = measure_calls({"clang": CLANG, "enzcc": enzcc}, work, 5 * rounds)
     tasks = []
     dirs: dict[str, str] = {}  # project -> its build directory's prefix (work / f"{prefix}-{tag}")
     if "files" in only:
@@ -517,6 +559,14 @@ def main(argv=None) -> int:
                           f"{row.get('archive_ratio') or '-'}x ({row.get('object_ratio') or '-'}x)"
                           if group == "projects" else "")
     console.print(table)
+    if results.get("calls"):
+        calls = Table(title="single calls, CPU ms (user + system, children included), median")
+        for col in ("call", "clang-22", "enzcc", "enzcc - clang"):
+            calls.add_column(col, justify="left" if col == "call" else "right")
+        for row in results["calls"]:
+            calls.add_row(row["call"], f"{row['clang_cpu_ms']:.1f}", f"{row['enzcc_cpu_ms']:.1f}",
+                          f"{row['enzcc_cpu_ms'] - row['clang_cpu_ms']:+.1f}")
+        console.print(calls)
     for what, why in results["skipped"].items():
         console.print(f"skipped {what}: {why}")
     for group in ("projects", "nstmt", "objectives"):
