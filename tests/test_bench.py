@@ -71,10 +71,11 @@ def test_quick_suite(tmp_path, env):
 
 
 def test_quick_compile_time_benchmarks(tmp_path, env):
-    """bench.builds in quick mode (the generated project and the N-statement family; Lua needs a download): every
-    build succeeds and both compilers' times and peak memory are recorded."""
+    """bench.builds in quick mode (single calls, the generated project and the N-statement family; Lua needs a
+    download): every build succeeds and both compilers' times, CPU times, object sizes and peak memory are
+    recorded."""
     out = tmp_path / "builds.json"
-    proc = subprocess.run([sys.executable, "-m", "bench.builds", "--quick", "--only", "files,nstmt",
+    proc = subprocess.run([sys.executable, "-m", "bench.builds", "--quick", "--only", "calls,files,nstmt",
                            "--build-dir", str(tmp_path / "b"), "--out", str(out), "--enzcc", "enzcc"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
@@ -82,6 +83,8 @@ def test_quick_compile_time_benchmarks(tmp_path, env):
     assert res["python_start_s"] > 0 and res["python_start_without_site_s"] > 0
     (files,) = res["projects"]
     assert files["clang_s"] > 0 and files["enzcc_s"] > 0 and "error" not in files
+    assert files["clang_cpu_s"] > 0 and files["enzcc_cpu_s"] > 0 and files["object_ratio"] > 1  # (bitcode)
+    assert len(res["calls"]) == 7 and all(r["clang_cpu_ms"] > 0 and r["enzcc_cpu_ms"] > 0 for r in res["calls"])
     assert [r["name"] for r in res["nstmt"]] == [100, 300]
     for r in res["nstmt"]:
         assert r["ratio"] > 0 and r["clang_peak_mb"] > 0 and r["enzcc_peak_mb"] > 0 and "error" not in r
