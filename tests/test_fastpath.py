@@ -130,3 +130,12 @@ def test_preprocessing_passes_through_with_enzccs_headers(enzcc):
     assert "return 2;" in enzcc("-E", "p.c").stdout
     assert enzcc("-M", "p.c").stdout.startswith("p.o: p.c")
     assert enzcc("-fsyntax-only", "p.c").returncode == 0
+
+
+def test_cxx_link_of_c_sources_compiles_them_as_c(enzcc):
+    """enzcc++ with a C source on the link line compiles it as C, as the driver always did (clang++ alone would
+    compile it as C++): ``new`` is a name in C."""
+    enzcc.write("c.c", "int twice(int new) { return 2 * new; }\n")
+    enzcc.write("m.cpp", '#include <cstdio>\nextern "C" int twice(int);\nint main() { std::printf("%d\\n", twice(21)); }\n')
+    enzcc("c.c", "m.cpp", "-o", "prog", cmd="enzcc++")
+    assert subprocess.run([enzcc.cwd / "prog"], capture_output=True, text=True).stdout == "42\n"
