@@ -137,6 +137,10 @@ class _Registry:
     request_completions: list[Callable] = field(default_factory=list)
     global_shadow_sources: list = field(default_factory=list)
     global_shadow_zeroings: list = field(default_factory=list)
+    named: dict[str, CallRule | None] = field(default_factory=dict)
+    """Each name looked up so far and its rule by name or prefix (None: neither): a call's name is looked up a
+    few times per instruction, and a name no rule names walks the hundred-odd prefixes. Emptied by
+    :func:`register`."""
 
 
 _REGISTRY = _Registry()
@@ -156,6 +160,7 @@ def register(rule: CallRule, names=(), prefixes=(), match: Callable | None = Non
     _REGISTRY.prefixes.sort(key=lambda p: -len(p[0]))
     if match is not None:
         (_REGISTRY.first if first else _REGISTRY.matchers).append((match, rule))
+    _REGISTRY.named.clear()
     return rule
 
 
@@ -170,17 +175,24 @@ def rule_for(call) -> CallRule | None:
 def rule_named(name: str | None, call=None) -> CallRule | None:
     """The rule of calls to ``name`` (matchers are asked only with a ``call``)."""
     if name:
-        rule = _REGISTRY.names.get(name)
+        named = _REGISTRY.named
+        rule = named[name] if name in named else _by_name_or_prefix(name)
         if rule is not None:
             return rule
-        for prefix, rule in _REGISTRY.prefixes:
-            if name.startswith(prefix):
-                return rule
     if call is not None:
         for match, rule in _REGISTRY.matchers:
             if match(call):
                 return rule
     return None
+
+
+def _by_name_or_prefix(name: str) -> CallRule | None:
+    """The rule of ``name`` by name, else by its longest registered prefix, else None; remembered."""
+    rule = _REGISTRY.names.get(name)
+    if rule is None:
+        rule = next((r for prefix, r in _REGISTRY.prefixes if name.startswith(prefix)), None)
+    _REGISTRY.named[name] = rule
+    return rule
 
 
 def is_inactive(name: str | None) -> bool:
