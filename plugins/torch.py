@@ -16,10 +16,12 @@ kernels calling the library through ctypes and fake kernels computed from the de
 ``autograd.Function``s: the primal's backward is the vjp op and its forward-mode rule the jvp op
 (``torch.func.jvp``, ``torch.autograd.forward_ad``); the vjp op's backward uses ``NAME_enzcc_vjp_jvp``
 (forward over reverse, a second library built on first use) and the jvp op, so double backward,
-``gradgradcheck``, Hessian-vector products and ``torch.func.hessian`` work. ``torch.func.vmap`` calls the
-function once per example (each op has a sequential vmap rule), except where only the tangents of the jvp op or
-the cotangents of the vjp op are batched (``torch.func.jacfwd``, ``jacrev``): 8, 4 or 2 of them per run through
-the vector-mode entry points (``NAME_enzcc_jvp_v<W>``, ``_vjp_v<W>``; plugins/ABI.md).
+``gradgradcheck``, Hessian-vector products and ``torch.func.hessian`` work. ``torch.func.vmap`` of any op is
+one native call for the whole batch (a C loop over the examples, plugins/batch.py; shared inputs are not
+copied per example), and where only the tangents of the jvp op or the cotangents of the vjp op are batched
+(``torch.func.jacfwd``, ``jacrev``) 8, 4 or 2 of them per run through the vector-mode entry points
+(``NAME_enzcc_jvp_v<W>``, ``_vjp_v<W>``; plugins/ABI.md). Nested vmaps (the inner level), the checked mode and a
+machine without a C compiler call the op once per example.
 
 Arguments are CPU tensors of the declared dtype (non-contiguous ones are copied); scalars may be Python
 numbers or 0-d tensors; free ``Int`` parameters are Python ints. A GPU tensor, a wrong dtype, a wrong rank or
@@ -30,12 +32,13 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import math
 import threading
 from typing import Callable, Sequence
 
 import torch
 
-from . import ship
+from . import batch, ship
 from .build import (VECTOR_WIDTHS, CompiledKernel, EnzccBuildError, In, Int, Out, PrototypeError, SecondOrderError,
                     ShapeError, load_kernel, memoise_ops)
 
@@ -127,7 +130,7 @@ class _Runner:
 
     def vector_entries(self, entry: str):
         """The kernel's vector-mode versions of ``entry`` (jvp, vjp, vjp_jvp), or None when enzcc cannot build
-        them (the examples of a vmap then go one by one)."""
+        them (the examples of a vmap then go through the batch loop)."""
         try:
             return self.k.vector(entry)
         except EnzccBuildError:
@@ -290,8 +293,11 @@ def _register_ops(r: _Runner, qualname: str):
         lib.impl(f"{opname}_{entry}", impl, "CPU")
         torch.library.register_fake(f"{ns}::{opname}_{entry}", fake, lib=lib)
         ops[entry] = getattr(getattr(torch.ops, ns), f"{opname}_{entry}").default
-    # torch.func.vmap: one call per example, except where only the tangents (cotangents) of the jvp (vjp) op are
-    # batched, as in torch.func.jacfwd (jacrev): vector mode, W of them per run of the function
+    # torch.func.vmap: the whole batch in one native call (a C loop over the examples, plugins/batch.py); where
+    # only the tangents (cotangents) of the jvp (vjp) op are batched, as in torch.func.jacfwd (jacrev): vector
+    # mode, W of them per run of the function
+    batched_rule = _batched_vmap(r, ops)
+
     def example(vals, dims, b):
         """Example b of tensors batched along ``dims`` (None: shared by every example)."""
         return [v if vd is None else v.select(vd, b) for v, vd in zip(vals, dims)]
@@ -309,7 +315,7 @@ def _register_ops(r: _Runner, qualname: str):
     def second_order_rule():
         """vjp_jvp's vmap rule: when only the tangents are batched (the inputs and the seeds shared, as in
         torch.func.hessian of a function with one result), W directions per run of NAME_enzcc_vjp_jvp_v<W>."""
-        sequential = _sequential_vmap(ops["vjp_jvp"])
+        sequential = batched_rule("vjp_jvp")
 
         def rule(info, in_dims, ins, cots, tins, tcots, ints):
             B = info.batch_size
@@ -355,7 +361,7 @@ def _register_ops(r: _Runner, qualname: str):
         return rule
 
     def vector_rule(entry):
-        sequential = _sequential_vmap(ops[entry])
+        sequential = batched_rule(entry)
 
         def rule(info, in_dims, ins, vals, ints):
             B = info.batch_size
@@ -395,7 +401,7 @@ def _register_ops(r: _Runner, qualname: str):
 
     for entry in impls:
         rule = vector_rule(entry) if entry in ("jvp", "vjp") else second_order_rule() if entry == "vjp_jvp" else \
-            _sequential_vmap(ops[entry])
+            batched_rule(entry)
         torch.library.register_vmap(f"{ns}::{opname}_{entry}", rule, lib=lib)
     return lib, ops, {entry: impl for entry, (impl, _, _) in impls.items()}
 
@@ -410,6 +416,119 @@ def _define(lib, qualname: str, schema: str) -> None:
             raise
         raise NameClashError(f"PyTorch op {qualname!r}: {schema.split('(')[0]} is already defined in this process "
                              f"by something else; choose another op_name= (or namespace=)") from None
+
+
+def _batched_vmap(r: _Runner, ops):
+    """``rule(entry)``: torch.func.vmap of the op ``entry`` as one native call for the whole batch
+    (plugins/batch.py): each batched tensor moved to a leading batch axis and made contiguous (example b at
+    b * its size), a shared one passed once (stride 0: not copied per example), outputs and gradients allocated
+    for the batch, the seeds (which Enzyme consumes) copied per example, the primal outputs that the derivative
+    entry points write as scratch shared. Tensors of another transform level (nested vmap, vmap inside grad),
+    the checked mode and a machine without a C compiler take the op once per example instead."""
+    k = r.k
+    wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+
+    def per_example_bytes(t) -> int:
+        return math.prod(t.shape[1:]) * t.element_size()
+
+    def lead(t, d, shape):
+        """(tensor, (address, stride)): ``t`` with its batch axis ``d`` first, contiguous, each example of
+        ``shape``; shared (d None) as it is."""
+        if d is None:
+            c = t.contiguous().reshape(shape)
+            return c, (c.data_ptr(), 0)
+        c = t.movedim(d, 0).contiguous()
+        c = c.reshape((c.shape[0],) + tuple(shape))
+        return c, (c.data_ptr(), per_example_bytes(c))
+
+    def new(B, shape, dtype, zero=False):
+        t = (torch.zeros if zero else torch.empty)((B,) + tuple(shape), dtype=dtype)
+        return t, (t.data_ptr(), per_example_bytes(t))
+
+    def seed(B, c, d, shape):
+        """A private copy per example (Enzyme zeroes the seed it is given, so a shared one cannot be reused)."""
+        c = c.reshape(shape).unsqueeze(0).expand((B,) + tuple(shape)) if d is None else \
+            c.movedim(d, 0).reshape((B,) + tuple(shape))
+        c = c.clone(memory_format=torch.contiguous_format)
+        return c, (c.data_ptr(), per_example_bytes(c))
+
+    def run(entry, B, lists, dims, ints):
+        ins, ins_d = lists[0], dims[0]
+        ex = [x if d is None else x.select(d, 0) for x, d in zip(ins, ins_d)]  # example 0: the shapes
+        plan, _, ia = r.plan(ex, ints)
+        shapes = r.out_shapes(plan)
+        xshapes = [tuple(x.shape) for x in ex]
+        kept = []  # every buffer stays alive until the call returns
+
+        def keep(pair):
+            kept.append(pair[0])
+            return pair[1]
+
+        def slots(in_e, out_e):
+            return [in_e[j] if kind == "in" else out_e[j] if kind == "out" else (ia + 8 * j, 0)
+                    for kind, j in r._slot]
+
+        def per(in_e, out_e):
+            return [(in_e[j] if kind == "in" else out_e[j] if kind == "out" else None) or (0, 0)
+                    for kind, j in r._slot]
+
+        def tangent_entries(vals, vd):
+            return [keep(lead(v, d, s)) if diff else None for v, d, s, diff in zip(vals, vd, xshapes, r.diff)]
+
+        def seed_entries(cots, cd):
+            return [keep(seed(B, c, d, s)) for c, d, s in zip(cots, cd, shapes)]
+
+        def grads_new():
+            ts = [new(B, s, dt, True) if diff else new(B, (0,), dt) for s, dt, diff in zip(xshapes, r.dtypes, r.diff)]
+            return [t for t, _ in ts], [e if diff else None for (_, e), diff in zip(ts, r.diff)]
+
+        def shared(bufs):
+            kept.extend(bufs)
+            return [(b.data_ptr(), 0) for b in bufs]
+
+        xs = [keep(lead(x, d, s)) for x, d, s in zip(ins, ins_d, xshapes)]
+        if entry == "primal":
+            outs = [new(B, s, dt) for s, dt in zip(shapes, r.out_dtypes)]
+            arrays, results = [slots(xs, [e for _, e in outs])], [t for t, _ in outs]
+        elif entry == "vjp":
+            grads, ge = grads_new()
+            arrays = [slots(xs, shared(r.scratch(plan, "out"))), per(ge, seed_entries(lists[1], dims[1]))]
+            results = grads
+        elif entry == "jvp":
+            outs = [new(B, s, dt) for s, dt in zip(shapes, r.out_dtypes)]
+            touts = [new(B, s, dt) for s, dt in zip(shapes, r.out_dtypes)]
+            arrays = [slots(xs, [e for _, e in outs]), per(tangent_entries(lists[1], dims[1]), [e for _, e in touts])]
+            results = [t for t, _ in outs] + [t for t, _ in touts]
+        elif entry == "vjp_jvp":
+            (grads, ge), (tgrads, tge) = grads_new(), grads_new()
+            arrays = [slots(xs, shared(r.scratch(plan, "out"))), per(ge, seed_entries(lists[1], dims[1])),
+                      per(tangent_entries(lists[2], dims[2]), shared(r.scratch(plan, "tangent"))),
+                      per(tge, seed_entries(lists[3], dims[3]))]
+            results = grads + tgrads
+        else:  # jvp_jvp
+            res = [new(B, s, dt) for s, dt in zip(shapes, r.out_dtypes)]
+            arrays = [slots(xs, shared(r.scratch(plan, "out"))),
+                      per(tangent_entries(lists[1], dims[1]), shared(r.scratch(plan, "tangent"))),
+                      per(tangent_entries(lists[2], dims[2]), shared(r.scratch(plan, "direction"))),
+                      per(tangent_entries(lists[3], dims[3]), [e for _, e in res])]
+            results = [t for t, _ in res]
+        batch.batched_call(k.address(entry), arrays, B)
+        return results, [0] * len(results)
+
+    def rule_for(entry):
+        sequential = _sequential_vmap(ops[entry])
+
+        def rule(info, in_dims, *args):
+            B = info.batch_size
+            if B == 0:
+                raise ValueError("enzcc_plugins: vmap over an empty batch")
+            lists, ints = args[:-1], args[-1]
+            dims = [d if isinstance(d, (list, tuple)) else [d] * len(x) for d, x in zip(in_dims[:-1], lists)]
+            if k.checked or any(wrapped(t) for x in lists for t in x) or not batch.available():
+                return sequential(info, in_dims, *args)
+            return run(entry, B, lists, dims, ints)
+        return rule
+    return rule_for
 
 
 def _sequential_vmap(op):
