@@ -125,9 +125,18 @@ class RuleTable:
     """rule name -> rule"""
     by_c_name: dict[str, Rule]
     by_intrinsic: dict[str, Rule]
+    _by_callee: dict[str, Rule | None] = field(default_factory=dict, repr=False, compare=False)
+    """:meth:`for_call`'s answers so far."""
 
     def for_call(self, callee: str) -> Rule | None:
-        """The rule for a call to ``callee`` (``sin``, ``llvm.sin.f64``, ``llvm.sin.v4f32``...)."""
+        """The rule for a call to ``callee`` (``sin``, ``llvm.sin.f64``, ``llvm.sin.v4f32``...); remembered per
+        name (asked several times per call instruction, through the call-rule matchers)."""
+        known = self._by_callee
+        if callee not in known:
+            known[callee] = self._lookup(callee)
+        return known[callee]
+
+    def _lookup(self, callee: str) -> Rule | None:
         if callee in self.by_c_name:
             return self.by_c_name[callee]
         if callee.startswith("llvm."):

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from . import types as T
+from .block import BasicBlock  # (for value_ref, which prints every operand: not imported per call)
 from .instructions import (
     Alloca, AtomicRMW, BinaryOp, Br, Call, Cast, Cmp, CmpXchg, CondBr, DebugRecord,
     ExtractElement, ExtractValue, Fence, Freeze, GetElementPtr, IndirectBr, InsertElement,
@@ -104,7 +105,6 @@ def _tracker_for(fn) -> SlotTracker:
 
 def value_ref(v: Value, slots: SlotTracker | None = None) -> str:
     """Operand spelling without type (``%x``, ``@f``, ``1.0e+00``, ``{ i32 1 }``)."""
-    from .block import BasicBlock
     if isinstance(v, (Instruction, Argument, BasicBlock, Placeholder)):
         return (slots or _NO_SLOTS).local(v)
     return format_constant(v)

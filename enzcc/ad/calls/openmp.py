@@ -68,12 +68,13 @@ _HEADER = 16
 
 def forked_function_name(inst) -> str | None:
     """The outlined function a ``__kmpc_fork_call`` ``inst`` runs in each thread (None for any other
-    instruction, or when it is not a known function)."""
+    instruction, or when it is not a known function). Asked of every instruction: the imports come after the
+    test that answers for all but fork calls."""
+    if not isinstance(inst, Call) or inst.callee_name != "__kmpc_fork_call" or len(inst.args) < 3:
+        return None
     from enzcc.ad.api import resolve_function
     from enzcc.ir.values import GlobalRef
 
-    if not isinstance(inst, Call) or inst.callee_name != "__kmpc_fork_call" or len(inst.args) < 3:
-        return None
     ref = resolve_function(inst.args[2])
     return ref.symbol if isinstance(ref, GlobalRef) else None
 
