@@ -6,7 +6,9 @@ enzcc_plugins, against Enzyme-JAX's ``cpp_call`` on the same source and against 
 The function is ``y[i] = sin(x[i]) * x[i]`` in double (``sinx`` below). Measured per framework: the call
 overhead (16 elements), and the time of a call and of a gradient (``d sum(f(x)) / dx``) at 16 and at 1M
 elements (64K with --quick); for JAX also ``jax.jacfwd`` and ``jax.jacrev`` at 128 elements (a vmap of the JVP
-or VJP over 128 tangents or cotangents, which the plugin runs in vector mode; not measured for Enzyme-JAX). Every contestant runs compiled: ``jax.jit`` for JAX and Enzyme-JAX,
+or VJP over 128 tangents or cotangents, which the plugin runs in vector mode; not measured for Enzyme-JAX); for
+JAX and PyTorch ``vmap`` of the function and of its gradient over 256 examples of 16 and of 1024 elements (one
+native call for the batch; its "kernel alone" is the entry point once over all the batch's elements). Every contestant runs compiled: ``jax.jit`` for JAX and Enzyme-JAX,
 ``tf.function`` for TensorFlow, eager PyTorch (the plugin's op is a custom op; eager is how PyTorch code
 calls it). Contestants:
 
@@ -62,10 +64,14 @@ def measurements(large: int) -> list[tuple[str, int]]:
     process: JAX's own dispatch cost, which the two processes (this one and Enzyme-JAX's worker, with its own
     jax) need not share; a call's overhead is its time less its process's floor."""
     return [("floor", 16), ("call", 16), ("grad", 16), ("call", large), ("grad", large), ("jacfwd", JACOBIAN_N),
-            ("jacrev", JACOBIAN_N)]
+            ("jacrev", JACOBIAN_N)] + [(f"{op} x{m}", VMAP_B) for m in VMAP_SIZES for op in ("vmap", "vmap grad")]
 
 
 JACOBIAN_N = 128
+VMAP_B = 256
+"""Examples of the vmap measurements: ``vmap xM`` is the function over 256 examples of M elements (a batch of
+shape (256, M)), ``vmap grad xM`` the per-example gradients (vmap of grad); JAX and PyTorch."""
+VMAP_SIZES = (16, 1024)
 """Size of the ``jax.jacfwd`` and ``jax.jacrev`` measurements (JAX only)."""
 ENZYME_JAX_OPS = ("floor", "call", "grad")
 """The measurements the Enzyme-JAX worker answers."""
@@ -233,6 +239,13 @@ def setup_jax(source: Path, sizes: list[int]) -> dict:
             x = np.asarray(xj)
             check_jacobian(f"jax {impl} {op}", jac(xj), np.diag(np.cos(x) * x + np.sin(x)))
             out.setdefault((op, JACOBIAN_N), {})[impl] = lambda jac=jac: jac(xj).block_until_ready()
+        for m in VMAP_SIZES:
+            X = jnp.asarray(inputs(VMAP_B * m).reshape(VMAP_B, m))
+            v = jax.jit(jax.vmap(fn))
+            g = jax.jit(jax.vmap(jax.grad(lambda x, fn=fn: jnp.sum(fn(x)))))
+            check(f"jax {impl} vmap", v(X), g(X), VMAP_B * m)
+            out.setdefault((f"vmap x{m}", VMAP_B), {})[impl] = lambda v=v, X=X: v(X).block_until_ready()
+            out.setdefault((f"vmap grad x{m}", VMAP_B), {})[impl] = lambda g=g, X=X: g(X).block_until_ready()
     return out
 
 
@@ -257,6 +270,17 @@ def setup_torch(source: Path, sizes: list[int]) -> dict:
             check(f"torch {impl}", call(), grad(), n)
             out.setdefault(("call", n), {})[impl] = call
             out.setdefault(("grad", n), {})[impl] = grad
+        for m in VMAP_SIZES:  # torch.func.vmap of the op, and of its gradient: one native call for the batch
+            X = torch.from_numpy(inputs(VMAP_B * m).reshape(VMAP_B, m))
+            v = torch.func.vmap(fn)
+            g = torch.func.vmap(torch.func.grad(lambda x, fn=fn: fn(x).sum()))
+
+            def vcall(v=v, X=X):
+                with torch.no_grad():
+                    return v(X)
+            check(f"torch {impl} vmap", vcall(), g(X), VMAP_B * m)
+            out.setdefault((f"vmap x{m}", VMAP_B), {})[impl] = vcall
+            out.setdefault((f"vmap grad x{m}", VMAP_B), {})[impl] = lambda g=g, X=X: g(X)
     return out
 
 
@@ -422,7 +446,10 @@ def main(argv: list[str] | None = None) -> int:
     kernel = None
     if frameworks:
         try:
-            kernel = setup_kernel(source, sizes)
+            kernel = setup_kernel(source, sizes + [VMAP_B * m for m in VMAP_SIZES])
+            for m in VMAP_SIZES:  # a vmap's floor: the C function once over the whole batch's elements
+                kernel[f"vmap x{m}", VMAP_B] = kernel["call", VMAP_B * m]
+                kernel[f"vmap grad x{m}", VMAP_B] = kernel["grad", VMAP_B * m]
         except Exception as e:
             skipped["kernel"] = _reason(e)
 

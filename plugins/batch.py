@@ -57,7 +57,10 @@ def _helper():
 
 
 def available() -> bool:
-    """Whether the batch loop can be used in this process (built, or buildable, here)."""
+    """Whether the batch loop can be used in this process (built, or buildable, here). ``ENZCC_PLUGINS_BATCH_LOOP=0``
+    turns it off (a call per example, as before it existed: for comparisons and debugging)."""
+    if os.environ.get("ENZCC_PLUGINS_BATCH_LOOP", "").strip() == "0":
+        return False
     return _helper() is not None
 
 

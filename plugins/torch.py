@@ -37,6 +37,7 @@ import threading
 from typing import Callable, Sequence
 
 import torch
+from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
 
 from . import batch, ship
 from .build import (VECTOR_WIDTHS, CompiledKernel, EnzccBuildError, In, Int, Out, PrototypeError, SecondOrderError,
@@ -515,6 +516,24 @@ def _batched_vmap(r: _Runner, ops):
         batch.batched_call(k.address(entry), arrays, B)
         return results, [0] * len(results)
 
+    def direct_primal(ins, ints):
+        """The primal op under one torch.func.vmap (the only transform), without the dispatcher's vmap machinery
+        (a pytree round trip that costs more than a small batch's work): the inputs unwrapped at the vmap's
+        level, one native call, the outputs wrapped with their batch dimension 0. None where it does not apply
+        (a nested vmap, the checked mode, no batch loop): then the op goes through the dispatcher."""
+        stack = retrieve_all_functorch_interpreters()
+        if len(stack) != 1 or k.checked or not batch.available():
+            return None
+        level, B = stack[0].level(), stack[0].batch_size()
+        vals, dims = zip(*[torch._C._functorch._unwrap_batched(t, level) for t in ins]) if ins else ((), ())
+        if any(wrapped(t) for t in vals):
+            return None
+        if B == 0:
+            raise ValueError("enzcc_plugins: vmap over an empty batch")
+        outs, _ = run("primal", B, [list(vals)], [list(dims)], ints)
+        return [torch._C._functorch._add_batch_dim(o, 0, level) for o in outs]
+    r.vmap_primal = direct_primal
+
     def rule_for(entry):
         sequential = _sequential_vmap(ops[entry])
 
@@ -567,6 +586,27 @@ def _functorch_active() -> bool:
     """True inside torch.func transforms (jvp, grad, vmap, hessian...): they take autograd.Functions directly,
     not ops whose Autograd kernel is one."""
     return not torch.compiler.is_compiling() and torch._C._functorch.peek_interpreter_stack() is not None
+
+
+def _vmap_only(ins) -> bool:
+    """Inside torch.func.vmap alone (every transform on the stack a vmap, no forward-mode level) with nothing
+    that autograd records (grad mode off, or no input whose unwrapped tensor requires a gradient): the op can
+    go to its vmap rule directly, without the autograd.Function that functorch would run its forward through
+    (most of a small batch's time)."""
+    if torch.autograd.forward_ad._current_level >= 0:
+        return False
+    vmap = torch._C._functorch.TransformType.Vmap
+    if any(i.key() != vmap for i in retrieve_all_functorch_interpreters()):
+        return False
+    if not torch.is_grad_enabled():
+        return True
+    wrapped, unwrap = torch._C._functorch.is_functorch_wrapped_tensor, torch._C._functorch.get_unwrapped
+    for t in ins:
+        while wrapped(t):
+            t = unwrap(t)
+        if t.requires_grad:
+            return False
+    return True
 
 
 def _apply(fn, *args):
@@ -814,6 +854,9 @@ def _register_autograd(r: _Runner, lib, qualname: str, ops, impls) -> None:
     def primal_call(ins, ints):
         if torch.compiler.is_compiling() or torch.jit.is_tracing():
             return ops["primal"](ins, ints)  # one op in the graph (torch.jit.trace records it, not its insides)
+        if _functorch_active() and _vmap_only(ins):  # no derivative to record: straight to the vmap rule
+            got = r.vmap_primal(ins, ints)
+            return got if got is not None else ops["primal"](ins, ints)
         if _functorch_active() or torch.autograd.forward_ad._current_level >= 0 or (
                 torch.is_grad_enabled() and any(t.requires_grad for t in ins)):
             return primal_autograd(ins, ints)

@@ -175,3 +175,19 @@ def test_empty_batch_nested_and_checked(layer, calls, enzcc_bin, tmp_path, monke
     got = torch.func.vmap(lambda x: checked(x, w, b, alphas[0]))(xs)
     assert calls == []
     same(got, stack([layer(x, w, b, alphas[0]) for x in xs]))
+
+
+def test_vmap_alone_then_autograd(layer, calls):
+    """Under vmap alone the op skips functorch's autograd.Function machinery, but only when nothing needs a
+    derivative: inputs that require a gradient outside the vmap still get theirs (= torch's own)."""
+    xs, w, b, alphas = data(seed=5)
+    with torch.no_grad():
+        same(torch.func.vmap(lambda x: layer(x, w, b, alphas[0]))(xs), stack([layer(x, w, b, alphas[0]) for x in xs]))
+    assert calls == [5]
+    grads = []
+    for f in (layer, ref):
+        x, ww = xs.clone().requires_grad_(), w.clone().requires_grad_()
+        y, s = torch.func.vmap(lambda x: f(x, ww, b, alphas[0]))(x)
+        ((y ** 2).sum() + s.sum()).backward()
+        grads.append((x.grad, ww.grad))
+    same(grads[0], grads[1], exact=False)
