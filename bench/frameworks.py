@@ -387,6 +387,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, help="rounds of interleaved samples (default 11; quick 2)")
     ap.add_argument("--only", help="comma-separated frameworks (jax, torch, tensorflow)")
     ap.add_argument("--no-enzyme", action="store_true", help="skip Enzyme-JAX")
+    ap.add_argument("--torch-threads", type=int, help="torch.set_num_threads for PyTorch's own ops (default: "
+                    "PyTorch's; the C function runs on one thread)")
     ap.add_argument("--out", help="the JSON file (default bench/results/frameworks[-quick].json)")
     args = ap.parse_args(argv)
 
@@ -401,6 +403,10 @@ def main(argv: list[str] | None = None) -> int:
     settings = dict(SETTINGS[mode])
     if args.rounds:
         settings["rounds"] = args.rounds
+    if args.torch_threads:
+        settings["torch_threads"] = args.torch_threads
+        import torch
+        torch.set_num_threads(args.torch_threads)
     large = settings["large"]
     sizes = [16, large]
     work = HERE / "build" / "frameworks"

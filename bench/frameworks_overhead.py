@@ -1,0 +1,118 @@
+"""Where the time of a large call goes (issue 36 item 5): PyTorch's enzcc op at 1M elements against the same C
+entry point called directly, taken apart step by step.
+
+    python3 -m bench.frameworks_overhead [--rounds N] [--n N] [--threads T]
+
+Function ``y = sin(x) * x`` in double (bench/frameworks.py's ``sinx``). Contestants, each a step closer to
+what the op does:
+
+- call: the entry point through ctypes on buffers allocated once ("C alone"); the same with a fresh output
+  each call (``torch.empty``: allocation and first touch of 8 MB); the op (``F.apply`` under ``no_grad``);
+  PyTorch's own ``sin(x) * x``;
+- gradient: the vjp entry point on buffers allocated once (the seed refilled, the gradient zeroed, as each
+  call needs); the primal entry then the vjp entry with fresh gradient and seed buffers (what the autograd
+  path does: forward, then ``torch.zeros`` for the gradient and a private copy of the seed); the op's
+  ``autograd.grad(F.apply(x).sum(), x)``; PyTorch's own.
+
+Samples interleave (every round one of each, in rotating order); a sample is the mean over back-to-back calls
+filling 50 ms; medians over the rounds, and each contestant's ratio to "C alone".
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+from bench.frameworks import KERNEL_C, Sampler, _plugins_importable, inputs
+
+
+def contestants(n: int) -> dict:
+    """{(measure, contestant): fn}."""
+    import torch
+    from enzcc_plugins.torch import enzyme
+
+    src = Path(tempfile.mkdtemp(prefix="enzcc-overhead-")) / "sinx.c"
+    src.write_text(KERNEL_C)
+    F = enzyme(src, "sinx")
+    lib = ctypes.CDLL(str(F.kernel.library))
+    primal, vjp = lib.sinx_enzcc_primal, lib.sinx_enzcc_vjp
+    P = ctypes.c_void_p * 3
+    x = torch.from_numpy(inputs(n))
+    y, gx, seed = torch.empty(n, dtype=torch.float64), torch.zeros(n, dtype=torch.float64), torch.ones(n, dtype=torch.float64)
+    count = torch.tensor([n], dtype=torch.int64)
+    a = P(x.data_ptr(), count.data_ptr(), y.data_ptr())
+    d = P(gx.data_ptr(), None, seed.data_ptr())
+    xg = x.clone().requires_grad_(True)
+    ones = torch.ones(n, dtype=torch.float64)
+
+    def c_fresh_out():
+        out = torch.empty(n, dtype=torch.float64)
+        primal(P(x.data_ptr(), count.data_ptr(), out.data_ptr()))
+        return out
+
+    def c_grad():
+        seed.fill_(1.0)
+        gx.zero_()
+        vjp(a, d)
+        return gx
+
+    def c_grad_fresh():
+        out = torch.empty(n, dtype=torch.float64)
+        primal(P(x.data_ptr(), count.data_ptr(), out.data_ptr()))
+        g, s = torch.zeros(n, dtype=torch.float64), ones.clone()
+        vjp(P(x.data_ptr(), count.data_ptr(), y.data_ptr()), P(g.data_ptr(), None, s.data_ptr()))
+        return g
+
+    def op_call():
+        with torch.no_grad():
+            return F.apply(x)
+
+    want_y, want_g = torch.sin(x) * x, torch.cos(x) * x + torch.sin(x)
+    fns = {("call", "C alone"): lambda: primal(a), ("call", "C, fresh output"): c_fresh_out,
+           ("call", "enzcc op"): op_call, ("call", "own ops"): lambda: torch.sin(x) * x,
+           ("grad", "C alone"): c_grad, ("grad", "C, forward + fresh buffers"): c_grad_fresh,
+           ("grad", "enzcc op"): lambda: torch.autograd.grad(F.apply(xg).sum(), xg)[0],
+           ("grad", "own ops"): lambda: torch.autograd.grad((torch.sin(xg) * xg).sum(), xg)[0]}
+    for (m, who), fn in fns.items():  # every contestant computes the right thing
+        got = fn()
+        if who == "C alone" and m == "call":
+            got = y
+        if not torch.allclose(got, want_y if m == "call" else want_g, rtol=1e-13, atol=1e-13):
+            raise AssertionError(f"{m} {who}: wrong result")
+    return fns
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python3 -m bench.frameworks_overhead", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=11)
+    ap.add_argument("--n", type=int, default=1 << 20)
+    ap.add_argument("--threads", type=int, help="torch.set_num_threads (default: PyTorch's)")
+    args = ap.parse_args(argv)
+    _plugins_importable()
+    import torch
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    fns = contestants(args.n)
+    keys = list(fns)
+    sampler, samples = Sampler(0.05), {k: [] for k in keys}
+    for r in range(args.rounds):
+        k = r % len(keys)
+        for key in keys[k:] + keys[:k]:
+            samples[key].append(sampler.sample(key, fns[key])[0])
+    print(f"y = sin(x) * x, n = {args.n:,}, torch {torch.__version__}, {torch.get_num_threads()} threads, "
+          f"medians of {args.rounds} interleaved rounds")
+    for measure in ("call", "grad"):
+        base = statistics.median(samples[measure, "C alone"])
+        for (m, who), ts in samples.items():
+            if m == measure:
+                t = statistics.median(ts)
+                print(f"| {measure} | {who} | {t * 1e3:.2f} ms | {t / base:.2f}x |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
