@@ -552,7 +552,8 @@ def test_handler_is_cached(tmp_path):
 
 
 def test_framework_benchmark_quick(tmp_path):
-    """bench.frameworks --quick (JAX only): every row measured, the enzcc and native results checked."""
+    """bench.frameworks --quick (JAX only): every row measured (the vmap rows too, with the kernel alone over the
+    batch's elements), the enzcc and native results checked."""
     out = tmp_path / "frameworks.json"
     proc = subprocess.run([sys.executable, "-m", "bench.frameworks", "--quick", "--only", "jax", "--out", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
@@ -561,12 +562,15 @@ def test_framework_benchmark_quick(tmp_path):
     assert result["mode"] == "quick" and "jax" not in result["skipped"]
     rows = result["rows"]
     assert [(r["op"], r["n"]) for r in rows] == [("floor", 16), ("call", 16), ("grad", 16), ("call", 1 << 16),
-                                                ("grad", 1 << 16), ("jacfwd", 128), ("jacrev", 128)]
+                                                ("grad", 1 << 16), ("jacfwd", 128), ("jacrev", 128),
+                                                ("vmap x16", 256), ("vmap grad x16", 256), ("vmap x1024", 256),
+                                                ("vmap grad x1024", 256)]
     for r in rows:
         assert r["enzcc"] > 0 and r["enzcc_cpu"] > 0
         assert (r["native"] is None) == (r["op"] == "floor")
         assert (r["kernel"] is None) == (r["op"] in ("floor", "jacfwd", "jacrev"))
-        assert (r["enzyme_jax"] is None) == ("enzyme_jax" in result["skipped"] or r["op"] in ("jacfwd", "jacrev"))
+        assert (r["enzyme_jax"] is None) == ("enzyme_jax" in result["skipped"] or
+                                             r["op"] not in ("floor", "call", "grad"))
     if "enzyme_jax" not in result["skipped"]:
         assert "jax_large_gradient_within_1.2x" in result["goals"]
     assert "enzcc/EJ" in proc.stdout
