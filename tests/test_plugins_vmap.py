@@ -191,3 +191,16 @@ def test_vmap_alone_then_autograd(layer, calls):
         ((y ** 2).sum() + s.sum()).backward()
         grads.append((x.grad, ww.grad))
     same(grads[0], grads[1], exact=False)
+
+
+def test_overhead_benchmark_runs():
+    """bench.frameworks_overhead (issue 36 item 5) on a small size: every contestant's value and gradient are
+    checked against sin(x) * x before timing; one round."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-m", "bench.frameworks_overhead", "--rounds", "1", "--n", "4096",
+                           "--threads", "1"], cwd=root, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("| call |") == 4 and proc.stdout.count("| grad |") == 4
