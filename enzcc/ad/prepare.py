@@ -130,6 +130,8 @@ def prepare(fn: Function) -> None:
 
     keep = hints_of(fn.module).protected()
     policy = getattr(fn.module, "enzcc_inline", "auto")
+    if policy == "auto" and expanded_size(fn, "auto") > _large_expansion():
+        policy = LARGE  # (budgets that keep a large program's derivatives a few times its own size)
     budget = _cut_calls_past_budget(fn, keep, policy)
     inline_all(fn, lambda callee: callee.name not in keep and should_inline(callee, policy),
                budget.admit if budget is not None else None)
@@ -348,17 +350,35 @@ INLINE_THRESHOLD = 1500
 #: from correctors called from each integrator's steps) expands exponentially when everything is inlined
 #: (millions of instructions); a callee past this size is differentiated once, as a function of its own, and
 #: called through its derived functions, as Enzyme does for every call. The cut falls as deep as it can: the
-#: callees inside are inlined when their own expansion fits, so code that runs often stays inlined. (12,000
-#: before MAX_BODY_SIZE: REBOUND's steps then derived 212,000 primal instructions in 143 s and 3.7 GB of the
-#: engine; at 2,000 and 3,000, 46 s and 1.4 GB; bench/*.c compile to the same assembly.)
-MAX_EXPANDED_SIZE = 2000
-#: A function differentiated as a function of its own (the function asked for, or a callee past
-#: :data:`MAX_EXPANDED_SIZE`) inlines its calls only up to this many instructions in all, the smallest
-#: expansions first; the larger calls stay calls to derived functions of their own. Without this bound such a
-#: function took in every callee that fits the budget on its own, however many there were (REBOUND's
-#: corrector calling seven 8,000-instruction operators: 78,000 instructions in one derivative, 487,000 in all
-#: for one leapfrog step, past 8 GB and 10 minutes); with it the derivatives of a program are at most a few
-#: times its own size.
+#: callees inside are inlined when their own expansion fits, so code that runs often stays inlined.
+MAX_EXPANDED_SIZE = 12000
+#: A function prepared for differentiation whose expansion under the limits above is larger than this is a
+#: large program's: it is prepared with the tighter budgets below (policy :data:`LARGE`). Smaller ones keep
+#: the limits above, with which a callee sees its caller's memory (C++ containers and Eigen at -O0, whose
+#: copies are typed only by what the caller does with the memory). (Under the limits above REBOUND's
+#: integrator steps expand to 34,000-90,000 instructions; the largest in enzcc's tests, tinyexpr's te_eval,
+#: to 27,000 and Eigen's LU solve at -O0 to 20,000.) ``ENZCC_AD_LARGE_EXPANSION`` sets another value (the
+#: tests of the large budgets use 0).
+LARGE_EXPANSION = 30000
+LARGE = "auto-large"
+
+
+def _large_expansion() -> int:
+    import os
+
+    value = os.environ.get("ENZCC_AD_LARGE_EXPANSION", "")
+    return int(value) if value.isdigit() else LARGE_EXPANSION
+#: In a large program (:data:`LARGE_EXPANSION`) a callee is inlined only if its expansion is at most this many
+#: instructions (REBOUND's steps derived 212,000 primal instructions in 143 s and 3.7 GB of the engine at
+#: 12,000; at 2,000 with :data:`MAX_BODY_SIZE` 3,000, 46 s and 1.4 GB).
+MAX_EXPANDED_SIZE_LARGE = 2000
+#: In a large program a function differentiated as a function of its own (the function asked for, or a callee
+#: past :data:`MAX_EXPANDED_SIZE_LARGE`) inlines its calls only up to this many instructions in all, the
+#: smallest expansions first; the larger calls stay calls to derived functions of their own. Without this
+#: bound such a function took in every callee that fits the budget on its own, however many there were
+#: (REBOUND's corrector calling seven 8,000-instruction operators: 78,000 instructions in one derivative,
+#: 487,000 in all for one leapfrog step, past 8 GB and 10 minutes); with it the derivatives of a program are
+#: at most a few times its own size.
 MAX_BODY_SIZE = 3000
 
 
@@ -374,7 +394,8 @@ def should_inline(callee: Function, policy: str) -> bool:
         return False
     if _must_inline(callee):
         return True
-    return _own_size(callee) <= INLINE_THRESHOLD and expanded_size(callee, policy) <= MAX_EXPANDED_SIZE
+    limit = MAX_EXPANDED_SIZE_LARGE if policy == LARGE else MAX_EXPANDED_SIZE
+    return _own_size(callee) <= INLINE_THRESHOLD and expanded_size(callee, policy) <= limit
 
 
 def _must_inline(callee: Function) -> bool:
@@ -416,7 +437,7 @@ def _cut_calls_past_budget(fn: Function, keep, policy: str) -> "_Budget | None":
     from enzcc.ad.inline import is_kept_recursive
     from enzcc.ad.usercalls import SIZE_CUT_CALL
 
-    if policy != "auto":
+    if policy != LARGE:
         return None
     module = fn.module
     size, candidates = 0, []
@@ -445,7 +466,7 @@ def _mark_size_cut_calls(fn: Function, keep, policy: str) -> None:
     from enzcc.ad.inline import is_kept_recursive
     from enzcc.ad.usercalls import SIZE_CUT_CALL
 
-    if policy != "auto":
+    if policy not in ("auto", LARGE):
         return
     module = fn.module
     for inst in fn.instructions():
