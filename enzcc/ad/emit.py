@@ -5,7 +5,7 @@ from __future__ import annotations
 from enzcc.ad.rules import evaluate, load_rules
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder, const_float, const_zero
-from enzcc.ir.values import ConstantFloat, ConstantSplat, ConstantZero, Value
+from enzcc.ir.values import ConstantFloat, ConstantInt, ConstantSplat, ConstantZero, Value
 
 
 def atomic_add(module, b: IRBuilder, ptr: Value, d: Value, align) -> None:
@@ -137,6 +137,25 @@ def round_function(module, name: str, ftype: T.FunctionType, body, names=None):
         made[name] = fn
         body(fn)
     return fn
+
+
+def counted_loop_function(module, name: str, params, step):
+    """The round helper ``name(params..., i64 count)``: ``step(builder, args, i)`` for each ``i < count``, in one
+    loop block (``step`` adds no blocks)."""
+    def body(fn):
+        *args, count = fn.args
+        zero = ConstantInt(T.i64, 0)
+        entry, loop, done = fn.append_block("entry"), fn.append_block("loop"), fn.append_block("done")
+        b = IRBuilder.at_end(entry)
+        b.cond_br(b.icmp("sgt", count, zero), loop, done)
+        lb = IRBuilder.at_end(loop)
+        i = lb.phi(T.i64, [(zero, entry)])
+        step(lb, args, i)
+        nxt = lb.add(i, ConstantInt(T.i64, 1))
+        i.add_incoming(nxt, loop)
+        lb.cond_br(lb.icmp("eq", nxt, count), done, loop)
+        IRBuilder.at_end(done).ret_void()
+    return round_function(module, name, T.FunctionType(T.void, (*params, T.i64)), body)
 
 
 def internal_function(module, name: str, ret: T.Type, params, names=None):

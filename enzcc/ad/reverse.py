@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from enzcc.ad.activity import Activity, is_user_call
 from enzcc.ad.api import DUP, DUPNONEED, OUT, DiffCall, is_float
-from enzcc.ad.emit import splat
+from enzcc.ad.emit import counted_loop_function, splat
 from enzcc.ad.memory import memory_types_for
 from enzcc.ad.prepare import clone_body, finalize, new_derivative_function, prepare, return_block
 from enzcc.ad.promote import promote_single_block_slots
@@ -295,7 +295,7 @@ class ReverseMode(AdjointGenerator, CacheUtility):
                     off = [ConstantInt(T.i64, at)]
                     b.call(helper, [b.gep(T.i8, shadows.of(dest, inst), off),
                                     b.gep(T.i8, dsrc, off) if not isinstance(dsrc, ConstantNull) else dsrc,
-                                    count, ConstantInt(T.i64, stride)])
+                                    ConstantInt(T.i64, stride), count])
 
     def _isolate_lane_calls(self) -> None:
         """Vector mode: each call whose reverse is made once for all lanes (a call that is not inlined, a
@@ -617,29 +617,12 @@ __all__ = ["ReverseMode"]
 
 
 def _strided_pointer_copy(module):
-    """``helper(dst, src, count, stride)``: for each of ``count`` records ``stride`` bytes apart, the pointer at
+    """``helper(dst, src, stride, count)``: for each of ``count`` records ``stride`` bytes apart, the pointer at
     the start of each ``src`` record (null when ``src`` is null) into the ``dst`` record."""
-    from enzcc.ir.function import Function
-
-    name = "__enzcc_record_pointer_copy"
-    fn = module.functions.get(name)
-    if fn is not None:
-        return fn
-    fn = Function(name, T.FunctionType(T.void, (T.ptr, T.ptr, T.i64, T.i64)), ["dst", "src", "count", "stride"])
-    fn.linkage = "internal"
-    module.add_function(fn)
-    dst, src, count, stride = fn.args
-    entry, loop, done = fn.append_block("entry"), fn.append_block("loop"), fn.append_block("done")
-    eb = IRBuilder.at_end(entry)
-    eb.cond_br(eb.icmp("eq", count, ConstantInt(T.i64, 0)), done, loop)
-    lb = IRBuilder.at_end(loop)
-    i = lb.phi(T.i64, [(ConstantInt(T.i64, 0), entry)])
-    at = lb.mul(i, stride)
-    has_src = lb.icmp("ne", src, ConstantNull(T.ptr))
-    p = lb.select(has_src, lb.load(T.ptr, lb.select(has_src, lb.gep(T.i8, src, [at]), dst)), ConstantNull(T.ptr))
-    lb.store(p, lb.gep(T.i8, dst, [at]))
-    nxt = lb.add(i, ConstantInt(T.i64, 1))
-    i.add_incoming(nxt, loop)
-    lb.cond_br(lb.icmp("eq", nxt, count), done, loop)
-    IRBuilder.at_end(done).ret_void()
-    return fn
+    def step(lb, args, i):
+        dst, src, stride = args
+        at = lb.mul(i, stride)
+        has_src = lb.icmp("ne", src, ConstantNull(T.ptr))
+        p = lb.select(has_src, lb.load(T.ptr, lb.select(has_src, lb.gep(T.i8, src, [at]), dst)), ConstantNull(T.ptr))
+        lb.store(p, lb.gep(T.i8, dst, [at]))
+    return counted_loop_function(module, "__enzcc_record_pointer_copy", (T.ptr, T.ptr, T.i64), step)

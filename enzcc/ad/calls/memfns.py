@@ -13,7 +13,7 @@ import enzcc.ad.runtime_activity as runtime_activity
 import enzcc.ad.shadow_reuse as shadow_reuse
 from enzcc.ad.activity import is_allocation
 from enzcc.ad.adjoint import SHADOW_FREE
-from enzcc.ad.emit import call_again
+from enzcc.ad.emit import call_again, counted_loop_function
 from enzcc.ad.errors import ad_error
 from enzcc.ad.hints import hints_of
 from enzcc.ad.memory import is_thread_private
@@ -188,8 +188,8 @@ def _reverse_realloc_records(self, inst: Call, shadow: Value, records, block, b:
     count = b.udiv(n, ConstantInt(T.i64, stride))
     for at, kind in fields:
         b.call(_strided_adjoint_helper(self.module, kind),
-               [b.gep(T.i8, new, [ConstantInt(T.i64, at)]), b.gep(T.i8, old, [ConstantInt(T.i64, at)]), count,
-                ConstantInt(T.i64, stride)])
+               [b.gep(T.i8, new, [ConstantInt(T.i64, at)]), b.gep(T.i8, old, [ConstantInt(T.i64, at)]),
+                ConstantInt(T.i64, stride), count])
 
 
 def _reverse_copy_records(self, inst: Call, records, block, b: IRBuilder) -> None:
@@ -205,38 +205,21 @@ def _reverse_copy_records(self, inst: Call, records, block, b: IRBuilder) -> Non
     for at, kind in fields:
         if isinstance(kind, T.FloatType):
             b.call(_strided_adjoint_helper(self.module, kind),
-                   [b.gep(T.i8, ddest, [ConstantInt(T.i64, at)]), b.gep(T.i8, dsrc, [ConstantInt(T.i64, at)]), count,
-                    ConstantInt(T.i64, stride)])
+                   [b.gep(T.i8, ddest, [ConstantInt(T.i64, at)]), b.gep(T.i8, dsrc, [ConstantInt(T.i64, at)]),
+                    ConstantInt(T.i64, stride), count])
 
 
 def _strided_adjoint_helper(module, kind: T.Type):
-    """``helper(dnew, dold, count, stride)``: for each of ``count`` records ``stride`` bytes apart,
+    """``helper(dnew, dold, stride, count)``: for each of ``count`` records ``stride`` bytes apart,
     ``dold += dnew; dnew = 0`` on the float of type ``kind`` at the start of each."""
-    from enzcc.ir.function import Function
-
-    name = f"__enzcc_realloc_record_adjoint_{kind}"
-    fn = module.functions.get(name)
-    if fn is not None:
-        return fn
-    fn = Function(name, T.FunctionType(T.void, (T.ptr, T.ptr, T.i64, T.i64)), ["dnew", "dold", "count", "stride"])
-    fn.linkage = "internal"
-    module.add_function(fn)
-    dnew, dold, count, stride = fn.args
-    entry, loop, done = fn.append_block("entry"), fn.append_block("loop"), fn.append_block("done")
-    eb = IRBuilder.at_end(entry)
-    eb.cond_br(eb.icmp("eq", count, ConstantInt(T.i64, 0)), done, loop)
-    lb = IRBuilder.at_end(loop)
-    i = lb.phi(T.i64, [(ConstantInt(T.i64, 0), entry)])
-    at = lb.mul(i, stride)
-    pn, po = lb.gep(T.i8, dnew, [at]), lb.gep(T.i8, dold, [at])
-    d = lb.load(kind, pn)
-    lb.store(IRBuilder.const_zero(kind), pn)
-    lb.store(lb.fadd(lb.load(kind, po), d), po)
-    nxt = lb.add(i, ConstantInt(T.i64, 1))
-    i.add_incoming(nxt, loop)
-    lb.cond_br(lb.icmp("eq", nxt, count), done, loop)
-    IRBuilder.at_end(done).ret_void()
-    return fn
+    def step(lb, args, i):
+        dnew, dold, stride = args
+        at = lb.mul(i, stride)
+        pn, po = lb.gep(T.i8, dnew, [at]), lb.gep(T.i8, dold, [at])
+        d = lb.load(kind, pn)
+        lb.store(IRBuilder.const_zero(kind), pn)
+        lb.store(lb.fadd(lb.load(kind, po), d), po)
+    return counted_loop_function(module, f"__enzcc_realloc_record_adjoint_{kind}", (T.ptr, T.ptr, T.i64), step)
 
 
 def _live_old_shadow(self, inst: Call, old: Value, block, b: IRBuilder) -> Value:

@@ -45,7 +45,7 @@ program (Open MPI's default error handler), so the derivative's own calls need n
 
 from __future__ import annotations
 
-from enzcc.ad.emit import fail_at_run_time, fail_call_at_run_time_if, round_function
+from enzcc.ad.emit import counted_loop_function, fail_at_run_time, fail_call_at_run_time_if, round_function
 from enzcc.ad.errors import ad_error
 from enzcc.ad.registry import CallRule, register, register_prepared_check
 from enzcc.ir import types as T
@@ -283,23 +283,6 @@ def _add_fn(module, tape):
     return round_function(module, "__enzcc_mpi_add", T.FunctionType(T.void, (_PTR, _PTR, T.i64, _I32)), body)
 
 
-def _loop_fn(module, name: str, params, step):
-    """``name(params..., i64 count)``: ``step(builder, args, i)`` for each ``i < count`` (no new blocks)."""
-    def body(fn):
-        *args, count = fn.args
-        entry, loop, done = fn.append_block("entry"), fn.append_block("loop"), fn.append_block("done")
-        b = IRBuilder.at_end(entry)
-        b.cond_br(b.icmp("sgt", count, _i64(0)), loop, done)
-        lb = IRBuilder.at_end(loop)
-        i = lb.phi(T.i64, [(_i64(0), entry)])
-        step(lb, args, i)
-        nxt = lb.add(i, _i64(1))
-        i.add_incoming(nxt, loop)
-        lb.cond_br(lb.icmp("eq", nxt, count), done, loop)
-        IRBuilder.at_end(done).ret_void()
-    return round_function(module, name, T.FunctionType(T.void, (*params, T.i64)), body)
-
-
 def _winners_fn(module):
     """``winners(x, y, w, esize, rank, size, nbytes)``: ``w[i] = x[i] == y[i] ? rank : size`` (y: the reduced
     values), doubles or floats."""
@@ -309,7 +292,7 @@ def _winners_fn(module):
             same = b.fcmp("oeq", b.load(elem, b.gep(elem, x, [i])), b.load(elem, b.gep(elem, y, [i])))
             b.store(b.select(same, rank, size), b.gep(_I32, w, [i]))
         return step
-    loops = {elem: _loop_fn(module, f"__enzcc_mpi_winners_{elem}", (_PTR, _PTR, _PTR, _I32, _I32), step_for(elem))
+    loops = {elem: counted_loop_function(module, f"__enzcc_mpi_winners_{elem}", (_PTR, _PTR, _PTR, _I32, _I32), step_for(elem))
              for elem in (T.f64, T.f32)}
 
     def body(fn):
@@ -335,7 +318,7 @@ def _mask_fn(module):
             won = b.icmp("eq", b.load(_I32, b.gep(_I32, w, [i])), rank)
             b.store(b.select(won, b.load(elem, q), IRBuilder.const_zero(elem)), q)
         return step
-    loops = {elem: _loop_fn(module, f"__enzcc_mpi_mask_{elem}", (_PTR, _PTR, _I32), step_for(elem))
+    loops = {elem: counted_loop_function(module, f"__enzcc_mpi_mask_{elem}", (_PTR, _PTR, _I32), step_for(elem))
              for elem in (T.f64, T.f32)}
 
     def body(fn):
@@ -747,7 +730,7 @@ def _match_fn(module):
         handle, reqs, acc = args
         same = b.icmp("eq", b.load(_PTR, b.gep(_PTR, reqs, [i])), handle)
         b.store(b.or_(b.load(T.i1, acc), same), acc)
-    loop = _loop_fn(module, "__enzcc_mpi_match_loop", (_PTR, _PTR, _PTR), step)
+    loop = counted_loop_function(module, "__enzcc_mpi_match_loop", (_PTR, _PTR, _PTR), step)
 
     def body(fn):
         rec, n, reqs = fn.args
@@ -775,7 +758,7 @@ def _take_fn(module):
         b.store(rec, b.gep(_PTR, out, [k]))
         b.store(b.add(k, b.zext(found, T.i64)), kslot)
         b.store(b.select(found, ConstantNull(_PTR), rec), slot)
-    loop = _loop_fn(module, "__enzcc_mpi_take_loop", (_PTR, _PTR, _I32, _PTR, _PTR), step)
+    loop = counted_loop_function(module, "__enzcc_mpi_take_loop", (_PTR, _PTR, _I32, _PTR, _PTR), step)
 
     def body(fn):
         n, reqs = fn.args
@@ -821,7 +804,7 @@ def _each_record_fn(module, name: str, one):
     def step(b, args, i):
         recs, = args
         b.call(one, [b.load(_PTR, b.gep(_PTR, recs, [i]))])
-    loop = _loop_fn(module, f"{name}_loop", (_PTR,), step)
+    loop = counted_loop_function(module, f"{name}_loop", (_PTR,), step)
 
     def body(fn):
         n, recs = fn.args
@@ -1193,7 +1176,7 @@ def _release_deferred_fn(module):
         same = b.icmp("eq", here, handle)
         b.store(b.select(same, ConstantNull(_PTR), here), at)
         b.call(_release_fn(module), [slot, b.zext(same, _I32)])
-    loop = _loop_fn(module, "__enzcc_mpi_release_deferred_loop", (_PTR, _PTR, _PTR), step)
+    loop = counted_loop_function(module, "__enzcc_mpi_release_deferred_loop", (_PTR, _PTR, _PTR), step)
 
     def body(fn):
         handle, = fn.args
