@@ -213,16 +213,7 @@ class MemoryTypes:
         n = call.args[2]
         if dl is None or not (call.callee_name or "").startswith("llvm.memcpy"):
             return None
-        records = set()
-        webs = [v for p in call.args[:2] for v in memory_web(p)]
-        for v in _with_reloads(webs, dl):
-            for use in getattr(v, "uses", []):
-                u = use.user
-                if isinstance(u, GetElementPtr) and use.index == 0 and \
-                        isinstance(u.source_type, (T.StructType, T.NamedStructType)):
-                    records.add(u.source_type)
-        if not records:
-            records = _pointee_records(webs)
+        records = _indexed_records([v for p in call.args[:2] for v in memory_web(p)], dl)
         if len(records) != 1:
             return None
         record = records.pop()
@@ -370,15 +361,7 @@ class MemoryTypes:
         dl = call.module.data_layout if call.module is not None else None
         if dl is None:
             return None
-        records = set()
-        for v in _with_reloads(list(memory_web(call)), dl):
-            for use in getattr(v, "uses", []):
-                u = use.user
-                if isinstance(u, GetElementPtr) and use.index == 0 and \
-                        isinstance(u.source_type, (T.StructType, T.NamedStructType)):
-                    records.add(u.source_type)
-        if not records:
-            records = _pointee_records(list(memory_web(call)))
+        records = _indexed_records(list(memory_web(call)), dl)
         if len(records) != 1:
             return None
         record = records.pop()
@@ -514,6 +497,20 @@ def _offset_mod(p, dl, m: int):
     if walk is None or any(stride % m for stride, _ in walk[2]):
         return None
     return walk[1] % m
+
+
+def _indexed_records(web: list, dl) -> set:
+    """The record types the memory of ``web`` (pointers into it, and what is reloaded from it) is indexed as
+    (``getelementptr %struct.R, ptr %p, ...``); where none is, the records clang's pointer TBAA names
+    (:func:`_pointee_records`)."""
+    records = set()
+    for v in _with_reloads(web, dl):
+        for use in getattr(v, "uses", []):
+            u = use.user
+            if isinstance(u, GetElementPtr) and use.index == 0 and \
+                    isinstance(u.source_type, (T.StructType, T.NamedStructType)):
+                records.add(u.source_type)
+    return records or _pointee_records(web)
 
 
 def _pointee_records(values: list) -> set:
