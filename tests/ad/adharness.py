@@ -17,6 +17,19 @@ static void report(const char *name, double v) { printf("%s %.17g\n", name, v); 
 """
 
 
+def call_tree_source(depth: int, top: int) -> list[str]:
+    """C lines of a binary call tree: ``levelD`` (``top <= D < depth``) calls ``level(D+1)`` twice, the leaf
+    ``level{depth}`` steps a pair of bodies (``struct body { double x, v; }``); ``noinline`` keeps the tree in
+    LLVM, so enzcc's inlining budgets decide how much of it one derivative takes in."""
+    lines = ["struct body { double x, v; };",
+             f"__attribute__((noinline)) void level{depth}(struct body *b, int k) {{"
+             " b[k & 1].v -= 0.01 * sin(b[(k + 1) & 1].x - b[k & 1].x); b[k & 1].x += 0.01 * b[k & 1].v; }"]
+    for d in range(depth - 1, top - 1, -1):
+        lines.append(f"__attribute__((noinline)) void level{d}(struct body *b, int k) {{ if (b[0].x > 1e6) return;"
+                     f" level{d + 1}(b, 2 * k); level{d + 1}(b, 2 * k + 1); }}")
+    return lines
+
+
 def build_and_run(runner, source: str, opt: str = "-O2", extra=(), name: str = "t") -> dict[str, float]:
     runner.write(f"{name}.c", PRELUDE + source)
     runner(opt, f"{name}.c", "-lm", "-o", name, *extra)

@@ -15,7 +15,7 @@ import os
 import re
 import subprocess
 
-from adharness import PRELUDE
+from adharness import PRELUDE, call_tree_source
 from enzcc_testing import need
 
 pytestmark = need("clang-22", "nm")
@@ -29,12 +29,7 @@ DEPTH = 9  # level3 expands to about 1,650 instructions: it is inlined (MAX_EXPA
 def _source() -> str:
     """levelD calls level(D+1) twice (noinline: LLVM keeps the tree); the leaves step a pair of bodies. ``top``
     calls level3 four times: too large to inline itself, so it is differentiated on its own."""
-    lines = ["struct body { double x, v; };",
-             f"__attribute__((noinline)) void level{DEPTH}(struct body *b, int k) {{"
-             " b[k & 1].v -= 0.01 * sin(b[(k + 1) & 1].x - b[k & 1].x); b[k & 1].x += 0.01 * b[k & 1].v; }"]
-    for d in range(DEPTH - 1, 2, -1):
-        lines.append(f"__attribute__((noinline)) void level{d}(struct body *b, int k) {{ if (b[0].x > 1e6) return;"
-                     f" level{d + 1}(b, 2 * k); level{d + 1}(b, 2 * k + 1); }}")
+    lines = call_tree_source(DEPTH, 3)
     lines.append(r"""
 __attribute__((noinline)) void top(struct body *b) {
   level3(b, 0); b[0].v *= 0.99; level3(b, 1); b[1].v *= 0.99; level3(b, 2); b[0].v *= 0.99; level3(b, 3);

@@ -7,7 +7,7 @@ the program (the cut callee's augmented primal)."""
 
 import subprocess
 
-from adharness import PRELUDE
+from adharness import PRELUDE, call_tree_source
 from enzcc_testing import need
 
 pytestmark = need("clang-22", "nm")
@@ -19,12 +19,7 @@ def _dag_source() -> str:
     """level0 calls level1 twice, which calls level2 twice... (noinline: LLVM keeps the tree); the leaves step a
     pair of bodies. ``other`` (called only with an argument on the command line) is as large and has a stack
     array of variable size, which a function differentiated as a call cannot have."""
-    lines = ["struct body { double x, v; };",
-             f"__attribute__((noinline)) void level{DEPTH}(struct body *b, int k) {{"
-             " b[k & 1].v -= 0.01 * sin(b[(k + 1) & 1].x - b[k & 1].x); b[k & 1].x += 0.01 * b[k & 1].v; }"]
-    for d in range(DEPTH - 1, -1, -1):
-        lines.append(f"__attribute__((noinline)) void level{d}(struct body *b, int k) {{ if (b[0].x > 1e6) return;"
-                     f" level{d + 1}(b, 2 * k); level{d + 1}(b, 2 * k + 1); }}")
+    lines = call_tree_source(DEPTH, 0)
     lines.append(r"""
 __attribute__((noinline)) void other(struct body *b, int n) {
   double tmp[n];
