@@ -36,6 +36,12 @@ def central(f, x: list[float], i: int, h: float = 1e-6) -> float:
     return (f(up) - f(down)) / (2 * h)
 
 
+def manifest(name: str, tail: str = "") -> str:
+    """A Cargo.toml for package ``name`` (version 0.1.0, edition 2021), then ``tail`` (its other sections)."""
+    head = f'[package]\nname = "{name}"\nversion = "0.1.0"\nedition = "2021"\n'
+    return head + "\n" + tail if tail else head
+
+
 @pytest.fixture
 def cargo_env(env, tmp_path) -> dict:
     e = dict(env)
@@ -111,14 +117,11 @@ def test_through_a_library_that_differentiates(example, cargo_env):
     (its dependency's marker says the link must differentiate)."""
     (example / "Cargo.toml").write_text('[workspace]\nmembers = ["model", "grad", "app"]\nresolver = "2"\n')
     (example / "grad" / "src").mkdir(parents=True)
-    (example / "grad" / "Cargo.toml").write_text(
-        '[package]\nname = "grad"\nversion = "0.1.0"\nedition = "2021"\n\n'
-        '[dependencies]\nmodel = { path = "../model" }\n')
+    (example / "grad" / "Cargo.toml").write_text(manifest("grad", '[dependencies]\nmodel = { path = "../model" }\n'))
     (example / "grad" / "src" / "lib.rs").write_text(
         'extern "C" { fn __enzyme_autodiff(f: *const (), ...) -> f64; }\n'
         'pub fn dcube(x: f64) -> f64 { unsafe { __enzyme_autodiff(model::cube as *const (), x) } }\n')
-    (example / "app" / "Cargo.toml").write_text(
-        '[package]\nname = "app"\nversion = "0.1.0"\nedition = "2021"\n\n[dependencies]\ngrad = { path = "../grad" }\n')
+    (example / "app" / "Cargo.toml").write_text(manifest("app", '[dependencies]\ngrad = { path = "../grad" }\n'))
     (example / "app" / "src" / "main.rs").write_text(
         'fn main() { for x in [-1.5, 0.3, 2.0] { println!("{:.17e}", grad::dcube(x)); } }\n')
     proc = cargo(example, cargo_env, "run", RUSTC_WRAPPER="enzcc")
@@ -136,10 +139,9 @@ def plain_workspace(root: Path) -> Path:
     (root / "util" / "src").mkdir(parents=True)
     (root / "app" / "src").mkdir(parents=True)
     (root / "Cargo.toml").write_text('[workspace]\nmembers = ["util", "app"]\nresolver = "2"\n')
-    (root / "util" / "Cargo.toml").write_text('[package]\nname = "util"\nversion = "0.1.0"\nedition = "2021"\n')
+    (root / "util" / "Cargo.toml").write_text(manifest("util"))
     (root / "util" / "src" / "lib.rs").write_text(PLAIN_LIB)
-    (root / "app" / "Cargo.toml").write_text(
-        '[package]\nname = "app"\nversion = "0.1.0"\nedition = "2021"\n\n[dependencies]\nutil = { path = "../util" }\n')
+    (root / "app" / "Cargo.toml").write_text(manifest("app", '[dependencies]\nutil = { path = "../util" }\n'))
     (root / "app" / "src" / "main.rs").write_text(PLAIN_MAIN)
     return root
 
@@ -165,7 +167,7 @@ def test_refused_call_is_one_line(tmp_path, cargo_env):
     and a non-zero exit; no traceback, no page about a failed linker."""
     ws = tmp_path / "bad"
     (ws / "src").mkdir(parents=True)
-    (ws / "Cargo.toml").write_text('[package]\nname = "bad"\nversion = "0.1.0"\nedition = "2021"\n')
+    (ws / "Cargo.toml").write_text(manifest("bad"))
     (ws / "src" / "main.rs").write_text(
         'extern "C" { fn __enzyme_autodiff(f: *const (), ...) -> f64; }\n'
         'extern "C" fn square(x: f64) -> f64 { x * x }\n'
@@ -229,8 +231,7 @@ def test_through_a_proc_macro(example, cargo_env):
     itself); a build script and include! of its output around it pass through."""
     (example / "Cargo.toml").write_text('[workspace]\nmembers = ["model", "mac", "app"]\nresolver = "2"\n')
     (example / "mac" / "src").mkdir(parents=True)
-    (example / "mac" / "Cargo.toml").write_text(
-        '[package]\nname = "mac"\nversion = "0.1.0"\nedition = "2021"\n\n[lib]\nproc-macro = true\n')
+    (example / "mac" / "Cargo.toml").write_text(manifest("mac", "[lib]\nproc-macro = true\n"))
     (example / "mac" / "src" / "lib.rs").write_text(
         "extern crate proc_macro;\nuse proc_macro::TokenStream;\n"
         "/// grad!(f, x): the derivative of the extern \"C\" fn f(f64) -> f64 at x\n"
@@ -240,8 +241,7 @@ def test_through_a_proc_macro(example, cargo_env):
         "    format!(\"{{ extern \\\"C\\\" {{ fn __enzyme_autodiff(f: *const (), ...) -> f64; }} \\\n"
         "             unsafe {{ __enzyme_autodiff({f} as *const (), ({x}) as f64) }} }}\").parse().unwrap()\n}\n")
     (example / "app" / "Cargo.toml").write_text(
-        '[package]\nname = "app"\nversion = "0.1.0"\nedition = "2021"\n\n[dependencies]\n'
-        'model = { path = "../model" }\nmac = { path = "../mac" }\n')
+        manifest("app", '[dependencies]\nmodel = { path = "../model" }\nmac = { path = "../mac" }\n'))
     (example / "app" / "build.rs").write_text(
         'fn main() { let out = std::env::var("OUT_DIR").unwrap();\n'
         '            std::fs::write(format!("{out}/x.rs"), "const X: f64 = 1.25;").unwrap(); }\n')
