@@ -10,6 +10,8 @@
 #include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
 #include <sys/mman.h>
@@ -110,3 +112,94 @@ int enzcc_guard_protect(void *base, size_t length, int writable) {
 }
 
 void enzcc_guard_free(void *base, size_t length) { munmap(base, length); }
+
+/* The message of a fault at address at in a checked call of n guarded buffers (plugins/guard.py's wording). */
+static void enzcc_describe_fault(const char *owner, int sig, uintptr_t at, int write, int64_t n, void *const *data,
+                                 void *const *base, const int64_t *nbytes, const int32_t *writable,
+                                 const int32_t *itemsize, const char *const *what, char *msg, size_t cap) {
+  const char *access = write == 1 ? "wrote" : write == 0 ? "read" : "accessed";
+  const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+  for (int64_t j = 0; j < n; ++j) {
+    if (!base[j]) continue;
+    const uintptr_t start = (uintptr_t)data[j], end = start + (uintptr_t)nbytes[j];
+    const long long off = (long long)(at - start), size = (long long)nbytes[j];
+    const long long item = itemsize[j] > 0 ? itemsize[j] : 1;
+    if (start <= at && at < end && !writable[j]) {
+      snprintf(msg, cap, "%s: the function wrote into %s, which is declared read-only (at byte %lld of %lld): it "
+               "would overwrite the caller's array (checked mode)", owner, what[j], off, size);
+      return;
+    }
+    if (end <= at && at < end + page) {
+      char element[48] = "";
+      if (item > 1) snprintf(element, sizeof element, ", element %lld", off / item);
+      snprintf(msg, cap, "%s: the function %s past the end of %s: at byte %lld%s, but it has %lld bytes (%lld "
+               "elements); the declared shape is smaller than what the code accesses (checked mode)", owner, access,
+               what[j], off, element, size, size / item);
+      return;
+    }
+    if ((uintptr_t)base[j] <= at && at < (uintptr_t)base[j] + page) {
+      snprintf(msg, cap, "%s: the function %s before the start of %s (checked mode)", owner, access, what[j]);
+      return;
+    }
+  }
+  const char *name = sig == SIGSEGV ? "SIGSEGV" : sig == SIGBUS ? "SIGBUS" : "a signal";
+  snprintf(msg, cap, "%s: the function faulted (%s, %s address %#llx) outside the arrays it was given (checked "
+           "mode)", owner, name, access, (unsigned long long)at);
+}
+
+/* The checked call of the native handlers (plugins/native/xla_ffi.cc, tf_op.cc), which know each buffer's size
+ * but cannot call back into Python: fn (an entry point taking nargs arrays of P pointers) runs on guarded
+ * copies of the n = nargs * P buffers addr[j] of nbytes[j] bytes (a NULL address or a negative size: passed as
+ * it is), the read-only ones (writable[j] == 0) behind PROT_READ; the writable copies go back to the caller's
+ * buffers after a call that did not fault. Returns 0; 1 after a fault, 2 when no memory could be mapped, with a
+ * one-line message in msg (at most cap bytes), worded as plugins/guard.py words it: owner is the function's
+ * name, what[j] what buffer j is ("output 'y' (shape (3,), float64)"), itemsize[j] its element size. */
+int enzcc_guarded_slots(void *fn, int nargs, int64_t P, void *const *addr, const int64_t *nbytes,
+                        const int32_t *writable, const int32_t *itemsize, const char *const *what,
+                        const char *owner, char *msg, size_t cap) {
+  const int64_t n = (int64_t)nargs * P;
+  if ((nargs != 1 && nargs != 2 && nargs != 4) || P < 0) {
+    snprintf(msg, cap, "%s: the checked call was given %d arrays of %lld pointers", owner, nargs, (long long)P);
+    return 2;
+  }
+  void **ptr = calloc((size_t)(n > 0 ? n : 1), sizeof *ptr);
+  void **base = calloc((size_t)(n > 0 ? n : 1), sizeof *base);
+  size_t *len = calloc((size_t)(n > 0 ? n : 1), sizeof *len);
+  int rc = 0;
+  if (!ptr || !base || !len) {
+    snprintf(msg, cap, "%s: the checked mode is out of memory", owner);
+    rc = 2;
+    goto done;
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    ptr[j] = addr[j];
+    if (!addr[j] || nbytes[j] < 0) continue;
+    char *data = enzcc_guard_alloc((size_t)nbytes[j], &base[j], &len[j]);
+    if (!data) {
+      snprintf(msg, cap, "%s: the checked mode cannot map %lld bytes for %s", owner, (long long)nbytes[j], what[j]);
+      rc = 2;
+      goto done;
+    }
+    if (nbytes[j]) memcpy(data, addr[j], (size_t)nbytes[j]);
+    if (!writable[j]) enzcc_guard_protect(base[j], len[j], 0);
+    ptr[j] = data;
+  }
+  uintptr_t at = 0;
+  int write = 0;
+  int sig = enzcc_guarded_call(fn, nargs, ptr, ptr + (nargs > 1 ? P : 0), ptr + (nargs > 2 ? 2 * P : 0),
+                               ptr + (nargs > 2 ? 3 * P : 0), &at, &write);
+  if (sig) {
+    enzcc_describe_fault(owner, sig, at, write, n, ptr, base, nbytes, writable, itemsize, what, msg, cap);
+    rc = 1;
+    goto done;
+  }
+  for (int64_t j = 0; j < n; ++j)
+    if (base[j] && writable[j] && nbytes[j]) memcpy(addr[j], ptr[j], (size_t)nbytes[j]);
+done:
+  for (int64_t j = 0; base && j < n; ++j)
+    if (base[j]) enzcc_guard_free(base[j], len[j]);
+  free(ptr);
+  free(base);
+  free(len);
+  return rc;
+}

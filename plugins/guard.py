@@ -26,7 +26,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CheckedCallError", "Buffer", "checked_default", "guarded_call"]
+__all__ = ["CheckedCallError", "Buffer", "checked_default", "guarded_call", "native_call_address", "describe_slot",
+           "describe_lines"]
 
 SOURCE = Path(__file__).with_name("guard.c")
 
@@ -87,8 +88,40 @@ def _helper():
         lib.enzcc_guard_protect.restype = ctypes.c_int
         lib.enzcc_guard_free.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
         lib.enzcc_guard_free.restype = None
+        lib.enzcc_guarded_slots.restype = ctypes.c_int
         _lib = lib
         return lib
+
+
+def native_call_address() -> int:
+    """The address of guard.c's ``enzcc_guarded_slots``, for the native handlers (the XLA FFI handler, the
+    TensorFlow op), which register it in their entry table under ("enzcc::checked", "call"): they know each
+    buffer's size but cannot call back into Python, so the copies, the call and the message are done in C."""
+    lib = _helper()
+    return ctypes.cast(lib.enzcc_guarded_slots, ctypes.c_void_p).value
+
+
+_ROLES = {1: "the derivative buffer", 2: "the tangent buffer", 3: "the second tangent buffer"}
+
+
+def describe_slot(array: int, kind: str, name: str, shape, dtype: str) -> tuple[str, int]:
+    """(what a buffer of a checked call is, its element size) in the declaration's terms, as
+    ``CompiledKernel``'s checked calls say it: ``array`` is the address array (0: a, 1: d, 2: ta, 3: td), kind
+    the parameter's ("in", "scalar", "out", "int")."""
+    if kind == "int":
+        return f"Int {name!r}", 8
+    item = {"float32": 4, "float64": 8}.get(str(dtype), 1)
+    desc = f"{name!r} (shape {tuple(shape)}, {dtype})"
+    if array == 0:
+        role = {"in": "input", "scalar": "scalar", "out": "output"}[kind]
+        return f"{role} {desc}", item
+    return f"{_ROLES[array]} of {desc}", item
+
+
+def describe_lines(slots: list[tuple[str, int]]) -> str:
+    """The slots' descriptions as the native handlers read them: one line per slot, the element size, a tab,
+    the text (newlines and tabs in a name become spaces)."""
+    return "\n".join(f"{item}\t{' '.join(what.split())}" for what, item in slots)
 
 
 @dataclass

@@ -66,6 +66,7 @@ __all__ = ["enzyme", "load_library", "export", "EnzymeFunction", "EnzccBuildErro
 HANDLER_SOURCE = Path(__file__).resolve().parent / "native" / "xla_ffi.cc"
 REGISTRY_HEADER = HANDLER_SOURCE.parent / "entry_registry.h"
 TARGET = "enzcc_call"
+CHECKED_TARGET = "enzcc_call_checked"  # the checked mode (plugins/guard.py): each call on guarded copies
 
 _handler_lock = threading.Lock()
 _handler_registered = False
@@ -115,6 +116,7 @@ def register_handler() -> None:
         lib.enzcc_register_entry.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_void_p]
         lib.enzcc_register_entry.restype = ctypes.c_int
         jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(lib.EnzccCall), platform="cpu")
+        jax.ffi.register_ffi_target(CHECKED_TARGET, jax.ffi.pycapsule(lib.EnzccCallChecked), platform="cpu")
         _handler = lib
         _handler_registered = True
 
@@ -378,14 +380,29 @@ def _vector_entries(layout: Layout, mode: str, batch: tuple, batched: tuple):
     return entry
 
 
+def _checked_attrs(layout: Layout, arrays: list[list[tuple[int, int]]]) -> dict:
+    """The checked mode's two more attributes (plugins/native/xla_ffi.cc): the function's name and what each
+    slot is; registers guard.c's checked call with the handler."""
+    from . import guard
+    _register_entry("enzcc::checked", "call", guard.native_call_address())
+    slots = [guard.describe_slot(k, layout.kinds[i], layout.names[i], layout.shapes[i], layout.dtypes[i])
+             for k, arr in enumerate(arrays) for i in range(len(arr))]
+    return dict(owner=layout.name, describe=guard.describe_lines(slots))
+
+
 def _lowering(prim):
     mode = _MODES[prim]
 
     def lower(ctx, *args, layout: Layout, batch: tuple, batched: tuple):
         plan = _plan(layout, mode)
+        checked = layout.kernel is not None and layout.kernel.checked
+        vector = None if checked else _vector_entries(layout, mode, batch, batched)
         attrs = _attrs(layout, layout.entry(mode), plan["arrays"], plan["zero"], batch, batched,
-                       plan["scratch"], _vector_entries(layout, mode, batch, batched))
-        rule = jax.ffi.ffi_lowering(TARGET, operand_output_aliases=plan["aliases"] or None)
+                       plan["scratch"], vector)
+        if checked:  # each call (each batch item) on guarded copies of its buffers: an overrun is an error
+            attrs.update(_checked_attrs(layout, plan["arrays"]))
+        rule = jax.ffi.ffi_lowering(CHECKED_TARGET if checked else TARGET,
+                                    operand_output_aliases=plan["aliases"] or None)
         return rule(ctx, *args, **attrs)
     return lower
 

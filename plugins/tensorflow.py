@@ -256,10 +256,24 @@ class _Variant:
                 fields += [t.as_datatype_enum, len(shape), *shape]
             fields += [v for arr in arrays for entry in arr for v in entry]
             fields += [len(self.int_values), *self.int_values]
+            if self.kernel.checked:
+                fields += self._checked_fields(arrays)
             attrs = dict(Tout=[t for _, t, _ in op_out], spec=" ".join(str(f) for f in fields),
                          key=f"{self.key}|{mode}")
             self._attrs[mode] = (op_in, attrs)
         return self._attrs[mode]
+
+    def _checked_fields(self, arrays) -> list:
+        """The spec's checked-mode section (plugins/native/tf_op.cc): the function's name, then per pointer its
+        element size and what it is (hex: the texts hold spaces); registers guard.c's checked call with the op."""
+        from . import guard
+        _register_entry("enzcc::checked", "call", guard.native_call_address())
+        fields = ["checked", self.kernel.name.encode().hex()]
+        for k, arr in enumerate(arrays):
+            for p in self.params:
+                what, item = guard.describe_slot(k, p.kind, p.name, self.shape.get(p.name, ()), p.dtype or "")
+                fields += [item, what.encode().hex()]
+        return fields
 
     def call(self, mode: str, inputs: Sequence) -> list:
         """Run the entry point ``mode`` on op inputs (tensors; None entries become zeros)."""

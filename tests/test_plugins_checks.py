@@ -357,3 +357,73 @@ def test_torch_checked_mode(src, cache, monkeypatch):
     S = enzyme(src, "ck_square", [In("x", shape=("n",)), Int("n"), Out("y", shape=lambda n: (n - 1,))], cache=cache)
     with pytest.raises(ShapeError, match=r"writes 3 elements of 'y'"):  # refused before the call, unchecked too
         S.apply(x)
+
+
+def _checked_case(src, cache, monkeypatch, enzyme, tag):
+    """The three kernels of a framework's checked-mode test: ck_overrun declared too small and hidden_write (a
+    write into its input through a call), both checked; ck_overrun declared as it writes, checked and not."""
+    d = [In("x", shape=("n",)), Int("n"), Out("y", shape=("n",))]  # writes n + (long)x[0] elements
+    fits = [In("x", shape=("n",)), Int("n"), Out("y", shape=lambda n: (n + 2,))]
+    monkeypatch.setenv("ENZCC_CHECKED", "1")
+    small = enzyme(src, "ck_overrun", d, cache=cache, op_name=f"enzcc::ck_overrun_{tag}_small")
+    writes = enzyme(src, "hidden_write", decl(), cache=cache, op_name=f"enzcc::hidden_write_{tag}")
+    good = enzyme(src, "ck_overrun", fits, cache=cache, op_name=f"enzcc::ck_overrun_{tag}_checked")
+    monkeypatch.delenv("ENZCC_CHECKED")
+    plain = enzyme(src, "ck_overrun", fits, cache=cache, op_name=f"enzcc::ck_overrun_{tag}_plain")
+    return small, writes, good, plain
+
+
+OVERRUN = r"ck_overrun: the function wrote past the end of output 'y' \(shape \(3,\), float64\): at byte 24, element 3"
+
+
+def test_jax_checked_mode(src, cache, monkeypatch):
+    """JAX (the XLA FFI handler's checked target): an overrun of an output, eagerly, under jit, through the
+    gradient and in each item of a vmap, and a write into an input are errors naming the parameter and element;
+    the declaration that fits gives the unchecked values exactly and the analytic gradient."""
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    import jax.numpy as jnp
+    from enzcc_plugins.jax import enzyme
+    small, writes, good, plain = _checked_case(src, cache, monkeypatch, enzyme, "jax")
+    assert small.kernel.checked and good.kernel.checked and not plain.kernel.checked
+    x = jnp.array([2.5, 1.5, 3.0])  # (long)x[0] = 2: five elements written
+    for f in (small, jax.jit(small)):
+        with pytest.raises(jax.errors.JaxRuntimeError, match=OVERRUN):
+            jax.block_until_ready(f(x))
+    with pytest.raises(jax.errors.JaxRuntimeError, match="past the end of .*'y'"):
+        jax.block_until_ready(jax.grad(lambda v: small(v).sum())(x))
+    xs = jnp.stack([jnp.array([0.5, 1.5, 3.0]), x])  # item 0 writes 3 elements, item 1 five
+    with pytest.raises(jax.errors.JaxRuntimeError, match=OVERRUN):
+        jax.block_until_ready(jax.vmap(small)(xs))
+    with pytest.raises(jax.errors.JaxRuntimeError, match=r"hidden_write: the function wrote into input 'x'.*"
+                                                        r"read-only"):
+        jax.block_until_ready(writes(jnp.array([123.0, 2.0])))
+    np.testing.assert_array_equal(good(x), plain(x))
+    np.testing.assert_allclose(good(x), [6.25, 2.25, 9.0, 6.25, 2.25])
+    g = jax.grad(lambda v: (good(v) * jnp.arange(1.0, 6.0)).sum())(x)
+    np.testing.assert_allclose(g, 2 * np.asarray(x) * np.array([1 + 4, 2 + 5, 3]))
+    np.testing.assert_array_equal(jax.vmap(good)(xs[1:]), plain(x)[None])
+
+
+def test_tf_checked_mode(src, cache, monkeypatch):
+    """TensorFlow (the EnzccCall op's checked section): an overrun of an output, eagerly, in a tf.function and
+    through the gradient, and a write into an input are InvalidArgumentErrors naming the parameter and element;
+    the declaration that fits gives the unchecked values exactly and the analytic gradient."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    tf = pytest.importorskip("tensorflow")
+    from enzcc_plugins.tensorflow import enzyme
+    small, writes, good, plain = _checked_case(src, cache, monkeypatch, enzyme, "tf")
+    x = tf.constant([2.5, 1.5, 3.0], tf.float64)
+    for f in (small, tf.function(small)):
+        with pytest.raises(tf.errors.InvalidArgumentError, match=OVERRUN):
+            f(x)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"hidden_write: the function wrote into input 'x'.*"
+                                                             r"read-only"):
+        writes(tf.constant([123.0, 2.0], tf.float64))
+    np.testing.assert_array_equal(good(x).numpy(), plain(x).numpy())
+    np.testing.assert_allclose(good(x).numpy(), [6.25, 2.25, 9.0, 6.25, 2.25])
+    w = tf.range(1.0, 6.0, dtype=tf.float64)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        s = tf.reduce_sum(good(x) * w)
+    np.testing.assert_allclose(tape.gradient(s, x).numpy(), 2 * x.numpy() * np.array([1 + 4, 2 + 5, 3]))

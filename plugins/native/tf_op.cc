@@ -13,6 +13,12 @@
 //   NSCR  then per temporary: DTYPE RANK DIM...        (a reverse pass's primal outputs, private seed copies)
 //   NPTR*NARGS triples KIND INDEX EXTRA                (what each pointer of the a, d, ta, td arrays is: Slot)
 //   NINTS then the integer parameters' values          (passed as int64_t, ABI 3)
+//   [checked OWNER then NPTR*NARGS pairs ITEMSIZE WHAT] (the checked mode only; OWNER and WHAT hex-encoded)
+//
+// The checked mode (plugins/guard.py): the call runs through the guard helper's enzcc_guarded_slots
+// (plugins/guard.c, registered in entry_registry.h as ("enzcc::checked", "call")) on guarded copies of its
+// buffers, each of its tensor's size, so an access outside one is an InvalidArgument error naming the parameter
+// (WHAT: "output 'y' (shape (3,), float64)") and the element (ITEMSIZE) instead of heap corruption.
 //
 // KERNEL is the kernel's stable op name ("namespace::function") and ENTRY the entry point ("primal", "vjp",
 // "jvp", "vjp_jvp"). When TensorFlow constructs the kernel (once per graph node / eager attribute set) it finds
@@ -71,7 +77,28 @@ struct Spec {
   std::vector<TensorShape> in_shapes, out_shapes, scratch_shapes;
   std::vector<DataType> scratch_types;
   std::vector<int64_t> layout, ints;
+  bool checked = false;  // the checked mode: what each pointer is, for its messages
+  std::string owner;
+  std::vector<std::string> what;
+  std::vector<int32_t> itemsize;
 };
+
+// Text written as hexadecimal bytes (names and descriptions hold spaces, and the spec splits on them).
+bool Unhex(const std::string &hex, std::string *out) {
+  if (hex.size() % 2) return false;
+  out->clear();
+  for (size_t i = 0; i < hex.size(); i += 2) {
+    int v = 0;
+    for (size_t k = i; k < i + 2; ++k) {
+      const char c = hex[k];
+      const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+      if (d < 0) return false;
+      v = v * 16 + d;
+    }
+    out->push_back(static_cast<char>(v));
+  }
+  return true;
+}
 
 class Reader {
  public:
@@ -140,9 +167,27 @@ Status ParseSpec(const std::string &text, Spec *s) {
   for (auto &v : s->ints) {
     if (!r.Int(&v)) return bad("integer");
   }
+  std::string word, hex;
+  if (r.Word(&word)) {  // the checked mode's section
+    if (word != "checked" || !r.Word(&hex) || !Unhex(hex, &s->owner)) return bad("trailing fields");
+    s->checked = true;
+    s->what.resize(static_cast<size_t>(s->nptr * s->nargs));
+    s->itemsize.resize(s->what.size());
+    for (size_t k = 0; k < s->what.size(); k++) {
+      int64_t item;
+      if (!r.Int(&item) || item < 1 || item > 64 || !r.Word(&hex) || !Unhex(hex, &s->what[k]))
+        return bad("checked slot");
+      s->itemsize[k] = static_cast<int32_t>(item);
+    }
+  }
   if (!r.AtEnd()) return bad("trailing fields");
   return Status();
 }
+
+// plugins/guard.c's enzcc_guarded_slots: fn on guarded copies of its buffers; 0, or a message in msg
+using GuardedSlots = int (*)(void *fn, int nargs, int64_t P, void *const *addr, const int64_t *nbytes,
+                             const int32_t *writable, const int32_t *itemsize, const char *const *what,
+                             const char *owner, char *msg, size_t cap);
 
 class EnzccCallOp : public OpKernel {
  public:
@@ -187,6 +232,12 @@ class EnzccCallOp : public OpKernel {
                                            "enzcc_plugins.tensorflow.load_library(path) with the library saved "
                                            "by save_library(...), or make the op again with "
                                            "enzcc_plugins.tensorflow.enzyme(...)"));
+    if (s_.checked) {
+      guarded_ = reinterpret_cast<GuardedSlots>(enzcc_registry::Find("enzcc::checked", "call"));
+      OP_REQUIRES(ctx, guarded_ != nullptr,
+                  errors::FailedPrecondition("EnzccCall: the checked mode's helper is not loaded in this process "
+                                             "(enzcc_plugins.guard registers it)"));
+    }
   }
 
   void Compute(OpKernelContext *ctx) override {
@@ -222,6 +273,10 @@ class EnzccCallOp : public OpKernel {
     }
     void *const *p = ptrs.data();
     const size_t n = static_cast<size_t>(s_.nargs);
+    if (s_.checked) {
+      CheckedCall(ctx, p, outputs, scratch);
+      return;
+    }
     switch (s_.nptr) {
       case 1: reinterpret_cast<Entry1>(fn_)(p); break;
       case 2: reinterpret_cast<Entry2>(fn_)(p, p + n); break;
@@ -243,9 +298,38 @@ class EnzccCallOp : public OpKernel {
     return const_cast<char *>(d.data());
   }
 
+  // The checked mode's call: each pointer's buffer size (its tensor's; 8 bytes for an integer), writable when an
+  // output or a temporary; an access outside one is an InvalidArgument error with guard.c's message
+  void CheckedCall(OpKernelContext *ctx, void *const *p, const std::vector<Tensor *> &outputs,
+                   const std::vector<Tensor> &scratch) {
+    const size_t m = s_.layout.size() / 3;
+    std::vector<int64_t> nbytes(m, -1);
+    std::vector<int32_t> writable(m, 0);
+    std::vector<const char *> what(m);
+    for (size_t k = 0; k < m; k++) {
+      const int64_t kind = s_.layout[3 * k], index = s_.layout[3 * k + 1];
+      what[k] = s_.what[k].c_str();
+      switch (kind) {
+        case kInput: nbytes[k] = ctx->input(static_cast<int>(index)).tensor_data().size(); break;
+        case kOutput:
+        case kOutputZero: nbytes[k] = outputs[index]->tensor_data().size(); writable[k] = 1; break;
+        case kScratch:
+        case kScratchZero:
+        case kScratchCopy: nbytes[k] = scratch[index].tensor_data().size(); writable[k] = 1; break;
+        case kInt: nbytes[k] = 8; break;
+        default: break;
+      }
+    }
+    char msg[1024];
+    const int rc = guarded_(fn_, static_cast<int>(s_.nptr), s_.nargs, p, nbytes.data(), writable.data(),
+                            s_.itemsize.data(), what.data(), s_.owner.c_str(), msg, sizeof msg);
+    OP_REQUIRES(ctx, rc == 0, errors::InvalidArgument(msg));
+  }
+
   Spec s_;
   std::vector<DataType> tin_, tout_;
   void *fn_ = nullptr;
+  GuardedSlots guarded_ = nullptr;
 };
 
 }  // namespace

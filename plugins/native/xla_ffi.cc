@@ -33,6 +33,13 @@
 // Seeds (the cotangents of outputs, which the vjp entry consumes) arrive as results aliased to operands
 // (XLA's input/output aliasing copies them when the caller still needs them), so no operand is ever written.
 //
+// The checked mode (plugins/guard.py) is a second target, "enzcc_call_checked" (EnzccCallChecked): the same
+// attributes and two more, owner (the function's name) and describe (one line per slot: the element size, a tab,
+// what the buffer is, in the declaration's terms). Each batch item's call then runs through the guard helper's
+// enzcc_guarded_slots (plugins/guard.c, registered in entry_registry.h as ("enzcc::checked", "call")) on guarded
+// copies of its buffers, each of the size XLA gives it (per item), so an access outside one is an error naming
+// the parameter and element instead of heap corruption. No vector mode there: one item per call.
+//
 // Built by enzcc_plugins.jax with clang++ -std=c++17 against jax.ffi.include_dir(); see handler_library().
 
 #include <algorithm>
@@ -114,14 +121,78 @@ class Scratch {
 struct Region {
   char *base;
   size_t stride;  // bytes between batch items; 0: shared by all items
+  size_t bytes;   // the whole buffer's size
 };
 
-ffi::Error EnzccCallImpl(ffi::RemainingArgs args, ffi::RemainingRets rets, std::string_view kernel,
-                         std::string_view entry, int64_t arrays,
-                         ffi::Span<const int64_t> slot_kind, ffi::Span<const int64_t> slot_index,
-                         ffi::Span<const int64_t> ints, ffi::Span<const int64_t> zero, int64_t batch,
-                         ffi::Span<const int64_t> batched, ffi::Span<const int64_t> scratch,
-                         std::string_view ventry) {
+// plugins/guard.c's enzcc_guarded_slots: fn on guarded copies of its buffers; 0, or a message in msg
+using GuardedSlots = int (*)(void *fn, int nargs, int64_t P, void *const *addr, const int64_t *nbytes,
+                             const int32_t *writable, const int32_t *itemsize, const char *const *what,
+                             const char *owner, char *msg, size_t cap);
+
+// The checked mode's state of one call: the guard helper and what each slot is (the describe attribute)
+struct Checked {
+  GuardedSlots call = nullptr;
+  std::string owner;
+  std::vector<std::string> what;
+  std::vector<int32_t> itemsize;
+};
+
+ffi::Error ParseChecked(std::string_view owner, std::string_view describe, size_t slots, Checked *c) {
+  c->call = reinterpret_cast<GuardedSlots>(enzcc_registry::Find("enzcc::checked", "call"));
+  if (c->call == nullptr)
+    return ffi::Error::InvalidArgument("enzcc_call_checked: the checked mode's helper is not loaded in this "
+                                       "process (enzcc_plugins.guard registers it)");
+  c->owner.assign(owner);
+  while (!describe.empty()) {
+    size_t end = describe.find('\n');
+    std::string_view line = describe.substr(0, end);
+    size_t tab = line.find('\t');
+    if (tab == std::string_view::npos) return ffi::Error::InvalidArgument("enzcc_call_checked: bad describe");
+    c->itemsize.push_back(static_cast<int32_t>(std::atoi(std::string(line.substr(0, tab)).c_str())));
+    c->what.emplace_back(line.substr(tab + 1));
+    if (end == std::string_view::npos) break;
+    describe.remove_prefix(end + 1);
+  }
+  if (c->what.size() != slots)
+    return ffi::Error::InvalidArgument("enzcc_call_checked: describe has " + std::to_string(c->what.size()) +
+                                       " lines for " + std::to_string(slots) + " slots");
+  return ffi::Error::Success();
+}
+
+// One batch item's call in the checked mode: each slot's size (an operand's per item, or whole when shared; a
+// result's per item; 8 bytes for an integer; a scratch buffer's), writable when a result or scratch
+ffi::Error CheckedItem(const Checked &c, void *fn, int64_t arrays, size_t P, void *const *p,
+                       ffi::Span<const int64_t> slot_kind, ffi::Span<const int64_t> slot_index, const Region *in,
+                       const Region *out, ffi::Span<const int64_t> scratch) {
+  const size_t n = slot_kind.size();
+  std::vector<int64_t> nbytes(n, -1);
+  std::vector<int32_t> writable(n, 0);
+  std::vector<const char *> what(n);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t idx = slot_index[i];
+    what[i] = c.what[i].c_str();
+    switch (slot_kind[i]) {
+      case kOperand: nbytes[i] = static_cast<int64_t>(in[idx].stride ? in[idx].stride : in[idx].bytes); break;
+      case kResult: nbytes[i] = static_cast<int64_t>(out[idx].stride); writable[i] = 1; break;
+      case kInt: nbytes[i] = 8; break;
+      case kScratch: nbytes[i] = scratch[idx]; writable[i] = 1; break;
+      default: break;
+    }
+  }
+  char msg[1024];
+  int rc = c.call(fn, static_cast<int>(arrays), static_cast<int64_t>(P), p, nbytes.data(), writable.data(),
+                  c.itemsize.data(), what.data(), c.owner.c_str(), msg, sizeof msg);
+  if (rc != 0) return ffi::Error::InvalidArgument(msg);
+  return ffi::Error::Success();
+}
+
+// The call (checked: nullptr, or the checked mode's state)
+ffi::Error CallImpl(ffi::RemainingArgs args, ffi::RemainingRets rets, std::string_view kernel,
+                    std::string_view entry, int64_t arrays,
+                    ffi::Span<const int64_t> slot_kind, ffi::Span<const int64_t> slot_index,
+                    ffi::Span<const int64_t> ints, ffi::Span<const int64_t> zero, int64_t batch,
+                    ffi::Span<const int64_t> batched, ffi::Span<const int64_t> scratch,
+                    std::string_view ventry, const Checked *checked) {
   void *fn = nullptr;
   if (ffi::Error e = FindEntry(kernel, entry, &fn); e.failure()) return e;
   constexpr size_t kWidths[] = {2, 4, 8};
@@ -150,14 +221,14 @@ ffi::Error EnzccCallImpl(ffi::RemainingArgs args, ffi::RemainingRets rets, std::
     if (buf.has_error()) return buf.error();
     size_t bytes = buf->size_bytes();
     if (batched[j] && bytes % B) return ffi::Error::InvalidArgument("enzcc_call: operand not divisible by batch");
-    in[j] = {static_cast<char *>(buf->untyped_data()), batched[j] ? bytes / B : 0};
+    in[j] = {static_cast<char *>(buf->untyped_data()), batched[j] ? bytes / B : 0, bytes};
   }
   for (size_t k = 0; k < rets.size(); ++k) {
     auto buf = rets.get<ffi::AnyBuffer>(k);
     if (buf.has_error()) return buf.error();
     size_t bytes = (*buf)->size_bytes();
     if (bytes % B) return ffi::Error::InvalidArgument("enzcc_call: result not divisible by batch");
-    out[k] = {static_cast<char *>((*buf)->untyped_data()), bytes / B};
+    out[k] = {static_cast<char *>((*buf)->untyped_data()), bytes / B, bytes};
   }
   for (int64_t k : zero) {
     if (k < 0 || static_cast<size_t>(k) >= rets.size())
@@ -213,7 +284,7 @@ ffi::Error EnzccCallImpl(ffi::RemainingArgs args, ffi::RemainingRets rets, std::
   // reverse), the second array (gradients and seeds, the VJP's own arguments) is item b's for the whole run (the
   // caller passes seeds shared by the items, as copies), and the gradients written there are copied to the
   // other lanes' items; the third and fourth arrays are per lane
-  bool shared = has_vector;
+  bool shared = has_vector && checked == nullptr;
   for (size_t i = 0; shared && i < P; ++i)
     shared = slot_kind[i] != kResult && (slot_kind[i] != kOperand || in[slot_index[i]].stride == 0);
   size_t b = 0;
@@ -249,6 +320,13 @@ ffi::Error EnzccCallImpl(ffi::RemainingArgs args, ffi::RemainingRets rets, std::
   for (; b < B; ++b) {
     for (size_t i = 0; i < n; ++i) ptrs[i] = pointer(i, b);
     void *const *p = ptrs.data();
+    if (checked != nullptr) {
+      if (ffi::Error e = CheckedItem(*checked, fn, arrays, P, p, slot_kind, slot_index, in.data(), out.data(),
+                                     scratch);
+          e.failure())
+        return e;
+      continue;
+    }
     if (arrays == 1)
       reinterpret_cast<Entry1>(fn)(p);
     else if (arrays == 2)
@@ -257,6 +335,29 @@ ffi::Error EnzccCallImpl(ffi::RemainingArgs args, ffi::RemainingRets rets, std::
       reinterpret_cast<Entry4>(fn)(p, p + P, p + 2 * P, p + 3 * P);
   }
   return ffi::Error::Success();
+}
+
+ffi::Error EnzccCallImpl(ffi::RemainingArgs args, ffi::RemainingRets rets, std::string_view kernel,
+                         std::string_view entry, int64_t arrays,
+                         ffi::Span<const int64_t> slot_kind, ffi::Span<const int64_t> slot_index,
+                         ffi::Span<const int64_t> ints, ffi::Span<const int64_t> zero, int64_t batch,
+                         ffi::Span<const int64_t> batched, ffi::Span<const int64_t> scratch,
+                         std::string_view ventry) {
+  return CallImpl(args, rets, kernel, entry, arrays, slot_kind, slot_index, ints, zero, batch, batched, scratch,
+                  ventry, nullptr);
+}
+
+// The checked mode's target: the same call, each item on guarded copies of its buffers
+ffi::Error EnzccCallCheckedImpl(ffi::RemainingArgs args, ffi::RemainingRets rets, std::string_view kernel,
+                                std::string_view entry, int64_t arrays, ffi::Span<const int64_t> slot_kind,
+                                ffi::Span<const int64_t> slot_index, ffi::Span<const int64_t> ints,
+                                ffi::Span<const int64_t> zero, int64_t batch, ffi::Span<const int64_t> batched,
+                                ffi::Span<const int64_t> scratch, std::string_view ventry, std::string_view owner,
+                                std::string_view describe) {
+  Checked c;
+  if (ffi::Error e = ParseChecked(owner, describe, slot_kind.size(), &c); e.failure()) return e;
+  return CallImpl(args, rets, kernel, entry, arrays, slot_kind, slot_index, ints, zero, batch, batched, scratch,
+                  ventry, &c);
 }
 
 }  // namespace
@@ -276,3 +377,21 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(EnzccCall, EnzccCallImpl,
                                   .Attr<ffi::Span<const int64_t>>("batched")
                                   .Attr<ffi::Span<const int64_t>>("scratch")
                                   .Attr<std::string_view>("ventry"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(EnzccCallChecked, EnzccCallCheckedImpl,
+                              ffi::Ffi::Bind()
+                                  .RemainingArgs()
+                                  .RemainingRets()
+                                  .Attr<std::string_view>("kernel")
+                                  .Attr<std::string_view>("entry")
+                                  .Attr<int64_t>("arrays")
+                                  .Attr<ffi::Span<const int64_t>>("slot_kind")
+                                  .Attr<ffi::Span<const int64_t>>("slot_index")
+                                  .Attr<ffi::Span<const int64_t>>("ints")
+                                  .Attr<ffi::Span<const int64_t>>("zero")
+                                  .Attr<int64_t>("batch")
+                                  .Attr<ffi::Span<const int64_t>>("batched")
+                                  .Attr<ffi::Span<const int64_t>>("scratch")
+                                  .Attr<std::string_view>("ventry")
+                                  .Attr<std::string_view>("owner")
+                                  .Attr<std::string_view>("describe"));
