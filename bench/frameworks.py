@@ -7,7 +7,7 @@ The function is ``y[i] = sin(x[i]) * x[i]`` in double (``sinx`` below). Measured
 overhead (16 elements), and the time of a call and of a gradient (``d sum(f(x)) / dx``) at 16 and at 1M
 elements (64K with --quick); for JAX also ``jax.jacfwd`` and ``jax.jacrev`` at 128 elements (a vmap of the JVP
 or VJP over 128 tangents or cotangents, which the plugin runs in vector mode; not measured for Enzyme-JAX); for
-JAX and PyTorch ``vmap`` of the function and of its gradient over 256 examples of 16 and of 1024 elements (one
+JAX, PyTorch and TensorFlow (``tf.vectorized_map``) ``vmap`` of the function and of its gradient over 256 examples of 16 and of 1024 elements (one
 native call for the batch; its "kernel alone" is the entry point once over all the batch's elements). Every contestant runs compiled: ``jax.jit`` for JAX and Enzyme-JAX,
 ``tf.function`` for TensorFlow, eager PyTorch (the plugin's op is a custom op; eager is how PyTorch code
 calls it). Contestants:
@@ -70,7 +70,7 @@ def measurements(large: int) -> list[tuple[str, int]]:
 JACOBIAN_N = 128
 VMAP_B = 256
 """Examples of the vmap measurements: ``vmap xM`` is the function over 256 examples of M elements (a batch of
-shape (256, M)), ``vmap grad xM`` the per-example gradients (vmap of grad); JAX and PyTorch."""
+shape (256, M)), ``vmap grad xM`` the per-example gradients (vmap of grad); JAX, PyTorch and TensorFlow."""
 VMAP_SIZES = (16, 1024)
 """Size of the ``jax.jacfwd`` and ``jax.jacrev`` measurements (JAX only)."""
 ENZYME_JAX_OPS = ("floor", "call", "grad")
@@ -308,6 +308,14 @@ def setup_tensorflow(source: Path, sizes: list[int]) -> dict:
             check(f"tensorflow {impl}", call(x).numpy(), grad(x).numpy(), n)
             out.setdefault(("call", n), {})[impl] = lambda call=call, x=x: call(x).numpy()
             out.setdefault(("grad", n), {})[impl] = lambda grad=grad, x=x: grad(x).numpy()
+        # tf.vectorized_map of the op and of its gradient: one batched op (the op's pfor rule)
+        vcall = tf.function(lambda X, fn=fn: tf.vectorized_map(fn, X), autograph=False)
+        vgrad = tf.function(lambda X, grad=grad: tf.vectorized_map(grad.python_function, X), autograph=False)
+        for m in VMAP_SIZES:
+            X = tf.constant(inputs(VMAP_B * m).reshape(VMAP_B, m))
+            check(f"tensorflow {impl} vmap", vcall(X).numpy(), vgrad(X).numpy(), VMAP_B * m)
+            out.setdefault((f"vmap x{m}", VMAP_B), {})[impl] = lambda vcall=vcall, X=X: vcall(X).numpy()
+            out.setdefault((f"vmap grad x{m}", VMAP_B), {})[impl] = lambda vgrad=vgrad, X=X: vgrad(X).numpy()
     return out
 
 

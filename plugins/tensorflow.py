@@ -239,10 +239,12 @@ class _Variant:
             raise ValueError(mode)
         return op_in, op_out, scratch, arrays
 
-    def attrs(self, mode: str) -> tuple[list, dict]:
+    def attrs(self, mode: str, batch: tuple | None = None) -> tuple[list, dict]:
         """The op inputs' (name, dtype, shape) and the EnzccCall attributes for one entry point (the
-        entry point is registered by name, building the second-order library on first use of vjp_jvp)."""
-        if mode not in self._attrs:
+        entry point is registered by name, building the second-order library on first use of vjp_jvp).
+        batch: (B, one 0/1 flag per op input), the op that runs the entry point over B items (tf.vectorized_map:
+        :func:`_pfor_rule`), its key ending in ``|B:flags``."""
+        if (mode, batch) not in self._attrs:
             op_in, op_out, scratch, arrays = self._layout(mode)
             _register_entry(self.qualname, mode, int(self.kernel.address(mode)))
             fields = ["enzcc2", self.qualname, mode, self.kernel.name, len(arrays), len(self.params), len(op_in)]
@@ -256,12 +258,31 @@ class _Variant:
                 fields += [t.as_datatype_enum, len(shape), *shape]
             fields += [v for arr in arrays for entry in arr for v in entry]
             fields += [len(self.int_values), *self.int_values]
+            key = f"{self.key}|{mode}"
+            if batch is not None:
+                fields += ["batch", batch[0], len(batch[1]), *batch[1]]
+                key += f"|{batch[0]}:{''.join(map(str, batch[1]))}"
             if self.kernel.checked:
                 fields += self._checked_fields(arrays)
-            attrs = dict(Tout=[t for _, t, _ in op_out], spec=" ".join(str(f) for f in fields),
-                         key=f"{self.key}|{mode}")
-            self._attrs[mode] = (op_in, attrs)
-        return self._attrs[mode]
+            attrs = dict(Tout=[t for _, t, _ in op_out], spec=" ".join(str(f) for f in fields), key=key)
+            self._attrs[(mode, batch)] = (op_in, attrs)
+        return self._attrs[(mode, batch)]
+
+    def call_batched(self, mode: str, inputs: Sequence, B: int) -> list:
+        """Run the entry point ``mode`` over B items in one op: an input of one item's shape is shared by the
+        items, one with a leading axis of B is item by item (None entries: shared zeros). Outputs have the
+        leading axis of B."""
+        op_in, _ = self.attrs(mode)
+        inputs = [tf.zeros(s, t) if x is None else x for x, (_, t, s) in zip(inputs, op_in)]
+        flags = []
+        for x, (what, t, shape) in zip(inputs, op_in):
+            got = tuple(x.shape.as_list())
+            if x.dtype != t or got not in (tuple(shape), (B, *shape)):
+                raise ValueError(f"{self.kernel.name}: {what} has shape {got} ({x.dtype.name}) in a batch of {B}; "
+                                 f"one item's is {tuple(shape)} ({t.name})")
+            flags.append(int(got != tuple(shape)))
+        _, attrs = self.attrs(mode, (B, tuple(flags)))
+        return _ops().enzcc_call(inputs, **attrs)
 
     def _checked_fields(self, arrays) -> list:
         """The spec's checked-mode section (plugins/native/tf_op.cc): the function's name, then per pointer its
@@ -298,14 +319,28 @@ class _Variant:
         return [per_input[self.in_pos[p.name]] for p in self.diff]
 
 
+def _batch_of(key) -> tuple[int, tuple] | None:
+    """(B, the op inputs' flags) of a batched op's key (tf.vectorized_map), None for an op of one call."""
+    if isinstance(key, bytes):
+        key = key.decode()
+    parts = key.split("|")
+    if len(parts) == 3:
+        return None
+    if len(parts) != 4:
+        raise ValueError(key)
+    b, flags = parts[3].split(":")
+    return int(b), tuple(int(f) for f in flags)
+
+
 def _variant_of(key, inputs) -> tuple[_Variant, str]:
     """The variant and entry point of an EnzccCall op from its ``key`` attribute (stable name, free integers,
     entry point) and its inputs' shapes (the kernel's inputs come first)."""
     if isinstance(key, bytes):
         key = key.decode()
     try:
-        qualname, ints, mode = key.split("|")
+        qualname, ints, mode = key.split("|")[:3]
         free = [int(v) for v in ints.split(",") if v]
+        batch = _batch_of(key)
     except ValueError:
         raise LookupError(f"EnzccCall op key {key!r} is not one this enzcc_plugins writes (made by another "
                           f"version?)") from None
@@ -315,6 +350,8 @@ def _variant_of(key, inputs) -> tuple[_Variant, str]:
                           f"call enzcc_plugins.tensorflow.load_library(path) with the library saved by "
                           f"save_library(...), or make the op again with enzcc_plugins.tensorflow.enzyme(...)")
     shapes = [tuple(t.shape.as_list()) for t in inputs[:len(op.kernel.inputs)]]
+    if batch is not None:  # one item's shapes
+        shapes = [s[1:] if f else s for s, f in zip(shapes, batch[1])]
     return op._variant(shapes, free), mode
 
 
@@ -341,6 +378,9 @@ def _grad(op, *grads):
     nin, nout, ndiff = len(v.ins), len(v.outs), len(v.diff)
     x = list(op.inputs[:nin])
     _refuse_const_gradients(v, op)
+    batch = _batch_of(op.get_attr("key"))
+    if batch is not None:
+        return _batched_grad(v, mode, batch, x, grads)
     if mode == "primal":
         if all(g is None for g in grads) or not ndiff:
             return [None] * nin
@@ -375,6 +415,41 @@ def _grad(op, *grads):
                               f"second derivatives are")
 
 
+def _batched_grad(v: _Variant, mode: str, batch: tuple, x: list, grads) -> list:
+    """The gradient of a batched op (tf.vectorized_map, taken outside the map): the batched vjp, whose items'
+    gradients of a shared input are summed. Only of the primal: a derivative of a batched derivative (second
+    order through the map) is an error, not a guess."""
+    B, flags = batch
+    nin = len(v.ins)
+    if mode != "primal":
+        raise NotImplementedError(f"{v.kernel.name}: a derivative of the '{mode}' entry point batched by "
+                                  f"tf.vectorized_map (second order through the map) is not available; take the "
+                                  f"derivatives inside the mapped function")
+    if all(g is None for g in grads) or not v.diff:
+        return [None] * nin
+    seeds = [tf.zeros((B, *v.shape[p.name]), v.dtype[p.name]) if g is None else g for g, p in zip(grads, v.outs)]
+    per_item = v.per_input(v.call_batched("vjp", x + seeds, B))
+    return [g if g is None or f else tf.reduce_sum(g, axis=0) for g, f in zip(per_item, flags[:nin])]
+
+
+# --- tf.vectorized_map: the op's pfor rule ----------------------------------------------------------------------
+
+def _pfor_rule(pfor_input):
+    """tf.vectorized_map (pfor) of an EnzccCall op: the same entry point over the B items in one op (the batch
+    section of tf_op.cc's spec), the inputs that vary from item to item stacked, the others shared. Where B is not
+    known when the graph is made, or the op is batched already, pfor's fallback (a while loop of the op) runs."""
+    from tensorflow.python.ops.parallel_for import pfor as _pfor
+    op = pfor_input.op
+    key = op.get_attr("key")
+    n = tf.get_static_value(pfor_input.pfor.loop_len_vector)
+    if _batch_of(key) is not None or n is None:
+        raise _pfor.ConversionNotImplementedError("EnzccCall: a batch of unknown size, or a batch of a batch")
+    v, mode = _variant_of(key, op.inputs)
+    inputs = [pfor_input.input(i)[0] for i in range(pfor_input.num_inputs)]
+    outs = v.call_batched(mode, inputs, int(n[0]))
+    return [_pfor.wrap(o, True) for o in outs]
+
+
 # --- forward mode: the op's JVP rule for tf.autodiff.ForwardAccumulator -------------------------------------
 
 def _jvp(attr_tuple, inputs, outputs, tangents):
@@ -383,6 +458,10 @@ def _jvp(attr_tuple, inputs, outputs, tangents):
     v, mode = _variant_of(attrs["key"], inputs)
     nin, nout, ndiff = len(v.ins), len(v.outs), len(v.diff)
     x = list(inputs[:nin])
+    if _batch_of(attrs["key"]) is not None:
+        raise NotImplementedError(f"{v.kernel.name}: forward mode (tf.autodiff.ForwardAccumulator) over an op "
+                                  f"batched by tf.vectorized_map is not available; take the derivatives inside "
+                                  f"the mapped function")
     if mode not in ("primal", "vjp"):
         raise NotImplementedError(f"{v.kernel.name}: forward mode over a '{mode}' entry point (forward over "
                                   f"forward or third order) is not available from enzcc")
@@ -418,6 +497,12 @@ def _register_rules() -> None:
     try:
         tf.RegisterGradient("EnzccCall")(_grad)
     except KeyError:  # already registered: this module was reloaded
+        pass
+    try:
+        from tensorflow.python.ops.parallel_for import pfor as _pfor
+        if "EnzccCall" not in _pfor._pfor_converter_registry:
+            _pfor.RegisterPFor("EnzccCall")(_pfor_rule)
+    except (ImportError, AttributeError):  # pragma: no cover - another TensorFlow: pfor's while-loop fallback
         pass
     try:
         from tensorflow.python.eager import forwardprop

@@ -407,7 +407,7 @@ def test_jax_checked_mode(src, cache, monkeypatch):
 
 def test_tf_checked_mode(src, cache, monkeypatch):
     """TensorFlow (the EnzccCall op's checked section): an overrun of an output, eagerly, in a tf.function and
-    through the gradient, and a write into an input are InvalidArgumentErrors naming the parameter and element;
+    in an item of a tf.vectorized_map, and a write into an input are InvalidArgumentErrors naming the parameter and element;
     the declaration that fits gives the unchecked values exactly and the analytic gradient."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     tf = pytest.importorskip("tensorflow")
@@ -417,6 +417,9 @@ def test_tf_checked_mode(src, cache, monkeypatch):
     for f in (small, tf.function(small)):
         with pytest.raises(tf.errors.InvalidArgumentError, match=OVERRUN):
             f(x)
+    xs = tf.constant([[0.5, 1.5, 3.0], [2.5, 1.5, 3.0]], tf.float64)  # item 0 writes 3 elements, item 1 five
+    with pytest.raises(tf.errors.InvalidArgumentError, match=OVERRUN):
+        tf.vectorized_map(small, xs)  # (one batched op: each item checked)
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"hidden_write: the function wrote into input 'x'.*"
                                                              r"read-only"):
         writes(tf.constant([123.0, 2.0], tf.float64))

@@ -603,3 +603,52 @@ def test_op_library_is_built_once_into_the_cache(tmp_path):
     again = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr
     assert float(again.stdout.split()[1]) < 5  # loaded, not compiled
+
+
+def test_vectorized_map_is_one_batched_op(mv):
+    """tf.vectorized_map of the op is one EnzccCall over the batch (its pfor rule; no while loop), the items
+    that vary stacked and the others shared: values = single calls exactly; per-example gradients inside the
+    map and the gradient through the map from outside (summed for shared inputs) = the analytic ones; forward
+    mode over the batched op is a clear error."""
+    A, x, w, alpha, cy, cr = data()
+    xs = np.stack([x, 2 * x, -x, 0.5 * x])
+    As = np.stack([A, 2 * A, -A, A + 1])
+    single = [mv(As[i], xs[i], w, alpha) for i in range(4)]
+    run = tf.function(lambda As, xs: tf.vectorized_map(lambda a: mv(a[0], a[1], w, alpha), (As, xs)),
+                      autograph=False)
+    ys, rs = run(tf.constant(As), tf.constant(xs))
+    np.testing.assert_array_equal(ys.numpy(), np.stack([y.numpy() for y, _ in single]))
+    np.testing.assert_array_equal(rs.numpy(), np.stack([r.numpy() for _, r in single]))
+    graph = run.get_concrete_function(tf.constant(As), tf.constant(xs)).graph.as_graph_def()
+    ops = [n.op for n in graph.node] + [n.op for f in graph.library.function for n in f.node_def]
+    assert not [o for o in ops if "While" in o]
+    keys = [n.attr["key"].s.decode() for n in graph.node if n.op == "EnzccCall"]
+    assert any(k.endswith("|primal|4:1100") for k in keys), keys  # A, x batched; w, alpha shared
+
+    def per_example(a, r):
+        with tf.GradientTape() as t:
+            t.watch([a, r])
+            y, s = mv(a, r, w, alpha)
+            loss = tf.reduce_sum(y * cy) + cr * s
+        return t.gradient(loss, [a, r])
+    gA, gx = tf.vectorized_map(lambda p: per_example(p[0], p[1]), (tf.constant(As), tf.constant(xs)))
+    for i in range(4):
+        wA, wx, _ = mv_grad_ref(As[i], xs[i], w, alpha, cy, cr)
+        assert_close(gA[i], wA)
+        assert_close(gx[i], wx)
+
+    tA, txs, ta = tf.constant(A), tf.constant(xs), tf.constant(alpha, tf.float64)
+    with tf.GradientTape() as t:  # A and alpha shared by the items: their gradients are sums
+        t.watch([tA, txs, ta])
+        ys, rs = tf.vectorized_map(lambda r: mv(tA, r, w, ta), txs)
+        loss = tf.reduce_sum(ys * cy) + cr * tf.reduce_sum(rs)
+    gA, gx, ga = t.gradient(loss, [tA, txs, ta])
+    refs = [mv_grad_ref(A, r, w, alpha, cy, cr) for r in xs]
+    assert_close(gA, sum(g[0] for g in refs))
+    assert_close(gx, np.stack([g[1] for g in refs]))
+    assert_close(ga, sum(g[2] for g in refs))
+    assert_close(gx[1], fd(lambda r: mv_loss_ref(A, r, w, alpha, cy, cr), xs[1]), rtol=1e-6, atol=1e-8)
+
+    with pytest.raises(NotImplementedError, match="vectorized_map"):
+        with tf.autodiff.ForwardAccumulator(txs, tf.ones_like(txs)):
+            tf.vectorized_map(lambda r: mv(tA, r, w, ta)[0], txs)

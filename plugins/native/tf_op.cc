@@ -13,7 +13,13 @@
 //   NSCR  then per temporary: DTYPE RANK DIM...        (a reverse pass's primal outputs, private seed copies)
 //   NPTR*NARGS triples KIND INDEX EXTRA                (what each pointer of the a, d, ta, td arrays is: Slot)
 //   NINTS then the integer parameters' values          (passed as int64_t, ABI 3)
+//   [batch B then NIN flags]                           (tf.vectorized_map only: B items, see below)
 //   [checked OWNER then NPTR*NARGS pairs ITEMSIZE WHAT] (the checked mode only; OWNER and WHAT hex-encoded)
+//
+// The batch section (written by the op's pfor rule, plugins/tensorflow.py): the entry point runs B times, once
+// per item; every output has a leading axis of B, an input one when its flag is 1 (item b's data at b times an
+// item's size), else all items share it. The shapes above are one item's; temporaries are reused from item to
+// item (zeroed or copied again for each), outputs to zero are zeroed once.
 //
 // The checked mode (plugins/guard.py): the call runs through the guard helper's enzcc_guarded_slots
 // (plugins/guard.c, registered in entry_registry.h as ("enzcc::checked", "call")) on guarded copies of its
@@ -77,6 +83,8 @@ struct Spec {
   std::vector<TensorShape> in_shapes, out_shapes, scratch_shapes;
   std::vector<DataType> scratch_types;
   std::vector<int64_t> layout, ints;
+  int64_t batch = -1;            // the batch section: B (-1: none)
+  std::vector<int64_t> batched;  // per input: 1 when it has the leading axis of B
   bool checked = false;  // the checked mode: what each pointer is, for its messages
   std::string owner;
   std::vector<std::string> what;
@@ -168,7 +176,16 @@ Status ParseSpec(const std::string &text, Spec *s) {
     if (!r.Int(&v)) return bad("integer");
   }
   std::string word, hex;
-  if (r.Word(&word)) {  // the checked mode's section
+  bool more = r.Word(&word);
+  if (more && word == "batch") {  // tf.vectorized_map's batch section
+    if (!r.Int(&s->batch) || s->batch < 0 || !r.Count(&n) || n != s->in_shapes.size()) return bad("batch");
+    s->batched.resize(n);
+    for (auto &v : s->batched) {
+      if (!r.Int(&v) || (v != 0 && v != 1)) return bad("batch flag");
+    }
+    more = r.Word(&word);
+  }
+  if (more) {  // the checked mode's section
     if (word != "checked" || !r.Word(&hex) || !Unhex(hex, &s->owner)) return bad("trailing fields");
     s->checked = true;
     s->what.resize(static_cast<size_t>(s->nptr * s->nargs));
@@ -241,46 +258,75 @@ class EnzccCallOp : public OpKernel {
   }
 
   void Compute(OpKernelContext *ctx) override {
+    const bool batch = s_.batch >= 0;
+    const int64_t B = batch ? s_.batch : 1;
     const int nin = ctx->num_inputs();
+    std::vector<char *> in_base(nin);
+    std::vector<size_t> in_stride(nin, 0), in_item(nin);  // bytes between items (0: shared), of one item
     for (int i = 0; i < nin; i++) {
-      const TensorShape &got = ctx->input(i).shape();
-      OP_REQUIRES(ctx, got == s_.in_shapes[i],
+      TensorShape want = s_.in_shapes[i];
+      if (batch && s_.batched[i]) want.InsertDim(0, B);
+      const Tensor &t = ctx->input(i);
+      OP_REQUIRES(ctx, t.shape() == want,
                   errors::InvalidArgument(s_.name, ": argument '", s_.in_names[i], "' has shape ",
-                                          got.DebugString(), ", but the op was made for shape ",
-                                          s_.in_shapes[i].DebugString()));
+                                          t.shape().DebugString(), ", but the op was made for shape ",
+                                          want.DebugString()));
+      in_base[i] = static_cast<char *>(Data(t));
+      in_item[i] = t.tensor_data().size() / (batch && s_.batched[i] ? (B ? B : 1) : 1);
+      in_stride[i] = batch && s_.batched[i] ? in_item[i] : 0;
     }
     std::vector<Tensor *> outputs(tout_.size(), nullptr);
+    std::vector<size_t> out_item(tout_.size());
     for (size_t j = 0; j < tout_.size(); j++) {
-      OP_REQUIRES_OK(ctx, ctx->allocate_output(static_cast<int>(j), s_.out_shapes[j], &outputs[j]));
+      TensorShape shape = s_.out_shapes[j];
+      if (batch) shape.InsertDim(0, B);
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(static_cast<int>(j), shape, &outputs[j]));
+      out_item[j] = outputs[j]->tensor_data().size() / (B ? B : 1);
     }
     std::vector<Tensor> scratch(s_.scratch_types.size());
     for (size_t j = 0; j < scratch.size(); j++) {
       OP_REQUIRES_OK(ctx, ctx->allocate_temp(s_.scratch_types[j], s_.scratch_shapes[j], &scratch[j]));
     }
+    for (size_t k = 0; k < s_.layout.size(); k += 3)  // accumulated outputs: zeroed once, for every item
+      if (s_.layout[k] == kOutputZero) Zeroed(outputs[s_.layout[k + 1]]);
     std::vector<void *> ptrs(static_cast<size_t>(s_.nptr * s_.nargs), nullptr);
-    for (size_t k = 0; k < ptrs.size(); k++) {
-      const int64_t kind = s_.layout[3 * k], index = s_.layout[3 * k + 1], extra = s_.layout[3 * k + 2];
-      switch (kind) {
-        case kNull: break;
-        case kInput: ptrs[k] = Data(ctx->input(static_cast<int>(index))); break;
-        case kOutput: ptrs[k] = Data(*outputs[index]); break;
-        case kOutputZero: ptrs[k] = Zeroed(outputs[index]); break;
-        case kScratch: ptrs[k] = Data(scratch[index]); break;
-        case kScratchZero: ptrs[k] = Zeroed(&scratch[index]); break;
-        case kScratchCopy: ptrs[k] = CopyOf(&scratch[index], ctx->input(static_cast<int>(extra))); break;
-        case kInt: ptrs[k] = const_cast<int64_t *>(&s_.ints[index]); break;  // read only by contract
+    std::vector<int64_t> nbytes(ptrs.size(), -1);  // (the checked mode: each pointer's buffer size)
+    for (int64_t b = 0; b < B; b++) {
+      for (size_t k = 0; k < ptrs.size(); k++) {
+        const int64_t kind = s_.layout[3 * k], index = s_.layout[3 * k + 1], extra = s_.layout[3 * k + 2];
+        switch (kind) {
+          case kNull: break;
+          case kInput:
+            ptrs[k] = in_base[index] + b * in_stride[index];
+            nbytes[k] = static_cast<int64_t>(in_item[index]);
+            break;
+          case kOutput:
+          case kOutputZero:
+            ptrs[k] = static_cast<char *>(Data(*outputs[index])) + b * out_item[index];
+            nbytes[k] = static_cast<int64_t>(out_item[index]);
+            break;
+          case kScratch: ptrs[k] = Data(scratch[index]); break;
+          case kScratchZero: ptrs[k] = Zeroed(&scratch[index]); break;
+          case kScratchCopy:
+            ptrs[k] = CopyOf(&scratch[index], in_base[extra] + b * in_stride[extra]);
+            break;
+          case kInt: ptrs[k] = const_cast<int64_t *>(&s_.ints[index]); nbytes[k] = 8; break;  // read only
+        }
+        if (kind == kScratch || kind == kScratchZero || kind == kScratchCopy)
+          nbytes[k] = static_cast<int64_t>(scratch[index].tensor_data().size());
       }
-    }
-    void *const *p = ptrs.data();
-    const size_t n = static_cast<size_t>(s_.nargs);
-    if (s_.checked) {
-      CheckedCall(ctx, p, outputs, scratch);
-      return;
-    }
-    switch (s_.nptr) {
-      case 1: reinterpret_cast<Entry1>(fn_)(p); break;
-      case 2: reinterpret_cast<Entry2>(fn_)(p, p + n); break;
-      case 4: reinterpret_cast<Entry4>(fn_)(p, p + n, p + 2 * n, p + 3 * n); break;
+      void *const *p = ptrs.data();
+      const size_t n = static_cast<size_t>(s_.nargs);
+      if (s_.checked) {
+        CheckedCall(ctx, p, nbytes);
+        if (!ctx->status().ok()) return;
+        continue;
+      }
+      switch (s_.nptr) {
+        case 1: reinterpret_cast<Entry1>(fn_)(p); break;
+        case 2: reinterpret_cast<Entry2>(fn_)(p, p + n); break;
+        case 4: reinterpret_cast<Entry4>(fn_)(p, p + n, p + 2 * n, p + 3 * n); break;
+      }
     }
   }
 
@@ -292,33 +338,22 @@ class EnzccCallOp : public OpKernel {
     if (d.size() != 0) std::memset(const_cast<char *>(d.data()), 0, d.size());
     return const_cast<char *>(d.data());
   }
-  static void *CopyOf(Tensor *dst, const Tensor &src) {
-    auto d = dst->tensor_data(), s = src.tensor_data();
-    if (d.size() != 0) std::memcpy(const_cast<char *>(d.data()), s.data(), d.size());
+  static void *CopyOf(Tensor *dst, const char *src) {  // (src: an item of a tensor of dst's type and shape)
+    auto d = dst->tensor_data();
+    if (d.size() != 0) std::memcpy(const_cast<char *>(d.data()), src, d.size());
     return const_cast<char *>(d.data());
   }
 
-  // The checked mode's call: each pointer's buffer size (its tensor's; 8 bytes for an integer), writable when an
-  // output or a temporary; an access outside one is an InvalidArgument error with guard.c's message
-  void CheckedCall(OpKernelContext *ctx, void *const *p, const std::vector<Tensor *> &outputs,
-                   const std::vector<Tensor> &scratch) {
-    const size_t m = s_.layout.size() / 3;
-    std::vector<int64_t> nbytes(m, -1);
+  // The checked mode's call (one item's): each pointer's buffer of nbytes (-1: none), writable when an output or
+  // a temporary; an access outside one is an InvalidArgument error with guard.c's message
+  void CheckedCall(OpKernelContext *ctx, void *const *p, const std::vector<int64_t> &nbytes) {
+    const size_t m = nbytes.size();
     std::vector<int32_t> writable(m, 0);
     std::vector<const char *> what(m);
     for (size_t k = 0; k < m; k++) {
-      const int64_t kind = s_.layout[3 * k], index = s_.layout[3 * k + 1];
+      const int64_t kind = s_.layout[3 * k];
       what[k] = s_.what[k].c_str();
-      switch (kind) {
-        case kInput: nbytes[k] = ctx->input(static_cast<int>(index)).tensor_data().size(); break;
-        case kOutput:
-        case kOutputZero: nbytes[k] = outputs[index]->tensor_data().size(); writable[k] = 1; break;
-        case kScratch:
-        case kScratchZero:
-        case kScratchCopy: nbytes[k] = scratch[index].tensor_data().size(); writable[k] = 1; break;
-        case kInt: nbytes[k] = 8; break;
-        default: break;
-      }
+      writable[k] = kind != kInput && kind != kInt;
     }
     char msg[1024];
     const int rc = guarded_(fn_, static_cast<int>(s_.nptr), s_.nargs, p, nbytes.data(), writable.data(),
@@ -351,7 +386,9 @@ REGISTER_OP("EnzccCall")
                                        c->num_outputs());
       for (size_t j = 0; j < s.out_shapes.size(); j++) {
         tensorflow::shape_inference::ShapeHandle h;
-        TF_RETURN_IF_ERROR(c->MakeShapeFromTensorShape(s.out_shapes[j], &h));
+        TensorShape shape = s.out_shapes[j];
+        if (s.batch >= 0) shape.InsertDim(0, s.batch);
+        TF_RETURN_IF_ERROR(c->MakeShapeFromTensorShape(shape, &h));
         c->set_output(static_cast<int>(j), h);
       }
       return Status();
