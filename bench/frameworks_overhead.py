@@ -11,8 +11,10 @@ what the op does:
   PyTorch's own ``sin(x) * x``;
 - gradient: the vjp entry point on buffers allocated once (the seed refilled, the gradient zeroed, as each
   call needs); the primal entry then the vjp entry with fresh gradient and seed buffers (what the autograd
-  path does: forward, then ``torch.zeros`` for the gradient and a private copy of the seed); the op's
-  ``autograd.grad(F.apply(x).sum(), x)``; PyTorch's own.
+  path did: forward, then ``torch.zeros`` for the gradient and a private copy of the seed); the op's
+  ``autograd.grad(F.apply(x).sum(), x)`` (split mode: the forward keeps enzcc's tape, the backward runs the
+  reverse on it); the same with ``ENZCC_PLUGINS_SPLIT=0`` (forward, then the combined VJP, which runs the
+  function again); PyTorch's own.
 
 Samples interleave (every round one of each, in rotating order); a sample is the mean over back-to-back calls
 filling 50 ms; medians over the rounds, and each contestant's ratio to "C alone".
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import os
 import statistics
 import sys
 import tempfile
@@ -67,6 +70,13 @@ def contestants(n: int) -> dict:
         vjp(P(x.data_ptr(), count.data_ptr(), y.data_ptr()), P(g.data_ptr(), None, s.data_ptr()))
         return g
 
+    def op_grad_combined():  # the op before the split-mode gradient: forward, then the combined VJP
+        os.environ["ENZCC_PLUGINS_SPLIT"] = "0"
+        try:
+            return torch.autograd.grad(F.apply(xg).sum(), xg)[0]
+        finally:
+            del os.environ["ENZCC_PLUGINS_SPLIT"]
+
     def op_call():
         with torch.no_grad():
             return F.apply(x)
@@ -76,6 +86,7 @@ def contestants(n: int) -> dict:
            ("call", "enzcc op"): op_call, ("call", "own ops"): lambda: torch.sin(x) * x,
            ("grad", "C alone"): c_grad, ("grad", "C, forward + fresh buffers"): c_grad_fresh,
            ("grad", "enzcc op"): lambda: torch.autograd.grad(F.apply(xg).sum(), xg)[0],
+           ("grad", "enzcc op, combined VJP"): op_grad_combined,
            ("grad", "own ops"): lambda: torch.autograd.grad((torch.sin(xg) * xg).sum(), xg)[0]}
     for (m, who), fn in fns.items():  # every contestant computes the right thing
         got = fn()

@@ -570,11 +570,12 @@ def _check_prototype(params: list[Param], proto: _Prototype, name: str, lang: st
 
 
 def wrapper_source(name: str, params: Sequence[Param], *, prototype: bool, second_order: bool = False,
-                   vector: bool = False) -> str:
+                   vector: bool = False, split: bool = False) -> str:
     """The C wrapper (valid C and C++) exporting ``name``'s ABI 3 entry points. prototype: declare ``name``
     from the declaration (a separate translation unit: Fortran, Rust) instead of seeing its definition.
     second_order: the second-order entry points too; vector: only the vector-mode entry points
-    ``NAME_enzcc_jvp_v<W>`` and ``NAME_enzcc_vjp_v<W>`` (:data:`VECTOR_WIDTHS`)."""
+    ``NAME_enzcc_jvp_v<W>`` and ``NAME_enzcc_vjp_v<W>`` (:data:`VECTOR_WIDTHS`); split: only the split-mode
+    entry points ``NAME_enzcc_augfwd`` and ``NAME_enzcc_rev`` (:func:`_split_entries`)."""
     lines = ["#ifdef __cplusplus", 'extern "C" {', "#endif",
              "extern int enzyme_dup, enzyme_dupnoneed, enzyme_const, enzyme_width;"]
     T = {p.name: _C_NAMES[p.dtype] for p in params if p.dtype}
@@ -681,6 +682,9 @@ def wrapper_source(name: str, params: Sequence[Param], *, prototype: bool, secon
                 entries.append(f"ENZCC_EXPORT void {name}_enzcc_{entry}_v{w}(void *const *enzcc_a, "
                                f"void *const *enzcc_d) {{\n" + "".join(s + "\n" for s in pre) + call + "\n}")
         return _wrapper_text(lines, entries)
+    if split:
+        _split_entries(lines, entries, name, params, T, shim, a, ptr)
+        return _wrapper_text(lines, entries)
     entries.append(f"ENZCC_EXPORT void {name}_enzcc_primal(void *const *enzcc_a) {{\n"
                    f"  {shim}({', '.join(a(p) for p in params)});\n}}")
 
@@ -755,6 +759,33 @@ def wrapper_source(name: str, params: Sequence[Param], *, prototype: bool, secon
         forward_of("jvp", "const ", [])
 
     return _wrapper_text(lines, entries)
+
+
+def _split_entries(lines, entries, name, params, T, shim, a, ptr) -> None:
+    """``NAME_enzcc_augfwd(a, d)``: ``__enzyme_augmentfwd`` of the shim, which writes the outputs and returns
+    the tape (what the reverse needs: the forward is not run again); ``NAME_enzcc_rev(a, d, tape)``:
+    ``__enzyme_reverse`` with the same activity, which adds the gradients, consumes the seeds and frees the
+    tape. Outputs are ``enzyme_dup`` in both (the forward's outputs are wanted; the activity must match)."""
+    args: list[tuple[str, str]] = []
+    pre = []
+    for p in params:
+        if p.differentiable:
+            args += [("int", "enzyme_dup"), (f"const {T[p.name]} *", a(p)), (f"{T[p.name]} *", ptr("enzcc_d", p))]
+            if p.kind == "scalar":  # (its gradient is stored: it starts at 0)
+                pre.append(f"  *{ptr('enzcc_d', p)} = 0;")
+        elif p.kind == "out":
+            args += [("int", "enzyme_dup"), (f"{T[p.name]} *", a(p)), (f"{T[p.name]} *", ptr("enzcc_d", p))]
+        else:
+            args += [("int", "enzyme_const"), ("int64_t" if p.kind == "int" else f"const {T[p.name]} *", a(p))]
+    types = ", ".join(t for t, _ in args)
+    values = ", ".join(e for _, e in args)
+    lines.append(f"void *__enzyme_augmentfwd_enzcc_{name}(void *, {types});")
+    lines.append(f"void __enzyme_reverse_enzcc_{name}(void *, {types}, void *);")
+    entries.append(f"ENZCC_EXPORT void *{name}_enzcc_augfwd(void *const *enzcc_a, void *const *enzcc_d) {{\n"
+                   f"  return __enzyme_augmentfwd_enzcc_{name}((void *){shim}, {values});\n}}")
+    entries.append(f"ENZCC_EXPORT void {name}_enzcc_rev(void *const *enzcc_a, void *const *enzcc_d, "
+                   f"void *enzcc_tape) {{\n" + "".join(x + "\n" for x in pre)
+                   + f"  __enzyme_reverse_enzcc_{name}((void *){shim}, {values}, enzcc_tape);\n}}")
 
 
 def _as_function(lines, name, params, T, shim, enzyme_call, fn: str, marker: str, shadow_const: str,
@@ -838,12 +869,13 @@ class _Build:
         return [] if self.source.suffix in _LANGS else ["--lang", self.lang]
 
 
-def _build(b: _Build, second_order: bool, vector: bool = False) -> tuple[Path, list[Param]]:
+def _build(b: _Build, second_order: bool, vector: bool = False, split: bool = False) -> tuple[Path, list[Param]]:
     """The library for ``b`` (first order, the second-order one or the vector-mode one), from the cache or built
     now, and the declaration as checked against the prototype (dtypes and integer types filled in). A cached
     library whose recorded headers changed since is built again; a build says what it does and how long it
     took (:func:`_announce`), a cache hit says nothing."""
-    stem = f"{b.name}-{b.key}" + ("-vjp_jvp" if second_order else "") + ("-vec" if vector else "")
+    stem = f"{b.name}-{b.key}" + ("-vjp_jvp" if second_order else "") + ("-vec" if vector else "") + \
+        ("-split" if split else "")
     path = b.root / f"{stem}.so"
     meta_path = path.with_suffix(".json")
     cached = _cached_params(path, meta_path, b.params)
@@ -854,9 +886,9 @@ def _build(b: _Build, second_order: bool, vector: bool = False) -> tuple[Path, l
         if cached is None:
             what = ("the vector-mode second derivatives" if second_order and vector else
                     "the second derivatives" if second_order else "the vector-mode derivatives" if vector else
-                    "its derivatives")
+                    "the split-mode gradient" if split else "its derivatives")
             with _announce(f"enzcc: compiling {b.name} from {b.source.name} with {what}"):
-                cached = _compile_into(b, path, second_order, vector)
+                cached = _compile_into(b, path, second_order, vector, split)
     return cached
 
 
@@ -950,7 +982,8 @@ def _read_dependencies(dep_file: Path, skip: Sequence[Path]) -> list[list[str]]:
     return out
 
 
-def _compile_into(b: _Build, path: Path, second_order: bool, vector: bool = False) -> tuple[Path, list[Param]]:
+def _compile_into(b: _Build, path: Path, second_order: bool, vector: bool = False,
+                  split: bool = False) -> tuple[Path, list[Param]]:
     """Build the library into the cache: ``path``, or, when the source includes headers, a name that also holds
     their digest (a library already loaded in this process is never replaced under its name: dlopen would
     return the old one)."""
@@ -979,11 +1012,12 @@ def _compile_into(b: _Build, path: Path, second_order: bool, vector: bool = Fals
         proto = _read_prototype(obj, b.name, str(b.source), b.lang)
         params = _check_prototype(b.params, proto, b.name, b.lang)
         extents = {}
-        if not second_order and not vector:  # (the other libraries come after this one, checked then)
+        if not second_order and not vector and not split:  # (the others come after this one, checked then)
             extents = _check_accesses(params, proto, b)
         # 2. the library: C and C++ in one translation unit with the wrapper, others linked with it
         out = tmp / "lib.so"
-        wrapper = wrapper_source(b.name, params, prototype=not one_tu, second_order=second_order, vector=vector)
+        wrapper = wrapper_source(b.name, params, prototype=not one_tu, second_order=second_order, vector=vector,
+                                 split=split)
         if one_tu:
             unit = tmp / f"{b.source.stem}.enzcc{_LANG_SUFFIX[b.lang]}"
             unit.write_text(_one_tu(b.text, str(b.source), b.name, wrapper))
@@ -994,7 +1028,8 @@ def _compile_into(b: _Build, path: Path, second_order: bool, vector: bool = Fals
             inputs = [str(obj), str(unit)]
         what = ("build the vector-mode second derivative (forward over reverse) of" if second_order and vector
                 else "build the second derivative (forward over reverse) of" if second_order else
-                "build the vector-mode forward derivative of" if vector else "build")
+                "build the vector-mode forward derivative of" if vector else
+                "build the split-mode gradient (augmented forward and reverse) of" if split else "build")
         _run([b.compiler, "-O2", "-shared", "-fPIC", *b.cflags, "-iquote", src_dir, *inputs, "-o", str(out),
               "-lm"], what, str(b.source), b.name, SecondOrderError if second_order else EnzccBuildError)
         meta = {"source": str(b.source), "name": b.name, "lang": b.lang, "cflags": b.cflags,
@@ -1086,6 +1121,9 @@ class CompiledKernel:
         self._vector_libraries: dict[bool, Path] = {}
         """Whether second order -> the library of the vector-mode entry points (see :meth:`vector`)."""
         self._vector_error: dict[bool, EnzccBuildError] = {}
+        self._split: tuple | None = None
+        """(augfwd, rev) ctypes functions of the split-mode library, once built (see :meth:`split`)."""
+        self._split_error: EnzccBuildError | None = None
         meta = _recorded_meta(self.library)
         self.dependencies = [list(d) for d in meta.get("dependencies", [])]
         """The headers the source includes (``[path, sha256]``), as the build recorded them."""
@@ -1141,6 +1179,30 @@ class CompiledKernel:
                 for name in names:
                     self._bind_entry(lib, name)
         return tuple(self._addresses[f"{entry}_v{w}"] for w in VECTOR_WIDTHS), self._vector_libraries[second]
+
+    def split(self):
+        """``(augfwd, rev)``: ctypes functions of ``NAME_enzcc_augfwd(a, d) -> tape`` and ``NAME_enzcc_rev(a, d,
+        tape)`` (plugins/ABI.md, split mode), from a fifth library built on first use; None when enzcc cannot
+        build it (the frameworks then keep the combined ``NAME_enzcc_vjp``, which runs the function again)."""
+        with self._so_lock:
+            if self._split is None and self._split_error is None:
+                try:
+                    path = self._split_library()
+                except EnzccBuildError as e:
+                    self._split_error = e  # (once: not rebuilt on every forward)
+                    _log.info("%s: no split-mode gradient (%s); the combined one is used", self.name,
+                              str(e).partition("\n")[0])
+                    return None
+                lib = _load_library(path)
+                augfwd, rev = getattr(lib, f"{self.name}_enzcc_augfwd"), getattr(lib, f"{self.name}_enzcc_rev")
+                augfwd.argtypes, augfwd.restype = [ctypes.c_void_p] * 2, ctypes.c_void_p
+                rev.argtypes, rev.restype = [ctypes.c_void_p] * 3, None
+                self._split = (augfwd, rev)
+            return self._split
+
+    def _split_library(self) -> Path:
+        """The split-mode library's path, built now when it is not in the cache."""
+        return _build(self._build, second_order=False, split=True)[0]
 
     def address(self, entry: str) -> int:
         """The C address of ``NAME_enzcc_<entry>`` (entry: primal, vjp, jvp, vjp_jvp, jvp_jvp, jvp_v2, jvp_v4,

@@ -159,7 +159,7 @@ def _json_decl(value, what: str):
 
 def _base(kernel: CompiledKernel) -> str:
     """The cache entry's name, ``<function>-<key>``: its metadata files are ``<base><suffix>.json`` (suffix
-    "", "-vjp_jvp", "-vec", "-vjp_jvp-vec"), each naming its library (which may carry a digest of the headers)."""
+    "", "-vjp_jvp", "-vec", "-vjp_jvp-vec", "-split"), each naming its library (which may carry a digest of the headers)."""
     return f"{kernel._build.name}-{kernel._build.key}"
 
 
@@ -183,7 +183,7 @@ def _library_files(kernel: CompiledKernel, second_order: bool) -> list[tuple[Pat
         except SecondOrderError:
             pass  # shipped without: second derivatives are then an error in the loading process
     files = []
-    for suffix in ("", "-vec") + (("-vjp_jvp", "-vjp_jvp-vec") if second_order else ()):
+    for suffix in ("", "-vec", "-split") + (("-vjp_jvp", "-vjp_jvp-vec") if second_order else ()):
         meta_path = root / f"{base}{suffix}.json"
         try:
             meta = json.loads(meta_path.read_text())
@@ -285,6 +285,13 @@ class ShippedKernel(CompiledKernel):
         if not self._sibling("-vjp_jvp-vec" if entry == "vjp_jvp" else "-vec").exists():
             raise EnzccBuildError(f"{self.name}: no vector-mode library shipped in {self.library.parent}")
         return super().vector(entry)
+
+    def _split_library(self) -> Path:
+        """The split-mode library beside the shipped one, when it was saved (else the combined gradient)."""
+        meta = self._sibling("-split")
+        if not meta.exists():
+            raise EnzccBuildError(f"{self.name}: no split-mode library shipped in {self.library.parent}")
+        return self.library.parent / json.loads(meta.read_text()).get("library", meta.with_suffix(".so").name)
 
     def shipped_entries(self) -> dict[str, int]:
         """Every entry point the shipped directory holds, by name -> address (for the native handlers, which a

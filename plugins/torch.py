@@ -33,13 +33,14 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
+import os
 import threading
 from typing import Callable, Sequence
 
 import torch
 from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
 
-from . import batch, ship
+from . import batch, ship, tape
 from .build import (VECTOR_WIDTHS, CompiledKernel, EnzccBuildError, In, Int, Out, PrototypeError, SecondOrderError,
                     ShapeError, load_kernel, memoise_ops)
 
@@ -832,6 +833,77 @@ def _register_autograd(r: _Runner, lib, qualname: str, ops, impls) -> None:
                                *(t for x in lists for t in x), *ints))
         return kernel
 
+    class SplitPrimal(torch.autograd.Function):
+        """The primal when a plain eager backward may follow: ``NAME_enzcc_augfwd`` keeps enzcc's tape in ctx
+        and the backward runs ``NAME_enzcc_rev`` on it (plugins/tape.py), so the function runs once per forward
+        and backward, not again inside the reverse pass. A backward that builds a graph (create_graph) or
+        comes a second time (retain_graph) takes the combined VJP from the saved inputs instead."""
+
+        @staticmethod
+        def forward(ctx, *args):
+            ins, ints = list(args[:n_in]), list(args[n_in:])
+            ctx.ints = ints
+            ctx.save_for_backward(*ins)
+            outs, ctx.split = split_forward(ins, ints)
+            return tuple(outs)
+
+        @staticmethod
+        def backward(ctx, *gouts):
+            ins = list(ctx.saved_tensors)
+            needs = ctx.needs_input_grad[:n_in]
+            no_const_grad(needs, "a gradient")
+            grads = [None] * n_in
+            if any(needs):
+                plan = r.plan(ins, ctx.ints)[0]
+                cots = [g if g is not None else torch.zeros(s, dtype=dt)
+                        for g, s, dt in zip(gouts, r.out_shapes(plan), r.out_dtypes)]
+                got = None if torch.is_grad_enabled() else split_backward(ctx.split, ins, cots, ctx.ints)
+                if got is None:
+                    got = vjp_call(ins, cots, ctx.ints)
+                grads = [g if (d and need) else None for g, d, need in zip(got, r.diff, needs)]
+            return (*grads, *([None] * len(ctx.ints)))
+
+    def split_forward(ins, ints):
+        """The outputs, and (tape, gradient buffers, seed buffers) for the backward."""
+        augfwd, rev = r.k.split()
+        plan, ibuf, ia = r.plan(ins, ints)
+        xs = [t.contiguous() for t in ins]
+        shapes, in_shapes = r.out_shapes(plan), [(tuple(t.shape), t.dtype) for t in xs]
+        outs = [torch.empty(s, dtype=dt) for s, dt in zip(shapes, r.out_dtypes)]
+        grads = [torch.zeros(t.shape, dtype=t.dtype) if d else None for t, d in zip(xs, r.diff)]
+        seeds = [torch.empty(s, dtype=dt) for s, dt in zip(shapes, r.out_dtypes)]
+
+        def release_a():  # buffers of the primal arrays' sizes, for a reverse run only to free the tape
+            bufs = [torch.empty(s, dtype=dt) for s, dt in in_shapes], [torch.empty(s, dtype=dt)
+                                                                       for s, dt in zip(shapes, r.out_dtypes)]
+            return r.addresses(*bufs, ia), bufs
+
+        def zero_seeds():
+            for s in seeds:
+                s.zero_()
+        t = tape.Tape(augfwd, rev, r.addresses(xs, outs, ia), r.per_param(grads, seeds), (grads, seeds, ibuf),
+                      release_a, zero_seeds)
+        return outs, (t, grads, seeds)
+
+    def split_backward(state, ins, cots, ints):
+        """The gradients from the forward's tape, or None when it was consumed already."""
+        t, grads, seeds = state
+        plan, _, ia = r.plan(ins, ints)
+        xs = [x.contiguous() for x in ins]
+
+        def fill_seeds():
+            for s, c in zip(seeds, cots):
+                s.copy_(c.reshape(s.shape))
+        if not t.reverse(r.addresses(xs, r.scratch(plan, "out"), ia), fill_seeds):
+            return None
+        return [g if g is not None else torch.empty(0, dtype=x.dtype) for g, x in zip(grads, ins)]
+
+    def use_split(ins) -> bool:
+        """Whether a forward that autograd records can keep a tape: plain eager tensors, not the checked mode,
+        not turned off (ENZCC_PLUGINS_SPLIT=0), and a split-mode library enzcc could build."""
+        return (not r.k.checked and os.environ.get("ENZCC_PLUGINS_SPLIT", "1") != "0" and _plain_eager([ins])
+                and r.k.split() is not None)
+
     def primal_autograd(ins, ints):
         return list(_apply(Primal, *ins, *ints))
 
@@ -857,8 +929,11 @@ def _register_autograd(r: _Runner, lib, qualname: str, ops, impls) -> None:
         if _functorch_active() and _vmap_only(ins):  # no derivative to record: straight to the vmap rule
             got = r.vmap_primal(ins, ints)
             return got if got is not None else ops["primal"](ins, ints)
-        if _functorch_active() or torch.autograd.forward_ad._current_level >= 0 or (
-                torch.is_grad_enabled() and any(t.requires_grad for t in ins)):
+        if _functorch_active() or torch.autograd.forward_ad._current_level >= 0:
+            return primal_autograd(ins, ints)
+        if torch.is_grad_enabled() and any(t.requires_grad for t in ins):
+            if use_split(ins):  # the tape kept for the backward: the function runs once
+                return list(_apply(SplitPrimal, *ins, *ints))
             return primal_autograd(ins, ints)
         if _plain_eager([ins]):
             return impls["primal"](ins, ints)  # nothing to differentiate: straight to the library
