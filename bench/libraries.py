@@ -117,8 +117,7 @@ def bench_rebound(settings: dict, build_dir: Path) -> dict:
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(cmd, cwd=build_dir, capture_output=True, text=True, timeout=REBOUND_COMPILE_TIMEOUT_S,
-                              env={**os.environ, "PYTHONPATH": str(ROOT),  # (budgets: docs/design.md)
-                                   "ENZCC_AD_LARGE_EXPANSION": "0"})
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
     except subprocess.TimeoutExpired:
         raise libharness.SkipRow(f"enzcc did not finish compiling in {REBOUND_COMPILE_TIMEOUT_S} s") from None
     row["compile_s"] = time.perf_counter() - t0

@@ -81,16 +81,20 @@ def _differentiate_text(text: str, target_machine, inline: str) -> tuple[str, in
                            "call it", calls[0])
     requests = [parse_call(c, module) for c in calls if not (c.callee_name or "").startswith(BATCH)]
     prep_names: dict[str, str] = {}
-    todo = [(dc.fn, dc.mode in ("forward", "forward-split")) for dc in requests]
+    todo = _requests_large_last(module, requests)
     protected = hints_of(module).protected()
+    large = module.enzcc_large = set()  # (functions prepared with a large program's budgets: enzcc.ad.prepare)
     seen = set()
     while todo:  # the functions asked for, and those their recursive calls reach (in forward mode only, or not)
-        fn, forward = todo.pop()
+        fn, forward, in_large = todo.pop()
         if (fn.name, forward) in seen:
             continue
         seen.add((fn.name, forward))
         if fn.name not in prep_names:
+            if in_large:
+                large.add(fn.name)
             prep_names[fn.name] = _make_prepared_copy(module, fn)
+        in_large = fn.name in large  # (the callees its derivative calls inherit the budgets it was prepared with)
         checks = prepared_checks()
         for inst in module.functions[prep_names[fn.name]].instructions():
             if isinstance(inst, Call):  # (what the call families refuse to differentiate)
@@ -98,13 +102,14 @@ def _differentiate_text(text: str, target_machine, inline: str) -> tuple[str, in
                     check(fn, inst, forward)
             forked = called_function(inst)
             if forked in module.functions and not module.functions[forked].is_declaration:
-                todo.append((module.functions[forked], forward))  # an OpenMP region's body, a fixed point's step
+                # an OpenMP region's body, a fixed point's step
+                todo.append((module.functions[forked], forward, in_large))
             elif isinstance(inst, Call) and is_kept_recursive(inst):
-                todo.append((module.functions[inst.callee_name], forward))
+                todo.append((module.functions[inst.callee_name], forward, in_large))
             elif isinstance(inst, Call) and inst.callee_name in module.functions and \
                     not module.functions[inst.callee_name].is_declaration and \
                     inst.callee_name not in protected and _differentiable(module.functions[inst.callee_name]):
-                todo.append((module.functions[inst.callee_name], forward))  # not inlined (--ad-inline): called
+                todo.append((module.functions[inst.callee_name], forward, in_large))  # not inlined: called
     copies = [module.functions[name] for name in prep_names.values()]
     if all(_straight_line(fn) for fn in copies):
         for fn in copies:  # (nothing for SROA or CFG simplification: the text's round trip through LLVM is skipped)
@@ -113,6 +118,7 @@ def _differentiate_text(text: str, target_machine, inline: str) -> tuple[str, in
         text = _simplify(str(module), list(prep_names.values()), target_machine)
         module = parse_module(text)
         module.enzcc_inline = inline
+        module.enzcc_large = large
     # tape buffers pass from one call to the next, unless this round's derivatives are differentiated again
     # (nested AD follows the tape's memory) or the code runs on a GPU
     module.enzcc_chunked_tape = len(calls) != len(every)  # (a later round differentiates these derivatives)
@@ -126,6 +132,23 @@ def _differentiate_text(text: str, target_machine, inline: str) -> tuple[str, in
     if len(calls) == len(every):  # the last round: no more derivatives of these functions
         _lower_api_calls(module)
     return str(module), count
+
+
+def _requests_large_last(module: Module, requests) -> list[tuple]:
+    """The work list of functions to prepare, (function, forward mode, large request), one per request: the
+    large requests (:func:`enzcc.ad.prepare.large_request`) last, so that they and every function their
+    derivatives call are prepared first, with the large program's budgets (a function has one prepared copy
+    per round, shared by every request that reaches it: the derived-function cache keys stay those of one
+    body). A request counted once per entry function."""
+    from enzcc.ad.prepare import large_request
+
+    sized: dict[str, bool] = {}
+    todo = []
+    for dc in requests:
+        if dc.fn.name not in sized:
+            sized[dc.fn.name] = large_request(dc.fn)
+        todo.append((dc.fn, dc.mode in ("forward", "forward-split"), sized[dc.fn.name]))
+    return sorted(todo, key=lambda t: t[2])  # (stable: the program's order within each kind)
 
 
 def _differentiable(callee) -> bool:

@@ -129,9 +129,7 @@ def prepare(fn: Function) -> None:
     from enzcc.ad.hints import hints_of
 
     keep = hints_of(fn.module).protected()
-    policy = getattr(fn.module, "enzcc_inline", "auto")
-    if policy == "auto" and expanded_size(fn, "auto") > _large_expansion():
-        policy = LARGE  # (budgets that keep a large program's derivatives a few times its own size)
+    policy = inline_policy(fn)
     budget = _cut_calls_past_budget(fn, keep, policy)
     inline_all(fn, lambda callee: callee.name not in keep and should_inline(callee, policy),
                budget.admit if budget is not None else None)
@@ -361,13 +359,54 @@ MAX_EXPANDED_SIZE = 12000
 #: tests of the large budgets use 0).
 LARGE_EXPANSION = 30000
 LARGE = "auto-large"
+#: A differentiation request (the function an ``__enzyme_*`` call names) that with every call to a user function
+#: inlined would be larger than this is a large program's: every function derived for it is prepared with the
+#: large program's budgets (:func:`large_request`). (REBOUND's leapfrog steps: past 1.3 million; the largest
+#: elsewhere in enzcc's tests, Eigen's LU solve at -O0, 40,000; tinyexpr's, kissfft's, cminpack's and
+#: liblbfgs's under 7,000.) ``ENZCC_AD_LARGE_EXPANSION`` sets this one too (0: the large budgets everywhere).
+LARGE_PROGRAM = 200000
 
 
-def _large_expansion() -> int:
+def _large_expansion(default: int = LARGE_EXPANSION) -> int:
     import os
 
     value = os.environ.get("ENZCC_AD_LARGE_EXPANSION", "")
-    return int(value) if value.isdigit() else LARGE_EXPANSION
+    return int(value) if value.isdigit() else default
+
+
+def large_request(fn: Function) -> bool:
+    """Whether a differentiation request whose entry is ``fn`` (the function an ``__enzyme_*`` call names) is a
+    large program's: ``fn`` with every call to a user function inlined (recursion aside) would be past
+    :data:`LARGE_PROGRAM` instructions. Every function derived for such a request is then prepared with
+    the large program's budgets (:func:`inline_policy`), not only those whose own expansion under the former
+    limits is past it: REBOUND's steps call many callees under 30,000 each, which the former limits made into
+    derivatives of up to 12,000 inlined instructions per call (15 minutes and 5.4 GB). A small request keeps
+    the former limits all the way down, with which C++ library code at -O0 stays inlined into the caller that
+    types its memory."""
+    if getattr(fn.module, "enzcc_inline", "auto") != "auto":
+        return False
+    return expanded_size(fn, "all") > _large_expansion(LARGE_PROGRAM)
+
+
+def inline_policy(fn: Function) -> str:
+    """The inlining policy ``fn`` (a private copy being prepared) is prepared with: the module's
+    (``--ad-inline``); with ``auto``, :data:`LARGE` where its function belongs to a large request (its primal's
+    name in ``module.enzcc_large``, which :func:`enzcc.ad._differentiate_text` fills from
+    :func:`large_request` and hands down to the callees a large function's derivative calls) or where its own
+    expansion under the former limits is past :data:`LARGE_EXPANSION`. A function is prepared once per
+    round (the derived functions of every request share its copy), so the policy is recorded by name."""
+    module = fn.module
+    policy = getattr(module, "enzcc_inline", "auto")
+    if policy != "auto":
+        return policy
+    large = module.__dict__.setdefault("enzcc_large", set())
+    name = getattr(fn, "primal_name", fn.name)
+    if name in large or expanded_size(fn, "auto") > _large_expansion():
+        large.add(name)
+        return LARGE  # (budgets that keep a large program's derivatives a few times its own size)
+    return policy
+
+
 #: In a large program (:data:`LARGE_EXPANSION`) a callee is inlined only if its expansion is at most this many
 #: instructions (REBOUND's steps derived 212,000 primal instructions in 143 s and 3.7 GB of the engine at
 #: 12,000; at 2,000 with :data:`MAX_BODY_SIZE` 3,000, 46 s and 1.4 GB).

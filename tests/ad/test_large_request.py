@@ -1,0 +1,56 @@
+"""The inlining budgets are chosen once per differentiation request (``enzcc.ad.prepare.large_request``): the
+function an ``__enzyme_*`` call names, with every call inlined, is past ``LARGE_PROGRAM`` instructions (REBOUND:
+1.3 million; Eigen's LU solve at -O0: 40,000), so every function derived for it gets the large program's budgets,
+also a callee whose own expansion is mid-size. Decided per derived function, such a callee (REBOUND's many
+callees under 30,000) kept the former limits and inlined up to 12,000 instructions per call: 15 minutes and
+5.4 GB for REBOUND. Gradients against central differences; structure from the symbols of the program."""
+
+import subprocess
+
+from adharness import PRELUDE, call_tree_source
+from enzcc_testing import need
+
+pytestmark = need("clang-22", "nm")
+
+DEPTH = 16  # level0 with every call inlined: 2**16 leaves, past LARGE_PROGRAM
+# level7 expands to about 13,000 instructions: past the former per-callee limit (12,000), so a function
+# derived on its own, and under LARGE_EXPANSION (30,000), so the former per-function decision gave it the
+# former limits, with which its derivative took in level8 and everything below it whole
+
+
+def _source() -> str:
+    lines = call_tree_source(DEPTH, 0)
+    lines.append(r"""
+double f(double *x0) {
+  struct body b[2] = {{x0[0], 0.0}, {x0[1], 0.1}};
+  level0(b, 0);
+  return b[0].x * b[1].x;
+}
+int main(void) {
+  double x[2] = {0.3, -0.4}, d[2] = {0, 0};
+  __enzyme_autodiff((void *)f, enzyme_dup, x, d);
+  for (int i = 0; i < 2; i++) {
+    double h = 1e-6, s = x[i];
+    x[i] = s + h; double up = f(x); x[i] = s - h; double dn = f(x); x[i] = s;
+    report(i ? "ad.1" : "ad.0", d[i]);
+    report(i ? "fd.1" : "fd.0", (up - dn) / (2 * h));
+  }
+  return 0;
+}
+""")
+    return "\n".join(lines)
+
+
+def test_mid_size_callee_of_a_large_request_gets_the_large_budgets(enzcc):
+    enzcc.write("tree.c", PRELUDE + _source())
+    enzcc("-O2", "tree.c", "-lm", "-o", "tree", env={"ENZCC_AD_LARGE_EXPANSION": ""})  # (the default)
+    out = enzcc.run("./tree").stdout
+    v = dict((k, float(x)) for k, x in (line.split() for line in out.splitlines()))
+    for i in (0, 1):
+        assert abs(v[f"ad.{i}"]) > 1.0  # (a gradient that is there)
+        assert abs(v[f"ad.{i}"] - v[f"fd.{i}"]) <= 1e-6 * abs(v[f"fd.{i}"]), v
+    symbols = subprocess.run(["nm", str(enzcc.cwd / "tree")], capture_output=True, text=True).stdout
+    # level7's derivative inlines callees of up to 2,000 instructions (level10 and below), 3,000 in all: level9
+    # is a derived function of its own (decided per function, level7's derivative took in level8 and level9
+    # whole, and no derived function of level9 existed; LLVM inlines the small derived functions between)
+    assert "augmented_level9" in symbols, symbols
