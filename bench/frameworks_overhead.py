@@ -138,7 +138,8 @@ def contestants(n: int, steps: int = 0) -> dict:
         got = fn()
         if who == "C alone" and m == "call":
             got = y
-        if not torch.allclose(got, want_y if m == "call" else want_g, rtol=1e-13, atol=1e-13):
+        tol = 1e-10 if steps else 1e-13  # (libm's and torch's sin differ by an ulp: the steps amplify it)
+        if not torch.allclose(got, want_y if m == "call" else want_g, rtol=tol, atol=tol):
             raise AssertionError(f"{m} {who}: wrong result")
     return fns
 
