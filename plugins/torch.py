@@ -401,10 +401,12 @@ def _register_ops(r: _Runner, qualname: str):
             return grads, [0] * len(grads)
         return rule
 
+    r.vmap_rules = {}  # (also the autograd.Functions' vmap rules: _register_autograd)
     for entry in impls:
         rule = vector_rule(entry) if entry in ("jvp", "vjp") else second_order_rule() if entry == "vjp_jvp" else \
             batched_rule(entry)
         torch.library.register_vmap(f"{ns}::{opname}_{entry}", rule, lib=lib)
+        r.vmap_rules[entry] = rule
     return lib, ops, {entry: impl for entry, (impl, _, _) in impls.items()}
 
 
@@ -670,6 +672,22 @@ def _register_autograd(r: _Runner, lib, qualname: str, ops, impls) -> None:
             return impls[entry](*args)
         return _below_autograd(ops[entry], *args)
 
+    def vmap_rule(entry, lens, pick):
+        """An autograd.Function's ``vmap`` staticmethod: the op ``entry``'s own vmap rule (one native call for the
+        batch) on the Function's flat arguments (lists of ``lens`` tensors, then the integers), its results
+        cut as the Function's forward cuts them (pick: results -> the forward's). Why not
+        ``generate_vmap_rule``: functorch then runs the forward through a generated Function and pytree
+        round trips on every call, most of a small batch's time under vmap(grad(f))."""
+        starts = [sum(lens[:k]) for k in range(len(lens) + 1)]
+
+        def rule(info, in_dims, *args):
+            lists = [list(args[a:b]) for a, b in zip(starts, starts[1:])]
+            dims = [list(in_dims[a:b]) for a, b in zip(starts, starts[1:])]
+            with torch._C._AutoDispatchBelowAutograd():  # (as the forward runs the op: the Function records)
+                outs, out_dims = r.vmap_rules[entry](info, (*dims, None), *lists, list(args[starts[-1]:]))
+            return tuple(pick(list(outs))), tuple(pick(list(out_dims)))
+        return staticmethod(rule)
+
     class Primal(torch.autograd.Function):
         generate_vmap_rule = True  # torch.func.vmap: the ops' own (sequential) vmap rules
 
@@ -793,6 +811,29 @@ def _register_autograd(r: _Runner, lib, qualname: str, ops, impls) -> None:
             res = last(ops["vjp_jvp"], ins, cots, tangent_list(tangents[:n_in], ins), t_cots, ctx.ints)
             return tuple(res[n_in + i] for i in diff_idx)
 
+    class FastPrimal(Primal):
+        """Primal whose vmap rule is the op's batch rule itself (see :func:`fast_vmap`)."""
+
+        generate_vmap_rule = False
+        vmap = vmap_rule("primal", (n_in,), lambda x: x)
+
+    class FastVJP(VJP):
+        """VJP whose vmap rule is the op's batch rule itself (see :func:`fast_vmap`)."""
+
+        generate_vmap_rule = False
+        vmap = vmap_rule("vjp", (n_in, n_out), lambda x: [x[i] for i in diff_idx])
+
+    def fast_vmap() -> bool:
+        """Whether the Functions may take the op's batch rule as their vmap rule: an outermost torch.func.vmap
+        with only grad transforms inside it (``vmap(grad(f))``, per-example gradients), so that the vmap level
+        sees plain tensors and the rule runs the batch loop; not in the checked mode or without the loop. Other
+        stacks (a jvp level, a vmap inside grad) keep functorch's generated rule, which handles their tensors."""
+        if r.k.checked or not batch.available():
+            return False
+        keys = [i.key() for i in retrieve_all_functorch_interpreters()]
+        T = torch._C._functorch.TransformType
+        return len(keys) >= 2 and keys[0] == T.Vmap and all(k == T.Grad for k in keys[1:])
+
     entry_of = {op: entry for entry, op in ops.items()}
 
     @functools.lru_cache(maxsize=None)
@@ -905,10 +946,10 @@ def _register_autograd(r: _Runner, lib, qualname: str, ops, impls) -> None:
                 and r.k.split() is not None)
 
     def primal_autograd(ins, ints):
-        return list(_apply(Primal, *ins, *ints))
+        return list(_apply(FastPrimal if fast_vmap() else Primal, *ins, *ints))
 
     def vjp_autograd(ins, cots, ints):
-        got = _apply(VJP, *ins, *cots, *ints)
+        got = _apply(FastVJP if fast_vmap() else VJP, *ins, *cots, *ints)
         full = [torch.empty(0, dtype=t.dtype) for t in ins]
         for i, g in zip(diff_idx, got):
             full[i] = g

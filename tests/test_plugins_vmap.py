@@ -139,6 +139,34 @@ def test_per_example_gradients(layer, calls, monkeypatch):
     same(got, torch.func.vmap(jv(ref), in_dims=(0, 1))(xs, ts), exact=False)
 
 
+def test_per_example_gradients_take_the_batch_rule(layer, calls, monkeypatch):
+    """vmap(grad(f)): the autograd.Functions take the op's batch rule as their vmap rule (functorch's generated
+    rule, which makes a Function and pytree round trips on every call, is not run); per-example second
+    derivatives (vmap(grad(grad . c))) too; values = single calls exactly and = torch's own autograd."""
+    import torch._functorch.autograd_function as af
+    generated, real = [], af.custom_function_call_vmap_generate_rule
+
+    def counting(*args, **kwargs):
+        generated.append(1)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(af, "custom_function_call_vmap_generate_rule", counting)
+    xs, w, b, alphas = data(seed=4)
+
+    def loss(f):
+        return lambda x, a: (f(x, w, b, a)[0] ** 2).sum() + f(x, w, b, a)[1] * a
+    got = torch.func.vmap(torch.func.grad(loss(layer), argnums=(0, 1)))(xs, alphas)
+    assert not generated and calls and all(B == 5 for B in calls)
+    same(got, stack([torch.func.grad(loss(layer), argnums=(0, 1))(x, a) for x, a in zip(xs, alphas)]))
+    same(got, torch.func.vmap(torch.func.grad(loss(ref), argnums=(0, 1)))(xs, alphas), exact=False)
+    c = torch.randn(3, 4, dtype=F64, generator=torch.Generator().manual_seed(6))
+
+    def gg(f):
+        return lambda x, a: torch.func.grad(lambda x: (torch.func.grad(loss(f))(x, a) * c).sum())(x)
+    got = torch.func.vmap(gg(layer))(xs, alphas)
+    same(got, stack([gg(layer)(x, a) for x, a in zip(xs, alphas)]))
+    same(got, torch.func.vmap(gg(ref))(xs, alphas), exact=False, rtol=1e-10, atol=1e-12)
+
+
 def test_second_order_batched(layer, calls):
     """vmap of Hessians (forward over reverse, vjp_jvp, inputs batched) and of jacfwd(jacfwd) (jvp_jvp)."""
     xs, w, b, alphas = data(seed=3, B=3)
