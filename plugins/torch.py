@@ -899,7 +899,9 @@ def _register_autograd(r: _Runner, lib, qualname: str, ops, impls) -> None:
                 cots = [g if g is not None else torch.zeros(s, dtype=dt)
                         for g, s, dt in zip(gouts, r.out_shapes(plan), r.out_dtypes)]
                 got = None if torch.is_grad_enabled() else split_backward(ctx.split, ins, cots, ctx.ints)
-                if got is None:
+                if got is not None:
+                    ctx.split = (ctx.split[0], None, None)  # (the seed buffers go now, not with the graph)
+                else:
                     got = vjp_call(ins, cots, ctx.ints)
                 grads = [g if (d and need) else None for g, d, need in zip(got, r.diff, needs)]
             return (*grads, *([None] * len(ctx.ints)))
