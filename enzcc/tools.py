@@ -15,6 +15,7 @@ TOOLS: dict[str, tuple[tuple[str, ...], str]] = {
     "llvm-objcopy": (("llvm-objcopy-22",), "Debian package llvm-22 (apt-get install llvm-22)"),
     "llvm-ar": (("llvm-ar-22",), "Debian package llvm-22 (apt-get install llvm-22)"),
     "llc": (("llc-22",), "Debian package llvm-22 (apt-get install llvm-22)"),
+    "opt": (("opt-22",), "Debian package llvm-22 (apt-get install llvm-22)"),
     "mlir-translate": (("mlir-translate-22",), "Debian package mlir-22-tools (apt-get install mlir-22-tools)"),
     "rustc": (("rustc",), "rustc with LLVM 22 (https://rustup.rs, rust 1.95)"),
     "ptxas": (("ptxas",), "the CUDA toolkit (ptxas)"),

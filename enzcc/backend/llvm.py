@@ -10,6 +10,7 @@ from functools import lru_cache
 
 import llvmlite.binding as llvm
 
+from enzcc.backend import llvm_tools
 from enzcc.errors import EnzccError, SourceLocation
 
 _initialized = False
@@ -149,14 +150,22 @@ def target_machine(triple: str, opt_level: int, cpu: str | None = None, features
         features = llvm.get_host_cpu_features().flatten()
     elif cpu and cpu_problem(triple, cpu):
         raise EnzccError(cpu_problem(triple, cpu))
-    return target.create_target_machine(cpu=cpu or "", features=features or "", opt=min(opt_level, 3),
-                                        reloc="pic" if pic else "static", codemodel="small")
+    tm = target.create_target_machine(cpu=cpu or "", features=features or "", opt=min(opt_level, 3),
+                                      reloc="pic" if pic else "static", codemodel="small")
+    # LLVM's own tools may do this machine's work (enzcc.backend.llvm_tools) when it is the target's default one:
+    # a named CPU's features are spelled differently by llvmlite and by llc (its objects differed)
+    tm.enzcc_tools = (min(opt_level, 3), pic) if not (cpu or features) else None
+    return tm
 
 
 def optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, level: int, vectorize: bool = True,
-             unroll: bool = True, loop_vectorize: bool | None = None, slp_vectorize: bool | None = None) -> None:
-    """Run LLVM's default per-module pipeline at ``-O<level>`` (new pass manager). The vectorizers run as clang
-    runs them: loops and straight-line code (SLP) from -O2 on, unless ``loop_vectorize`` / ``slp_vectorize``
+             unroll: bool = True, loop_vectorize: bool | None = None,
+             slp_vectorize: bool | None = None, fresh: bool = False) -> llvm.ModuleRef:
+    """Run LLVM's default per-module pipeline at ``-O<level>`` (new pass manager) and return the optimized
+    module: ``mod`` itself or, with ``fresh``, a new one when it is large (``opt-22`` does the work:
+    :func:`_optimized_by_tools`). ``fresh``: ``mod`` is as it was parsed from LLVM text (nothing but linkage
+    changed since), and the caller goes on with the returned module. The vectorizers run as clang runs them:
+    loops and straight-line code (SLP) from -O2 on, unless ``loop_vectorize`` / ``slp_vectorize``
     (``-f[no-]vectorize``, ``-f[no-]slp-vectorize``) say otherwise; ``vectorize=False``: neither.
     ``unroll=False``: no loop unrolling at all (``-fno-unroll-loops``; loops marked as fixed-point iterations
     must stay loops until AD)."""
@@ -172,8 +181,51 @@ def optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, level: int, vectorize:
         no_partial_unrolling()
     elif tm.triple.startswith(_UNROLLING_BY_DEFAULT):
         partial_unrolling_again()
+    if fresh and not (pto.slp_vectorization and level < 2):
+        # (opt-22 below -O2 has no SLP pass for -vectorize-slp to turn on: that one case stays in llvmlite)
+        flags = [*_process_options.values(), f"-vectorize-loops={_bool(pto.loop_vectorization)}",
+                 f"-vectorize-slp={_bool(pto.slp_vectorization)}", *([] if unroll else ["-disable-loop-unrolling"])]
+        done = _optimized_by_tools(mod, tm, max(0, min(level, 3)), flags)
+        if done is not None:
+            return done
     pb = llvm.create_pass_builder(tm, pto)
     pb.getModulePassManager().run(mod, pb)
+    return mod
+
+
+def _bool(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _optimized_by_tools(mod: llvm.ModuleRef, tm: llvm.TargetMachine, level: int,
+                        flags: list[str]) -> llvm.ModuleRef | None:
+    """A large module optimized by ``opt-22`` (:mod:`enzcc.backend.llvm_tools`), or None (llvmlite does it).
+
+    ``mod`` goes as the text LLVM prints of it: it was parsed from text, so opt-22 parses the same module, its
+    values' uses listed in the same order (bitcode from llvmlite would not keep that order, and LLVM's passes
+    read it: the output would differ). It comes back as bitcode, which keeps opt's order, parsed in a context of
+    its own (in llvmlite's global one, its named types would be renamed), and carries that bitcode for
+    :func:`emit_object` while nothing changes it (:data:`FINAL`)."""
+    if getattr(tm, "enzcc_tools", None) is None or _is_gpu(tm.triple) or \
+            not llvm_tools.wanted(len(mod.as_bitcode())):
+        return None
+    out = llvm_tools.optimize(str(mod).encode(), level, flags)
+    if out is None:
+        return None
+    try:
+        done = llvm.parse_bitcode(out, context=llvm.create_context())
+    except Exception:  # noqa: BLE001  (a tool of another LLVM 22 release: llvmlite does the work)
+        return None
+    done.name = mod.name  # (printed as the ModuleID of -S -emit-llvm)
+    setattr(done, FINAL, out)
+    return done
+
+
+#: the attribute of a module that :func:`emit_object` and :func:`emit_assembly` may hand to ``llc-22`` as it is:
+#: the bytes (bitcode, or text it was parsed from) that make exactly this module. Set only where nothing changes
+#: the module before its code generation: by :func:`_optimized_by_tools` for the pipeline's last optimization and
+#: by the block splitting after it (:func:`enzcc.backend.pipeline.split_blocks`)
+FINAL = "enzcc_final"
 
 
 def promote_locals(mod: llvm.ModuleRef, tm: llvm.TargetMachine, names: list[str]) -> None:
@@ -185,6 +237,16 @@ def promote_locals(mod: llvm.ModuleRef, tm: llvm.TargetMachine, names: list[str]
         fpm.run(mod.get_function(name), pb)
 
 
+#: the LLVM options this process set (name -> ``-name=value``): LLVM's own tools get them too
+_process_options: dict[str, str] = {}
+
+
+def _set_option(flag: str) -> None:
+    """``flag`` (``-name=value``) set in llvmlite's LLVM for the rest of the process, and remembered."""
+    llvm.set_option("enzcc", flag)
+    _process_options[flag.split("=", 1)[0]] = flag
+
+
 _unroll_options_set = False
 
 
@@ -194,8 +256,8 @@ def no_partial_unrolling() -> None:
     differentiate something set them (before AD in both AD modes, so the run after AD is the same)."""
     global _unroll_options_set
     if not _unroll_options_set:
-        llvm.set_option("enzcc", "-unroll-runtime=false")
-        llvm.set_option("enzcc", "-unroll-allow-partial=false")
+        _set_option("-unroll-runtime=false")
+        _set_option("-unroll-allow-partial=false")
         _unroll_options_set = True
 
 
@@ -211,8 +273,8 @@ def partial_unrolling_again() -> None:
     for targets where setting them on is the default (:data:`_UNROLLING_BY_DEFAULT`)."""
     global _unroll_options_set
     if _unroll_options_set:
-        llvm.set_option("enzcc", "-unroll-runtime=true")
-        llvm.set_option("enzcc", "-unroll-allow-partial=true")
+        _set_option("-unroll-runtime=true")
+        _set_option("-unroll-allow-partial=true")
         _unroll_options_set = False
 
 
@@ -232,20 +294,31 @@ def bounded_slp_scheduling() -> None:
     vectorized stores, its gradient taking the same time. Process-wide, like the unroller's options."""
     global _slp_budget_set
     if not _slp_budget_set:
-        llvm.set_option("enzcc", f"-slp-schedule-budget={SLP_SCHEDULE_BUDGET}")
+        _set_option(f"-slp-schedule-budget={SLP_SCHEDULE_BUDGET}")
         _slp_budget_set = True
 
 
 def emit_object(mod: llvm.ModuleRef, tm: llvm.TargetMachine) -> bytes:
     if _is_gpu(tm.triple):
         return guarded_codegen(lambda: tm.emit_object(mod), tm.triple)
-    return tm.emit_object(mod)
+    return _codegen_by_tools(mod, tm, "object") or tm.emit_object(mod)
 
 
 def emit_assembly(mod: llvm.ModuleRef, tm: llvm.TargetMachine) -> str:
     if _is_gpu(tm.triple):
         return guarded_codegen(lambda: tm.emit_assembly(mod).encode(), tm.triple).decode()
-    return tm.emit_assembly(mod)
+    out = _codegen_by_tools(mod, tm, "asm")
+    return out.decode() if out is not None else tm.emit_assembly(mod)
+
+
+def _codegen_by_tools(mod: llvm.ModuleRef, tm: llvm.TargetMachine, kind: str) -> bytes | None:
+    """The object or assembly of a module that went through ``opt-22`` from ``llc-22``, given the bytes that
+    make it (:data:`FINAL`), or None (llvmlite does it)."""
+    final = getattr(mod, FINAL, None)
+    settings = getattr(tm, "enzcc_tools", None)
+    if final is None or settings is None:
+        return None
+    return llvm_tools.codegen(final, settings[0], kind, settings[1])
 
 
 def _is_gpu(triple: str) -> bool:

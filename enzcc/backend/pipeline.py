@@ -272,10 +272,14 @@ def unshield_rule_bodies(mod: llvm.ModuleRef, saved: dict[str, object]) -> None:
             pass  # (removed as unused)
 
 
-def run_pipeline(mod: llvm.ModuleRef, opts: PipelineOptions, tm: llvm.TargetMachine, where: str) -> llvm.ModuleRef:
+def run_pipeline(mod: llvm.ModuleRef, opts: PipelineOptions, tm: llvm.TargetMachine, where: str,
+                 kind: str = "object") -> llvm.ModuleRef:
     """optimize -> AD -> optimize (or AD -> optimize with ``before-opt``). The run after AD is the same in
     both modes, so they compare only where AD happens. NVPTX modules get libdevice before their last
-    optimization (:func:`device_libraries`)."""
+    optimization (:func:`device_libraries`). ``kind``: the output wanted (:func:`codegen`); for machine code
+    (``object``, ``asm``) LLVM's own tools may do the optimization after AD (:func:`enzcc.backend.llvm.optimize`;
+    the declarations of the intrinsics they add carry their release's attributes, which LLVM text shows)."""
+    machine_code = kind in ("object", "asm")
     unmangle_api_names(mod)
     needs_ad = has_enzyme_calls(mod)
     if needs_ad:
@@ -292,9 +296,11 @@ def run_pipeline(mod: llvm.ModuleRef, opts: PipelineOptions, tm: llvm.TargetMach
         with TIMES.stage("ad", where):
             mod, changed = ad_stage(mod, opts, where, tm)
         unshield_rule_bodies(mod, shielded if needs_ad else {})
-        mod, _ = device_libraries(mod, opts, tm, where)
+        mod, linked = device_libraries(mod, opts, tm, where)
         with TIMES.stage("optimize", f"-O{opts.opt_level} after AD"):
-            L.optimize(mod, tm, opts.opt_level, **opts.vectorizers())
+            # (a module the AD made is parsed from its text: the one case where opt-22 may do the work)
+            mod = L.optimize(mod, tm, opts.opt_level, **opts.vectorizers(),
+                             fresh=changed and not linked and machine_code)
         return split_blocks(mod, where) if changed else mod
     if not needs_ad:
         mod, _ = device_libraries(mod, opts, tm, where)
@@ -309,13 +315,14 @@ def run_pipeline(mod: llvm.ModuleRef, opts: PipelineOptions, tm: llvm.TargetMach
         L.optimize(mod, tm, opts.opt_level, vectorize=not needs_ad, **before)
     with TIMES.stage("ad", where):
         mod, changed = ad_stage(mod, opts, where, tm)
+    fresh = changed and machine_code  # (parsed from the AD's text: opt-22 may do the optimization after AD)
     if needs_ad:
         unshield_rule_bodies(mod, shielded)
         mod, linked = device_libraries(mod, opts, tm, where)
-        changed = changed or linked
+        changed, fresh = changed or linked, fresh and not linked
     if changed:
         with TIMES.stage("optimize", f"-O{opts.opt_level} after AD"):
-            L.optimize(mod, tm, opts.opt_level, **opts.vectorizers())
+            mod = L.optimize(mod, tm, opts.opt_level, **opts.vectorizers(), fresh=fresh)
         mod = split_blocks(mod, where)
     return mod
 
@@ -342,7 +349,10 @@ def split_blocks(mod: llvm.ModuleRef, where: str) -> llvm.ModuleRef:
         text = split_large_blocks(L.module_text(mod, where))
         if text is None:
             return mod
-        return _parse_generated(text, "splitting large blocks made invalid LLVM IR")
+        split = _parse_generated(text, "splitting large blocks made invalid LLVM IR")
+        if getattr(mod, L.FINAL, None) is not None:  # (went through opt-22: llc-22 takes the text it is made of)
+            setattr(split, L.FINAL, text.encode())
+        return split
 
 
 def _parse_generated(text: str, problem: str) -> llvm.ModuleRef:
@@ -423,5 +433,5 @@ def _build(records: list[BitcodeRecord], opts: PipelineOptions, kind: str, where
     tm = L.target_machine(triple, opts.opt_level, opts.cpu)
     if not mod.data_layout:
         mod.data_layout = str(tm.target_data)
-    mod = run_pipeline(mod, opts, tm, where)
+    mod = run_pipeline(mod, opts, tm, where, kind)
     return codegen(mod, tm, kind)
