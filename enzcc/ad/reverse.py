@@ -196,7 +196,7 @@ class ReverseMode(AdjointGenerator, CacheUtility):
         self._drop_unneeded_outputs()
         self.flush_thread_sums(IRBuilder.before(self.exit_block.terminator))
         self._defer_frees(IRBuilder.before(self.exit_block.terminator))
-        self.tape.finish()
+        self.tape.finish(self if self.split else None)
         promote_single_block_slots(G, [s for slots in self.lane_slots for s in slots.values()])
         if not self.split:
             spill_crossing_values(G, self.blocks, [b for b in self.blocks if self.loops.loop_for(b) is None],

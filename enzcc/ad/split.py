@@ -20,14 +20,15 @@ from enzcc.ad.emit import fail_at_run_time
 from enzcc.ad.errors import ADError, ad_error
 from enzcc.ad.hints import hints_of
 from enzcc.ad.prepare import derivative_attributes
+from enzcc.ad.tape import POOL_NODE, POOLED_RELEASE, frame_take_fn, heap_allocation, pool_give_fn, pool_of, pooling
 from enzcc.ad.usercalls import SIZE_CUT_CALL, has_call_attribute
 from enzcc.ir import types as T
 from enzcc.ir.builder import IRBuilder
 from enzcc.ir.clone import clone_blocks
 from enzcc.ir.errors import IRError
 from enzcc.ir.function import Function
-from enzcc.ir.instructions import Alloca, Call, Ret
-from enzcc.ir.values import ConstantInt, ConstantNull
+from enzcc.ir.instructions import Alloca, Call, Load, Ret, Store
+from enzcc.ir.values import Constant, ConstantInt, ConstantNull, Value
 
 
 def make_split(logic, dc, kinds: tuple[str, ...], active_return: bool, key, parallel: bool = False,
@@ -141,12 +142,13 @@ class _Frame:
             for phi in b.phis():
                 if any(id(p) in fwd_ids for p in phi.incoming_blocks):
                     raise ad_error("internal error: the reverse code of a split derivative is entered twice", phi)
-        self.allocas = [i for b in self.fwd for i in b.instructions if isinstance(i, Alloca)]
-        for a in self.allocas:
+        allocas = [i for b in self.fwd for i in b.instructions if isinstance(i, Alloca)]
+        for a in allocas:
             if a.parent is not G.entry_block or not (a.num_elements is None or isinstance(a.num_elements, ConstantInt)):
                 raise ad_error("a stack allocation of variable size in a function differentiated as a call "
                                "(a recursive one) is not supported", a)
         back_ids = {id(b) for b in self.back}
+        self.allocas, self.forward_local, self.reverse_local = _place_slots(allocas, back_ids, G.entry_block)
         self.crossing = [i for b in self.fwd for i in b.instructions if not isinstance(i, Alloca) and
                          any(id(u.user.parent) in back_ids for u in i.uses)]
         # the last field says whether a reverse call has used the frame (see _cut_reverse)
@@ -154,6 +156,39 @@ class _Frame:
         self.type = _frame_type(G.module, getattr(maker.dc.fn, "primal_name", maker.dc.fn.name), fields)
         self.used_field = len(fields) - 1
         maker.frame_size = G.module.data_layout.alloc_size(self.type)
+
+
+def _place_slots(allocas, back_ids: set, entry) -> tuple[list, list, list]:
+    """Which stack slots of the combined function the frame holds: (framed, forward-local, reverse-local). A
+    slot only the forward code uses through plain loads and stores of it stays on the augmented primal's
+    stack; a slot the forward code only sets to constants in the entry block (an adjoint's slot, zeroed there)
+    and the reverse code uses otherwise goes on the reverse function's stack, set there. REBOUND's stage
+    functions (one derived call each per step) had frames of 3-5 KB, mostly adjoint slots the augmented primal
+    zeroed for the reverse call; the rest is what crosses from one half to the other. Reverse-local: a list of
+    (slot, its constant stores in entry order)."""
+    framed, forward_local, reverse_local = [], [], []
+    for a in allocas:
+        users = [u.user for u in a.uses]
+        forward = [i for i in users if id(i.parent) not in back_ids]
+        if len(forward) == len(users) and all(_plain_access(i, a) for i in forward):
+            forward_local.append(a)
+        elif len(forward) < len(users) and all(_constant_set(i, a, entry) for i in forward):
+            reverse_local.append((a, [i for i in entry.instructions if any(i is f for f in forward)]))
+        else:
+            framed.append(a)
+    return framed, forward_local, reverse_local
+
+
+def _plain_access(inst, slot) -> bool:
+    """A load or store of ``slot`` itself, which does not hand its address on."""
+    return (isinstance(inst, Load) and inst.pointer is slot) or \
+        (isinstance(inst, Store) and inst.pointer is slot and inst.value is not slot)
+
+
+def _constant_set(inst, slot, entry) -> bool:
+    """A store of a constant into ``slot`` itself in the entry block."""
+    return isinstance(inst, Store) and inst.parent is entry and inst.pointer is slot and \
+        isinstance(inst.value, Constant)
 
 
 #: a frame with more fields than this gets a named type (``%enzcc.frame.f = type {...}``)
@@ -199,16 +234,15 @@ def _cut_augmented(maker, aug: Function, buffer: bool) -> None:
     else:
         b = IRBuilder.before(entry.instructions[0])
         align = max([a.align or 1 for a in F.allocas] + [G.module.data_layout.abi_alignment(frame_ty)])
-        if align <= 16:  # what malloc guarantees on the hosts enzcc targets
-            malloc = G.module.get_or_insert_function("malloc", T.FunctionType(T.ptr, (T.i64,)))
-            frame = b.call(malloc, [ConstantInt(T.i64, max(size, 1))])
-        else:
-            aligned = G.module.get_or_insert_function("aligned_alloc", T.FunctionType(T.ptr, (T.i64, T.i64)))
-            frame = b.call(aligned, [ConstantInt(T.i64, align), ConstantInt(T.i64, -(-max(size, 1) // align) * align)])
+        frame = _new_frame(maker, b, size, align)
     for k, a in enumerate(F.allocas):
         ca = vmap[a]
         ca.replace_all_uses_with(IRBuilder.before(ca).struct_gep(frame_ty, frame, k))
         ca.erase()
+    for a, stores in F.reverse_local:  # (set in the reverse function instead)
+        for st in stores:
+            vmap[st].erase()
+        vmap[a].erase()
     last = vmap[maker.ret_block]
     last.terminator.erase()
     b = IRBuilder.at_end(last)
@@ -240,6 +274,10 @@ def _cut_reverse(maker, rev: Function, buffer: bool, replay: bool = False, logic
     tape = rev.args[-1]
     start = rev.append_block("entry")
     b = IRBuilder.at_end(start)
+    for a, stores in F.reverse_local:
+        vmap[a] = slot = b.alloca(a.allocated_type, a.num_elements, a.align)
+        for st in stores:
+            b.store(st.value, slot, st.align, st.volatile)
     free = module.get_or_insert_function("free", T.FunctionType(T.void, (T.ptr,)))
     if replay:
         malloc = module.get_or_insert_function("malloc", T.FunctionType(T.ptr, (T.i64,)))
@@ -265,7 +303,10 @@ def _cut_reverse(maker, rev: Function, buffer: bool, replay: bool = False, logic
     b.br(vmap[F.rev_start])
     for nb in new_back:
         if isinstance(nb.terminator, Ret) and (replay or not buffer):
-            IRBuilder.before(nb.terminator).call(free, [frame])
+            if replay:
+                IRBuilder.before(nb.terminator).call(free, [frame])
+            else:
+                _release_frame(maker, IRBuilder.before(nb.terminator), frame)
     if replay:
         for call, kind in maker.reverse_frees.values():
             c = vmap.get(call)
@@ -278,7 +319,8 @@ def _cut_reverse(maker, rev: Function, buffer: bool, replay: bool = False, logic
                 IRBuilder.before(c).call(_zero_block_fn(module), [c.args[-1]])
             c.erase()
         for nb in new_back:  # the loop tape's buffer, when a finished call hands it to the next one
-            for c in [i for i in nb.instructions if isinstance(i, Call) and i.callee_name == TAPE_RELEASE]:
+            for c in [i for i in nb.instructions if isinstance(i, Call) and
+                      i.callee_name in (TAPE_RELEASE, POOLED_RELEASE)]:
                 c.erase()
 
 
@@ -352,6 +394,36 @@ def _zero_block_fn(module) -> Function:
         z.br(done)
         IRBuilder.at_end(done).ret_void()
     return fn
+
+
+# -- frames kept for the next call --------------------------------------------------------------------
+
+
+def _new_frame(maker, b: IRBuilder, size: int, align: int) -> Value:
+    """The frame of one augmented call: a frame an earlier reverse call of the same pair gave back, else new heap
+    memory. A derived call in a loop (each stage of a simulation's step a function of its own) made a ``malloc``
+    of a 3-5 KB frame per iteration and the reverse sweep a ``free`` of it: glibc serves such sizes from its
+    bins, not its per-thread cache, and gives the top of the heap back to the kernel when the sweep has freed
+    it (REBOUND over 1000 steps: 40% of the gradient's time in malloc, free and page faults). Frames of one pair
+    all have its size, so a pool per pair (:func:`enzcc.ad.tape.pool_of`) serves them in any order."""
+    module = maker.G.module
+    size = max(size, POOL_NODE if pooling(module) else 1)
+    if align > 16:  # (more than malloc guarantees on the hosts enzcc targets)
+        size = -(-size // align) * align
+    maker.frame_bytes = size
+    if not pooling(module):
+        return b.call(*heap_allocation(module, size, align))
+    return b.call(frame_take_fn(module), [pool_of(maker, "frames"), ConstantInt(T.i64, size),
+                                          ConstantInt(T.i64, align)])
+
+
+def _release_frame(maker, b: IRBuilder, frame: Value) -> None:
+    """At the end of a reverse call: its frame back to the pool of its pair (:func:`_new_frame`), or freed."""
+    module = maker.G.module
+    if not pooling(module):
+        b.call(module.get_or_insert_function("free", T.FunctionType(T.void, (T.ptr,))), [frame])
+        return
+    b.call(pool_give_fn(module), [pool_of(maker, "frames"), frame, ConstantInt(T.i64, maker.frame_bytes)])
 
 
 def _alloca_type(a: Alloca) -> T.Type:
