@@ -40,6 +40,7 @@ _ASSUME_DECLARED = re.compile(r"^declare [^\n]*@llvm\.assume\(", re.M)
 _LABEL = re.compile(r'^((?:[-\w.$]+)|(?:"(?:[^"\\]|\\.)*")):')
 #: instructions a piece may not start at or before (a piece starts after the last of them in the block)
 _LEADING = (" = phi ", " alloca ", " landingpad ", " catchpad ", " cleanuppad ", " catchswitch ")
+_LEADING_FOUND = re.compile("|".join(re.escape(t) for t in _LEADING))
 
 
 def _is_instruction(line: str) -> bool:
@@ -51,11 +52,13 @@ def _is_instruction(line: str) -> bool:
 def largest_block(text: str) -> int:
     """The number of instructions of the largest basic block in the module's text."""
     largest = count = 0
-    for line in text.split("\n"):
-        if _is_instruction(line):
-            count += 1
-        elif line and not line.startswith((" ", ";")):  # a label, a define, a closing brace, a global
-            largest = max(largest, count)
+    for line in text.split("\n"):  # (_is_instruction written out: this runs on every line of large modules)
+        if line[:2] == "  ":
+            if len(line) > 2 and line[2] not in " #;]":
+                count += 1
+        elif line and line[0] not in " ;":  # a label, a define, a closing brace, a global
+            if count > largest:
+                largest = count
             count = 0
     return max(largest, count)
 
@@ -113,13 +116,13 @@ def _split_function(body: list[str], limit: int, piece: int, counter: list[int],
     out: list[str] = []
     renamed: dict[str, str] = {}
     for label, block in blocks:
-        insts = [j for j, line in enumerate(block) if _is_instruction(line)]
+        insts = [j for j, line in enumerate(block) if line[:2] == "  " and len(line) > 2 and line[2] not in " #;]"]
         if len(insts) <= limit:
             out.extend(block)
             continue
         first = 0
         for n, j in enumerate(insts):
-            if any(t in block[j] for t in _LEADING):
+            if _LEADING_FOUND.search(block[j]):
                 first = n + 1
         cuts = []
         for n in range(first + piece, len(insts) - 1, piece):
