@@ -340,7 +340,7 @@ class Driver:
         return PipelineOptions(opt_level=level, ad_mode=self.inv.ad_mode, cpu=cpu, triple=triple,
                                ad_inline=self.inv.ad_inline, cache=not self.inv.no_cache,
                                loop_vectorize=self.inv.loop_vectorize, slp_vectorize=self.inv.slp_vectorize,
-                               unroll_loops=self.inv.unroll_loops)
+                               unroll_loops=self.inv.unroll_loops, veclib=self.inv.veclib)
 
     def asm_mode(self) -> int:
         """``-S``: clang's own assembly when enzcc has nothing to add (host C/C++ without ``__enzyme_*`` calls),

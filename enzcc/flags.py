@@ -306,6 +306,16 @@ class Invocation:
                                  ("-fno-slp-vectorize", "-fno-tree-slp-vectorize"))
 
     @property
+    def veclib(self) -> str | None:
+        """``-fveclib=<library>``, the last one given (clang's spelling: libmvec, none); None: not given (no
+        vector math library: loops calling sin, exp, ... stay scalar)."""
+        value = None
+        for a in self.compile_args:
+            if a.startswith("-fveclib="):
+                value = a.split("=", 1)[1]
+        return value
+
+    @property
     def unroll_loops(self) -> bool | None:
         """``-funroll-loops`` / ``-fno-unroll-loops``; None: the level's default."""
         return self._last_switch(("-funroll-loops",), ("-fno-unroll-loops",))

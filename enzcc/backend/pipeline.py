@@ -42,6 +42,9 @@ class PipelineOptions:
     """``-f[no-]slp-vectorize``; None: as clang at ``opt_level`` (from -O2)."""
     unroll_loops: bool | None = None
     """``-f[no-]unroll-loops``; None: as clang at ``opt_level``."""
+    veclib: str | None = None
+    """``-fveclib=``: the vector math library the loop vectorizer may call (:mod:`enzcc.backend.vecmath`);
+    None: none, as clang's default."""
     cuda_path: str | None = None
     """``--cuda-path``: the CUDA toolkit whose libdevice NVPTX modules link (:mod:`enzcc.backend.libdevice`);
     None: found as :func:`enzcc.tools.cuda_path` finds it."""
@@ -297,6 +300,7 @@ def run_pipeline(mod: llvm.ModuleRef, opts: PipelineOptions, tm: llvm.TargetMach
             mod, changed = ad_stage(mod, opts, where, tm)
         unshield_rule_bodies(mod, shielded if needs_ad else {})
         mod, linked = device_libraries(mod, opts, tm, where)
+        mod = vector_math(mod, opts, where)
         with TIMES.stage("optimize", f"-O{opts.opt_level} after AD"):
             # (a module the AD made is parsed from its text: the one case where opt-22 may do the work)
             mod = L.optimize(mod, tm, opts.opt_level, **opts.vectorizers(),
@@ -304,6 +308,7 @@ def run_pipeline(mod: llvm.ModuleRef, opts: PipelineOptions, tm: llvm.TargetMach
         return split_blocks(mod, where) if changed else mod
     if not needs_ad:
         mod, _ = device_libraries(mod, opts, tm, where)
+        mod = vector_math(mod, opts, where)
     with TIMES.stage("optimize", f"-O{opts.opt_level}"):
         # before AD, keep loops scalar: vectorization comes in the run after AD; a loop marked by
         # __enzyme_set_fixed_point must stay a loop (none is unrolled in such a module before AD)
@@ -321,10 +326,22 @@ def run_pipeline(mod: llvm.ModuleRef, opts: PipelineOptions, tm: llvm.TargetMach
         mod, linked = device_libraries(mod, opts, tm, where)
         changed, fresh = changed or linked, fresh and not linked
     if changed:
+        mod = vector_math(mod, opts, where)
         with TIMES.stage("optimize", f"-O{opts.opt_level} after AD"):
             mod = L.optimize(mod, tm, opts.opt_level, **opts.vectorizers(), fresh=fresh)
         mod = split_blocks(mod, where)
     return mod
+
+
+def vector_math(mod: llvm.ModuleRef, opts: PipelineOptions, where: str) -> llvm.ModuleRef:
+    """``-fveclib=``: before the optimization that vectorizes, the module's math calls marked with their vector
+    variants (:mod:`enzcc.backend.vecmath`), parsed again from its text; without the flag ``mod`` itself."""
+    if not opts.veclib or opts.veclib == "none":
+        return mod
+    from enzcc.backend import vecmath
+
+    vecmath.check_library(opts.veclib, mod.triple or L.host_triple())
+    return L.parse_ir_text(vecmath.annotate(str(mod), opts.veclib), where)
 
 
 def device_libraries(mod: llvm.ModuleRef, opts: PipelineOptions, tm: llvm.TargetMachine,
@@ -415,6 +432,7 @@ def _cache_parts(records, opts: PipelineOptions, kind: str, archives) -> list:
 
     parts = [kind, llvmlite.__version__, repr((opts.opt_level, opts.ad_mode, opts.ad_inline, opts.cpu, opts.triple,
                                                       opts.loop_vectorize, opts.slp_vectorize, opts.unroll_loops)),
+             *([f"veclib={opts.veclib}"] if opts.veclib else []),
              os.environ.get("ENZCC_SPILL_THRESHOLD", "")]
     for rec in [*records, *(r for _, recs in archives for r in recs)]:
         parts += [f"{rec.lang}:{rec.opt}:{rec.target}", rec.bitcode]
