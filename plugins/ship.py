@@ -174,9 +174,11 @@ def manifest(kernel: CompiledKernel, qualname: str, framework: str, seed: dict |
 
 
 def _library_files(kernel: CompiledKernel, second_order: bool) -> list[tuple[Path, dict, Path]]:
-    """(metadata file, its content, library) of each of the kernel's built libraries: the first-order one; the
-    second-order one when asked (built now, where enzcc can); the vector-mode ones that are built."""
+    """(metadata file, its content, library) of each of the kernel's built libraries: the first-order one and
+    the split-mode one; the second-order one when asked (built now, where enzcc can); the vector-mode ones that
+    are built."""
     root, base = Path(kernel.library).parent, _base(kernel)
+    kernel.split()  # the split-mode gradient (built now where enzcc can; else the combined VJP is used there)
     if second_order:
         try:
             kernel.second_order_library

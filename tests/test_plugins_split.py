@@ -213,3 +213,17 @@ def test_split_reverse_reads_no_primal_array(src, compiler):
     assert np.allclose(y2, reference(torch.tensor(x2), torch.tensor(0.8, dtype=F64))[0].numpy(), rtol=1e-14)
     assert np.allclose(gx, want[0].numpy(), rtol=1e-12, atol=1e-14) and np.isclose(gw[0], float(want[1]), rtol=1e-12)
     assert not gy.any() and gs[0] == 0  # the seeds are consumed
+
+
+def test_split_library_is_shipped(op, tmp_path):
+    """save_library ships the split-mode library; a directory without it gives the combined VJP (split() is
+    None), never a build."""
+    from enzcc_plugins import ship
+    manifest = op.save_library(tmp_path / "ops", second_order=False)
+    assert list((tmp_path / "ops").glob("iter-*-split.json"))
+    _, k, _ = ship.load(manifest, DECL)
+    assert k.split() is not None
+    for f in (tmp_path / "ops").glob("iter-*-split*"):
+        f.unlink()
+    _, k2, _ = ship.load(manifest, DECL)
+    assert k2.split() is None
