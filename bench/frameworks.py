@@ -1,7 +1,8 @@
 """Framework benchmark: the same elementwise C function called from JAX, PyTorch and TensorFlow through
 enzcc_plugins, against Enzyme-JAX's ``cpp_call`` on the same source and against each framework's own version.
 
-    python3 -m bench.frameworks [--quick] [--rounds N] [--only jax,torch,tensorflow] [--no-enzyme] [--out FILE]
+    python3 -m bench.frameworks [--quick] [--rounds N] [--only jax,torch,tensorflow] [--no-enzyme] [--cflags FLAGS]
+                                [--out FILE]
 
 The function is ``y[i] = sin(x[i]) * x[i]`` in double (``sinx`` below). Measured per framework: the call
 overhead (16 elements), and the time of a call and of a gradient (``d sum(f(x)) / dx``) at 16 and at 1M
@@ -73,6 +74,9 @@ VMAP_B = 256
 shape (256, M)), ``vmap grad xM`` the per-example gradients (vmap of grad); JAX, PyTorch and TensorFlow."""
 VMAP_SIZES = (16, 1024)
 """Size of the ``jax.jacfwd`` and ``jax.jacrev`` measurements (JAX only)."""
+CFLAGS: list[str] = []
+"""Extra enzcc flags of the plugin's and the kernel's builds (``--cflags``: e.g. ``-fveclib=libmvec
+-fno-math-errno``, glibc's vector math, an opt-in accurate to 4 ulp)."""
 ENZYME_JAX_OPS = ("floor", "call", "grad")
 """The measurements the Enzyme-JAX worker answers."""
 
@@ -220,7 +224,7 @@ def setup_jax(source: Path, sizes: list[int]) -> dict:
     import numpy as np
     from enzcc_plugins.jax import enzyme
 
-    f = enzyme(source, "sinx")
+    f = enzyme(source, "sinx", cflags=CFLAGS)
     out = {}
     for impl, fn in (("enzcc", f), ("native", lambda x: jnp.sin(x) * x)):
         call = jax.jit(fn)
@@ -253,7 +257,7 @@ def setup_torch(source: Path, sizes: list[int]) -> dict:
     import torch
     from enzcc_plugins.torch import enzyme
 
-    F = enzyme(source, "sinx")
+    F = enzyme(source, "sinx", cflags=CFLAGS)
     out = {}
     for impl, fn in (("enzcc", F.apply), ("native", lambda x: torch.sin(x) * x)):
         for n in sizes:
@@ -290,7 +294,7 @@ def setup_tensorflow(source: Path, sizes: list[int]) -> dict:
     from enzcc_plugins.tensorflow import enzyme
 
     def plugin(x):
-        return enzyme(x, filename=str(source), function="sinx")
+        return enzyme(x, filename=str(source), function="sinx", cflags=CFLAGS)
 
     out = {}
     for impl, fn in (("enzcc", plugin), ("native", lambda x: tf.sin(x) * x)):
@@ -330,7 +334,8 @@ def setup_kernel(source: Path, sizes: list[int]) -> dict:
     import numpy as np
     from enzcc_plugins import In, Int, Out, load_kernel
 
-    k = load_kernel(source, "sinx", [In("x"), Int("n", value=lambda x: x.size), Out("y", shape=lambda x: x.shape)])
+    k = load_kernel(source, "sinx", [In("x"), Int("n", value=lambda x: x.size), Out("y", shape=lambda x: x.shape)],
+                    cflags=CFLAGS)
     lib = ctypes.CDLL(str(k.library))
     primal, vjp = lib.sinx_enzcc_primal, lib.sinx_enzcc_vjp
     P = ctypes.c_void_p * 3
@@ -397,8 +402,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-enzyme", action="store_true", help="skip Enzyme-JAX")
     ap.add_argument("--torch-threads", type=int, help="torch.set_num_threads for PyTorch's own ops (default: "
                     "PyTorch's; the C function runs on one thread)")
+    ap.add_argument("--cflags", default="", help="extra enzcc flags for the plugin's builds and the kernel alone "
+                    "(e.g. '-fveclib=libmvec -fno-math-errno')")
     ap.add_argument("--out", help="the JSON file (default bench/results/frameworks[-quick].json)")
     args = ap.parse_args(argv)
+    CFLAGS[:] = args.cflags.split()
 
     from rich.console import Console
     from rich.table import Table
@@ -411,6 +419,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = dict(SETTINGS[mode])
     if args.rounds:
         settings["rounds"] = args.rounds
+    if CFLAGS:
+        settings["cflags"] = CFLAGS  # (recorded in the JSON with the settings)
     if args.torch_threads:
         settings["torch_threads"] = args.torch_threads
         import torch
