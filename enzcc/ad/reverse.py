@@ -36,7 +36,7 @@ from enzcc.ad.errors import ad_error
 import enzcc.ad.runtime_activity as runtime_activity
 from enzcc.ad.shadow import Shadows, describe_pointer, to_i64
 from enzcc.ad.spill import spill_crossing_values
-from enzcc.ad.tape import Tape
+from enzcc.ad.tape import SPLIT_FIRST, Tape
 from enzcc.ir import types as T
 from enzcc.ir.block import BasicBlock
 from enzcc.ir.builder import IRBuilder
@@ -170,7 +170,7 @@ class ReverseMode(AdjointGenerator, CacheUtility):
                 self._use_lane(lane)
                 runtime_activity.guard_lost_stores(self, [i for _, insts in primal for i in insts])
             self._use_lane(0)
-        self.tape = Tape(self.module, G)
+        self.tape = Tape(self.module, G, SPLIT_FIRST if self.split else None)
         self.written_bases = None if self.split else self._written_bases()
         """Argument and global memory the function writes (:meth:`_written_bases`); None: unknown."""
         self._prepare_user_calls()

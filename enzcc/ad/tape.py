@@ -25,6 +25,12 @@ SPARE = "__enzcc_tape_spare"
 """Internal global: a finished call's buffer (its capacity in its first 8 bytes), or null."""
 KEEP_LIMIT = 64 << 20
 """Buffers larger than this are freed, not kept."""
+FIRST = 4096
+"""The least capacity of a tape's buffer on a CPU."""
+SPLIT_FIRST = 256
+"""The least capacity of the tape of a split pair (:mod:`enzcc.ad.split`): its augmented calls in a loop each
+hold one until the reverse sweep, mostly a few records each (REBOUND: six per leapfrog step, 4 KiB each made
+24 MB of buffers over 1,000 steps, whose cache misses cost more than the growth of a buffer that needs more)."""
 CHUNK = 64 << 10
 """Bytes of a chunk of a tape that a later round of AD differentiates (``module.enzcc_chunked_tape``)."""
 CHUNK_HEADER = 24
@@ -54,9 +60,11 @@ def _counter(inst):
 
 
 class Tape:
-    def __init__(self, module, fn: Function):
+    def __init__(self, module, fn: Function, first: int = None):
         self.module = module
         self.fn = fn
+        self.first = FIRST if first is None else first
+        """The least capacity of its buffer (:data:`FIRST`; a split pair's tape: :data:`SPLIT_FIRST`)."""
         b = IRBuilder.at_start(fn.entry_block)
         self.state = b.alloca(STATE, in_entry=True)
         first = next(i for i in fn.entry_block.instructions if i.opcode != "alloca")
@@ -80,7 +88,7 @@ class Tape:
     def reserve_fn(self) -> Function:
         if getattr(self.module, "enzcc_chunked_tape", False):
             return self._chunk_reserve_fn()
-        return reserve_helper(self.module)
+        return reserve_helper(self.module, self.first)
 
     def pop_fn(self) -> Function:
         if getattr(self.module, "enzcc_chunked_tape", False):
@@ -234,7 +242,7 @@ class Tape:
         most = ConstantInt(T.i64, (1 << 62) // size)
         count = b.select(b.icmp("eq", count, ConstantInt(T.i64, 0)), most, count)
         count = b.select(b.icmp("ugt", count, most), most, count)
-        b.call(ensure_helper(self.module), [self.state, b.mul(count, ConstantInt(T.i64, size))])
+        b.call(ensure_helper(self.module, self.first), [self.state, b.mul(count, ConstantInt(T.i64, size))])
 
     def _bump_fn(self) -> Function:
         """``bump(state, n) -> ptr``: the next ``n`` bytes, which :meth:`reserve_ahead` made room for."""
@@ -338,10 +346,11 @@ class Tape:
 
 
 def _grow_if_needed(module, fn: Function, b: IRBuilder, s: Value, used: Value, new: Value, name: str,
-                    exact: bool = False) -> IRBuilder:
+                    exact: bool = False, first: int = None) -> IRBuilder:
     """At ``b``: when ``new`` bytes exceed the capacity of the state ``s`` (``used`` bytes of it in use),
-    reallocate its buffer (doubled, at least 4 KiB, at least ``new``; abort when memory runs out). Returns a
-    builder at a new block ``name``. On a GPU: :func:`_grow_on_device`."""
+    reallocate its buffer (doubled, at least ``first`` bytes (:data:`FIRST`), at least ``new``; abort when memory
+    runs out). Returns a builder at a new block ``name``. On a GPU: :func:`_grow_on_device`."""
+    first = FIRST if first is None else first
     grow, ok = fn.append_block("grow"), fn.append_block(name)
     cap_p = b.struct_gep(STATE, s, 2)
     cap = _counter(b.load(T.i64, cap_p))
@@ -352,7 +361,7 @@ def _grow_if_needed(module, fn: Function, b: IRBuilder, s: Value, used: Value, n
     else:
         doubled = g.shl(cap, 1)
         want = g.select(g.icmp("ugt", new, doubled), new, doubled)
-        want = g.select(g.icmp("ult", want, ConstantInt(T.i64, 4096)), ConstantInt(T.i64, 4096), want)
+        want = g.select(g.icmp("ult", want, ConstantInt(T.i64, first)), ConstantInt(T.i64, first), want)
         buf = g.load(T.ptr, s)
         realloc = module.get_or_insert_function("realloc", T.FunctionType(T.ptr, (T.ptr, T.i64)))
         nb = g.call(realloc, [buf, want])
@@ -391,25 +400,32 @@ def _grow_on_device(module, fn: Function, g: IRBuilder, s: Value, cap: Value, us
     return gs, want
 
 
-def reserve_helper(module) -> Function:
+def _sized(name: str, first: int) -> str:
+    """The name of a helper for tapes of least capacity ``first``."""
+    return name if first == FIRST else f"{name}_{first}"
+
+
+def reserve_helper(module, first: int = None) -> Function:
     """``reserve(state, n) -> ptr``: ``n`` more bytes at the end of the growing buffer of ``state``
-    (``{ptr, i64 used, i64 capacity}``), reallocated (doubled, at least 4 KiB) when they do not fit; aborts
-    when memory runs out."""
+    (``{ptr, i64 used, i64 capacity}``), reallocated (doubled, at least ``first`` bytes) when they do not fit;
+    aborts when memory runs out."""
+    first = FIRST if first is None else first
     def body(fn):
         s, n = fn.args
         b = IRBuilder.at_end(fn.append_block("entry"))
         used_p = b.struct_gep(STATE, s, 1)
         used = _counter(b.load(T.i64, used_p))
         new = b.add(used, n)
-        o = _grow_if_needed(module, fn, b, s, used, new, "ok")
+        o = _grow_if_needed(module, fn, b, s, used, new, "ok", first=first)
         cur = o.load(T.ptr, s)
         p = o.gep(T.i8, cur, [used])
         _counter(o.store(new, used_p))
         o.ret(p)
-    return round_function(module, "__enzcc_tape_reserve", T.FunctionType(T.ptr, (T.ptr, T.i64)), body)
+    return round_function(module, _sized("__enzcc_tape_reserve", first), T.FunctionType(T.ptr, (T.ptr, T.i64)),
+                          body)
 
 
-def ensure_helper(module) -> Function:
+def ensure_helper(module, first: int = None) -> Function:
     """``ensure(state, n)``: ``n`` more bytes fit in the buffer of ``state`` without growing it again (it grows
     now if they do not; on a GPU, a first buffer of exactly that size: the records of a loop whose count is
     known at its entry); nothing is pushed."""
@@ -417,8 +433,10 @@ def ensure_helper(module) -> Function:
         s, n = fn.args
         b = IRBuilder.at_end(fn.append_block("entry"))
         used = _counter(b.load(T.i64, b.struct_gep(STATE, s, 1)))
-        _grow_if_needed(module, fn, b, s, used, b.add(used, n), "ok", exact=True).ret_void()
-    return round_function(module, "__enzcc_tape_ensure", T.FunctionType(T.void, (T.ptr, T.i64)), body)
+        _grow_if_needed(module, fn, b, s, used, b.add(used, n), "ok", exact=True, first=first).ret_void()
+    first = FIRST if first is None else first
+    return round_function(module, _sized("__enzcc_tape_ensure", first), T.FunctionType(T.void, (T.ptr, T.i64)),
+                          body)
 
 
 HEAP_MESSAGE = ("enzcc: a derivative's tape needs %llu bytes more of the device heap in a thread, and the heap is "

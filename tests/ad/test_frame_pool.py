@@ -29,43 +29,43 @@ typedef struct { void *tape; double y; } aug_t;
 aug_t __enzyme_augmentfwd(void *, ...);
 double __enzyme_reverse(void *, ...);
 
-/* recursive: never inlined, so each call in the loop gets a frame of its own, and a tape of its own for the
-   values its loop overwrites */
-double stage(double *s, int depth) {
+/* recursive: never inlined, so each call in the loop gets a frame of its own */
+double stage(double *s, int depth, int n) {
   if (depth == 0) return s[0];
-  for (int j = 0; j < depth + 2; j++) {
+  for (int j = 0; j < n; j++) {
     s[1] -= 0.01 * sin(s[0]);
-    s[0] = s[0] * cos(0.01 * s[1]) + 0.01 * s[1];
+    if (s[1] > 0) s[0] = s[0] * cos(0.01 * s[1]) + 0.01 * s[1];
+    else s[0] = s[0] * s[0] - 0.1;
   }
-  return stage(s, depth - 1) * 0.5 + cos(s[1]);
+  return stage(s, depth - 1, n) * 0.5 + cos(s[1]);
 }
 
-double run(const double *x, int steps) {
+double run(const double *x, int steps, int n) {
   double s[2] = {x[0], x[1]}, out = 0;
-  for (int k = 0; k < steps; k++) out += stage(s, 1) / steps;
+  for (int k = 0; k < steps; k++) out += stage(s, 1, n) / steps;
   return out + s[0] * s[1];
 }
 
-double f(double x) { return stage((double[2]){x, 0.25}, 1); }
+double f(double x) { return stage((double[2]){x, 0.25}, 1, 3); }
 
 static void *in_thread(void *arg) {
   double x[2] = {0.3, -0.4}, dx[2] = {0};
-  __enzyme_autodiff((void *)run, enzyme_dup, x, dx, enzyme_const, STEPS);
+  __enzyme_autodiff((void *)run, enzyme_dup, x, dx, enzyme_const, STEPS, enzyme_const, 5);
   *(double *)arg = dx[0];
   return 0;
 }
 
 int main(void) {
   double x[2] = {0.3, -0.4}, dx[2] = {0}, h = 1e-6;
-  __enzyme_autodiff((void *)run, enzyme_dup, x, dx, enzyme_const, STEPS);
+  __enzyme_autodiff((void *)run, enzyme_dup, x, dx, enzyme_const, STEPS, enzyme_const, 5);
   long before = n_malloc;
   dx[0] = dx[1] = 0;
-  __enzyme_autodiff((void *)run, enzyme_dup, x, dx, enzyme_const, STEPS);
+  __enzyme_autodiff((void *)run, enzyme_dup, x, dx, enzyme_const, STEPS, enzyme_const, 5);
   report("second_call_mallocs", n_malloc - before);
   for (int i = 0; i < 2; i++) {
     double xp[2] = {x[0], x[1]}, xm[2] = {x[0], x[1]};
     xp[i] += h; xm[i] -= h;
-    report(i ? "fd.1" : "fd.0", (run(xp, STEPS) - run(xm, STEPS)) / (2 * h));
+    report(i ? "fd.1" : "fd.0", (run(xp, STEPS, 5) - run(xm, STEPS, 5)) / (2 * h));
     report(i ? "rev.1" : "rev.0", dx[i]);
   }
   long live = n_live;
