@@ -227,3 +227,25 @@ def test_split_library_is_shipped(op, tmp_path):
         f.unlink()
     _, k2, _ = ship.load(manifest, DECL)
     assert k2.split() is None
+
+
+def test_split_refused_keeps_the_combined_vjp(src, compiler, monkeypatch):
+    """A kernel whose split-mode library enzcc cannot build: split() is None (asked once, not rebuilt on every
+    forward) and the gradient comes from the combined VJP, still right."""
+    from enzcc_plugins import CompiledKernel, EnzccBuildError
+    asked = []
+
+    def refuse(self):
+        asked.append(1)
+        raise EnzccBuildError("enzcc: split mode refused (test)")
+    monkeypatch.setattr(CompiledKernel, "_split_library", refuse)
+    F = enzyme(src, "iter", DECL, compiler=compiler, cflags=["-DENZCC_SPLIT_REFUSED_TEST"])
+    x, w = data(n=500, seed=5)
+    for _ in range(2):
+        y, s = F(x, w)
+        assert type(y.grad_fn).__name__ != "SplitPrimalBackward"
+        got = torch.autograd.grad(s, (x, w))
+        want = torch.autograd.grad(reference(x, w)[1], (x, w))
+        for u, v in zip(got, want):
+            assert torch.allclose(u, v, rtol=1e-12, atol=1e-14)
+    assert len(asked) == 1
