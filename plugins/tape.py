@@ -44,12 +44,13 @@ class Tape:
     backward); ``keep``: the objects that own the memory ``d`` (and the integers in ``a``) point to;
     ``release_a``: a function returning ``(addresses, owners)`` of buffers of the primal arrays' sizes for a
     reverse run only to free the tape (the reverse reads no primal array memory: what it needs is on the tape);
-    ``zero_seeds``: zeroes the seed buffers for that run."""
+    ``zero_seeds``: zeroes the seed buffers for that run; ``on_release``: called after such a run (the caller
+    counts forwards whose backward never came)."""
 
     __slots__ = ("_rev", "_d", "_keep", "_tape", "_done", "_lock", "_finalizer", "__weakref__")
 
     def __init__(self, augfwd, rev, a: Sequence[int], d: Sequence[int], keep, release_a: Callable,
-                 zero_seeds: Callable[[], None]):
+                 zero_seeds: Callable[[], None], on_release: Callable[[], None] = lambda: None):
         self._rev = rev
         self._d = _addresses(d)
         self._keep = keep
@@ -57,7 +58,8 @@ class Tape:
         self._done = False
         self._tape = augfwd(_addresses(a), self._d)
         _count(1)
-        self._finalizer = weakref.finalize(self, _release, rev, self._d, self._tape, keep, release_a, zero_seeds)
+        self._finalizer = weakref.finalize(self, _release, rev, self._d, self._tape, keep, release_a, zero_seeds,
+                                           on_release)
         self._finalizer.atexit = False  # (at exit the process's memory goes anyway: no reverse runs then)
 
     def reverse(self, a: Sequence[int], fill_seeds: Callable[[], None]) -> bool:
@@ -82,7 +84,7 @@ class Tape:
         return self._done
 
 
-def _release(rev, d, tape, keep, release_a, zero_seeds) -> None:
+def _release(rev, d, tape, keep, release_a, zero_seeds, on_release) -> None:
     """A tape whose backward never came: a reverse on zero seeds frees it (its gradients are dropped)."""
     try:
         zero_seeds()
@@ -91,3 +93,4 @@ def _release(rev, d, tape, keep, release_a, zero_seeds) -> None:
         del owners, keep
     finally:
         _count(-1)
+    on_release()

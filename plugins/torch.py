@@ -50,6 +50,9 @@ __all__ = ["enzyme", "load_library", "EnzymeFunction", "EnzccBuildError", "NameC
            "SecondOrderError", "ShapeError", "ShippedLibraryError"]
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
+SPLIT_DROPS = 4
+"""Forwards in a row whose tapes were freed without a backward, after which forwards stop keeping tapes until
+a backward comes (plugins/tape.py)."""
 _C = {"float32": "float", "float64": "double"}
 
 
@@ -703,6 +706,7 @@ def _register_autograd(r: _Runner, lib, qualname: str, ops, impls) -> None:
 
         @staticmethod
         def backward(ctx, *gouts):
+            r.split_drops = 0  # backwards come again: the next forwards keep their tapes (use_split)
             ins = list(ctx.saved_tensors)
             needs = ctx.needs_input_grad[:n_in]
             no_const_grad(needs, "a gradient")
@@ -924,8 +928,10 @@ def _register_autograd(r: _Runner, lib, qualname: str, ops, impls) -> None:
         def zero_seeds():
             for s in seeds:
                 s.zero_()
+        def dropped():  # (a reverse pass spent only to free the tape)
+            r.split_drops += 1
         t = tape.Tape(augfwd, rev, r.addresses(xs, outs, ia), r.per_param(grads, seeds), (grads, seeds, ibuf),
-                      release_a, zero_seeds)
+                      release_a, zero_seeds, dropped)
         return outs, (t, grads, seeds)
 
     def split_backward(state, ins, cots, ints):
@@ -939,13 +945,18 @@ def _register_autograd(r: _Runner, lib, qualname: str, ops, impls) -> None:
                 s.copy_(c.reshape(s.shape))
         if not t.reverse(r.addresses(xs, r.scratch(plan, "out"), ia), fill_seeds):
             return None
+        r.split_drops = 0
         return [g if g is not None else torch.empty(0, dtype=x.dtype) for g, x in zip(grads, ins)]
+
+    r.split_drops = 0  # tapes freed without their backward since the last backward
 
     def use_split(ins) -> bool:
         """Whether a forward that autograd records can keep a tape: plain eager tensors, not the checked mode,
-        not turned off (ENZCC_PLUGINS_SPLIT=0), and a split-mode library enzcc could build."""
-        return (not r.k.checked and os.environ.get("ENZCC_PLUGINS_SPLIT", "1") != "0" and _plain_eager([ins])
-                and r.k.split() is not None)
+        not turned off (ENZCC_PLUGINS_SPLIT=0), a split-mode library enzcc could build, and not in a run of
+        forwards whose backward never comes (evaluation without no_grad: each dropped tape costs a reverse
+        pass to free; after SPLIT_DROPS of them the plain forward is used until a backward comes again)."""
+        return (r.split_drops < SPLIT_DROPS and not r.k.checked and os.environ.get("ENZCC_PLUGINS_SPLIT", "1") != "0"
+                and _plain_eager([ins]) and r.k.split() is not None)
 
     def primal_autograd(ins, ints):
         return list(_apply(FastPrimal if fast_vmap() else Primal, *ins, *ints))

@@ -172,8 +172,11 @@ def _rss_mb() -> float:
         return int(f.read().split()[1]) * 4096 / 2**20
 
 
-def test_split_no_leak_over_300_iterations(op):
-    """Each tape holds the 8 steps of 20,000 elements (1.3 MB): 300 leaked ones would be about 380 MB."""
+def test_split_no_leak_over_300_iterations(op, monkeypatch):
+    """Each tape holds the 8 steps of 20,000 elements (1.3 MB): 300 leaked ones would be about 380 MB. (Every
+    forward keeps a tape here, also in a run without backward: SPLIT_DROPS raised.)"""
+    import enzcc_plugins.torch as ept
+    monkeypatch.setattr(ept, "SPLIT_DROPS", 10**9)
     x, w = data(n=20_000, seed=4)
     live = tape.live_tapes()
     for backward in (True, False):
@@ -239,7 +242,7 @@ def test_split_refused_keeps_the_combined_vjp(src, compiler, monkeypatch):
         asked.append(1)
         raise EnzccBuildError("enzcc: split mode refused (test)")
     monkeypatch.setattr(CompiledKernel, "_split_library", refuse)
-    F = enzyme(src, "iter", DECL, compiler=compiler, cflags=["-DENZCC_SPLIT_REFUSED_TEST"])
+    F = enzyme(src, "iter", DECL, compiler=compiler, cflags=["-DENZCC_SPLIT_REFUSED_TEST"], op_name="iter_refused")
     x, w = data(n=500, seed=5)
     for _ in range(2):
         y, s = F(x, w)
@@ -249,3 +252,30 @@ def test_split_refused_keeps_the_combined_vjp(src, compiler, monkeypatch):
         for u, v in zip(got, want):
             assert torch.allclose(u, v, rtol=1e-12, atol=1e-14)
     assert len(asked) == 1
+
+
+def test_split_stops_in_a_run_without_backward(op):
+    """Forwards whose graphs are dropped (evaluation without no_grad) pay a reverse pass each to free their
+    tapes: after SPLIT_DROPS of them in a row the op runs the plain forward, until a backward comes again."""
+    import enzcc_plugins.torch as ept
+    calls = counter(op)
+    x, w = data(n=2000, seed=6)
+    y, s = op(x, w)
+    torch.autograd.grad(s, (x, w))  # (a backward: the count starts from 0)
+    kinds = []
+    for _ in range(ept.SPLIT_DROPS + 2):
+        y, s = op(x, w)
+        kinds.append(type(y.grad_fn).__name__)
+        del y, s
+        gc.collect()
+    assert kinds == ["SplitPrimalBackward"] * ept.SPLIT_DROPS + ["PrimalBackward"] * 2
+    before = calls()
+    y, s = op(x, w)
+    got = torch.autograd.grad(s, (x, w))  # the plain forward and the combined VJP: two runs
+    assert calls() - before == 2
+    want = torch.autograd.grad(reference(x, w)[1], (x, w))
+    for u, v in zip(got, want):
+        assert torch.allclose(u, v, rtol=1e-12, atol=1e-14)
+    y, s = op(x, w)  # a backward came: tapes again
+    assert type(y.grad_fn).__name__ == "SplitPrimalBackward"
+    torch.autograd.grad(s, (x, w))
