@@ -8,8 +8,9 @@ The function is ``y[i] = sin(x[i]) * x[i]`` in double (``sinx`` below). Measured
 overhead (16 elements), and the time of a call and of a gradient (``d sum(f(x)) / dx``) at 16 and at 1M
 elements (64K with --quick); for JAX also ``jax.jacfwd`` and ``jax.jacrev`` at 128 elements (a vmap of the JVP
 or VJP over 128 tangents or cotangents, which the plugin runs in vector mode; not measured for Enzyme-JAX); for
-JAX, PyTorch and TensorFlow (``tf.vectorized_map``) ``vmap`` of the function and of its gradient over 256 examples of 16 and of 1024 elements (one
-native call for the batch; its "kernel alone" is the entry point once over all the batch's elements). Every contestant runs compiled: ``jax.jit`` for JAX and Enzyme-JAX,
+JAX, PyTorch and TensorFlow (``tf.vectorized_map``) ``vmap`` of the function and of its gradient over 256
+examples of 16 and of 1024 elements (one native call for the batch; its "kernel alone" is the entry point once
+over all the batch's elements). Every contestant runs compiled: ``jax.jit`` for JAX and Enzyme-JAX,
 ``tf.function`` for TensorFlow, eager PyTorch (the plugin's op is a custom op; eager is how PyTorch code
 calls it). Contestants:
 

@@ -407,8 +407,8 @@ def test_jax_checked_mode(src, cache, monkeypatch):
 
 def test_tf_checked_mode(src, cache, monkeypatch):
     """TensorFlow (the EnzccCall op's checked section): an overrun of an output, eagerly, in a tf.function and
-    in an item of a tf.vectorized_map, and a write into an input are InvalidArgumentErrors naming the parameter and element;
-    the declaration that fits gives the unchecked values exactly and the analytic gradient."""
+    in an item of a tf.vectorized_map, and a write into an input are InvalidArgumentErrors naming the parameter
+    and element; the declaration that fits gives the unchecked values exactly and the analytic gradient."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     tf = pytest.importorskip("tensorflow")
     from enzcc_plugins.tensorflow import enzyme
