@@ -510,7 +510,7 @@ def _indexed_records(web: list, dl) -> set:
             if isinstance(u, GetElementPtr) and use.index == 0 and \
                     isinstance(u.source_type, (T.StructType, T.NamedStructType)):
                 records.add(u.source_type)
-    return records or _pointee_records(web)
+    return records or _pointee_records(web) or _field_records(web, dl)
 
 
 def _pointee_records(values: list) -> set:
@@ -535,13 +535,81 @@ def _pointee_records(values: list) -> set:
     return found
 
 
+def _field_key(addr):
+    """(struct name without the link's ``.N`` suffix, its body, the constant field indices) of a field address
+    made by ``getelementptr %struct.S, ptr %p, <any>, K...`` (unoptimized code spells ``p->field`` so), or None."""
+    ty = addr.source_type if isinstance(addr, GetElementPtr) else None
+    if not isinstance(ty, T.NamedStructType) or ty.is_opaque or len(addr.indices) < 2 or \
+            not all(isinstance(i, ConstantInt) for i in addr.indices[1:]):
+        return None
+    return re.sub(r"\.\d+$", "", ty.name), str(ty.body), tuple(i.value for i in addr.indices[1:])
+
+
+def _field_records(web: list, dl) -> set:
+    """The record types that every function of the module indexes the pointers kept in the struct fields of
+    ``web``'s pointers as (those loaded from, or stored to, ``getelementptr %struct.S, ptr, 0, K``): without
+    TBAA (-O0), the element type of a buffer this function only grows (another integrator's, in REBOUND) is
+    still spelled by the code that uses it elsewhere. Empty unless there is exactly one such field, its pointers
+    are indexed as exactly one record type, and nothing reads or writes a float through them as a scalar array
+    (a ``void *`` field used as records here and as doubles there says nothing)."""
+    if dl is None:
+        return set()
+    keys = {_field_key(u.user.pointer) for v in web for u in getattr(v, "uses", [])
+            if isinstance(u.user, Store) and u.index == 0}
+    keys |= {_field_key(v.pointer) for v in web if isinstance(v, Load)}
+    keys.discard(None)
+    module = next((v.module for v in web if getattr(v, "module", None) is not None), None)
+    if len(keys) != 1 or module is None:
+        return set()
+    key = keys.pop()
+    pointers = _field_pointers(module, key)
+    records, floats = set(), set()
+    for v in pointers:
+        values = _with_reloads(list(memory_web(v)), dl)
+        for w in values:
+            for use in getattr(w, "uses", []):
+                u = use.user
+                if isinstance(u, GetElementPtr) and use.index == 0:
+                    ty = u.source_type
+                    if isinstance(ty, (T.StructType, T.NamedStructType)):
+                        records.add(ty)
+                    else:
+                        floats.add(_scalar_kind(ty))
+                elif isinstance(u, Load) and use.index == 0:
+                    floats.add(_scalar_kind(u.type))
+                elif isinstance(u, Store) and use.index == 1:
+                    floats.add(_scalar_kind(u.value.type))
+    if len(records) != 1 or any(isinstance(k, T.FloatType) for k in floats):
+        return set()
+    record = next(iter(records))
+    return set() if isinstance(record, T.NamedStructType) and record.is_opaque else records
+
+
+def _field_pointers(module, key) -> list:
+    """The pointers loaded from, and stored to, the struct field ``key`` (:func:`_field_key`) in every function
+    of ``module``; functions whose text does not name the struct are not parsed."""
+    name, _, indices = key
+    out = []
+    for fn in module.definitions():
+        text = getattr(fn, "_body_text", None)
+        if text is not None and (name not in text or f"i32 {indices[-1]}" not in text):
+            continue
+        for inst in fn.instructions():
+            if isinstance(inst, Load) and isinstance(inst.type, T.PointerType) and _field_key(inst.pointer) == key:
+                out.append(inst)
+            elif isinstance(inst, Store) and isinstance(inst.value.type, T.PointerType) and \
+                    _field_key(inst.pointer) == key:
+                out.append(inst.value)
+    return out
+
+
 def _untouched_pointee_kind(call: Call):
     """For memory ``realloc`` moves that the function never reads or writes itself (a buffer of another
     integrator grown on the way: REBOUND's JANUS particles of integer coordinates), what clang's pointer TBAA on
     the loads and stores of its pointer says it points to, when that holds no float: ``T.ptr`` for records of
     pointers and integers, the IntType of integer records or an integer pointee; else None."""
     web = list(memory_web(call))
-    records = _pointee_records(web)
+    records = _pointee_records(web) or _field_records(web, call.module.data_layout if call.module else None)
     if len(records) == 1:
         record = records.pop()
         if _holds_union(record) or call.module is None:

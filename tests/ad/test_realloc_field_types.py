@@ -1,0 +1,90 @@
+"""realloc, at -O0, of a buffer that the differentiated function only grows and never reads or writes (REBOUND's
+``rim->particles_backup``, grown by reb_simulation_add for another integrator): without TBAA nothing in the
+function says what it holds, but C code that uses the buffer elsewhere indexes the pointer kept in that struct
+field as its element type (``getelementptr %struct.rec`` on a load of ``getelementptr %struct.integ, ptr, 0, 1``).
+enzcc types the buffer from those uses in any function of the module. Before: 'cannot tell whether the memory
+realloc moves holds floating-point values'. Gradients against central differences and the analytic adjoint of
+a record that was there before the call; where no function uses the field, or uses it as two types (a ``void *``
+field), the one-line refusal stays."""
+
+import pytest
+
+from adharness import build_and_run
+from enzcc_testing import need
+
+pytestmark = need("clang-22")
+
+SRC = r"""struct rec { double x, v; struct rec *next; unsigned id; double m; };
+struct integ { int mode; SCRATCH_T *backup; };
+struct sim { int n, cap; struct rec *recs; struct integ ig; };
+__attribute__((noinline)) void add(struct sim *s, struct rec r) {
+  while (s->cap <= s->n) {
+    s->cap = s->cap ? 2 * s->cap : 1;
+    s->recs = realloc(s->recs, sizeof(struct rec) * s->cap);
+    struct integ *ig = &s->ig;
+    ig->backup = realloc(ig->backup, sizeof(struct rec) * s->cap);  /* (never read or written here) */
+  }
+  s->recs[s->n] = r;
+  s->recs[s->n].next = s->n ? &s->recs[0] : 0;
+  s->n++;
+}
+#ifdef USE_AS_RECORDS  /* another integrator's step: the only code that says what the buffer holds */
+double save(struct sim *s) {
+  struct rec *b = s->ig.backup; double t = 0;
+  for (int i = 0; i < s->n; i++) { b[i] = s->recs[i]; t += b[i].x; }
+  return t;
+}
+#endif
+#ifdef USE_AS_DOUBLES
+double sum(struct sim *s) { double t = 0; for (int i = 0; i < s->n; i++) t += ((double *)s->ig.backup)[i]; return t; }
+#endif
+double f(struct sim *s, const double *x) {
+  for (int i = 0; i < 5; i++) {
+    struct rec r = {x[i], x[i] * x[i], 0, (unsigned)i, 1.0 + i};
+    add(s, r);
+  }
+  double e = 0;
+  for (int i = 0; i < s->n; i++) e += s->recs[i].m * sin(s->recs[i].x) * s->recs[i].v + s->recs[i].id;
+  return e;
+}
+static double run(const double *x) {
+  struct sim s = {1, 1, malloc(sizeof(struct rec)), {0, 0}};
+  s.recs[0] = (struct rec){0.7, 0.2, 0, 9, 2.0};
+  double e = f(&s, x); free(s.recs); free(s.ig.backup); return e;
+}
+int main(void) {
+  double x[5] = {0.1, 0.2, 0.3, 0.4, 0.5}, dx[5] = {0};
+  struct sim s = {1, 1, malloc(sizeof(struct rec)), {0, 0}}, ds = {1, 1, calloc(1, sizeof(struct rec)), {0, 0}};
+  s.recs[0] = (struct rec){0.7, 0.2, 0, 9, 2.0};
+  struct rec *d0 = ds.recs;
+  __enzyme_autodiff((void *)f, enzyme_dup, &s, &ds, enzyme_dup, x, dx);
+  report("ad.rx", d0[0].x); report("ad.rv", d0[0].v);
+  report("an.rx", 2.0 * cos(0.7) * 0.2); report("an.rv", 2.0 * sin(0.7));
+  for (int i = 0; i < 5; i++) {
+    double h = 1e-6, t = x[i]; x[i] = t + h; double up = run(x); x[i] = t - h; double dn = run(x); x[i] = t;
+    char k[8]; sprintf(k, "ad.%d", i); report(k, dx[i]); sprintf(k, "fd.%d", i); report(k, (up - dn) / (2 * h));
+  }
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O2"])
+def test_buffer_typed_by_its_uses_elsewhere(enzcc, opt):
+    v = build_and_run(enzcc, SRC, opt, extra=("-DSCRATCH_T=struct rec", "-DUSE_AS_RECORDS"))
+    for k in ("rx", "rv"):
+        assert abs(v[f"ad.{k}"] - v[f"an.{k}"]) <= 1e-12 * abs(v[f"an.{k}"]), v
+    for i in range(5):
+        assert abs(v[f"ad.{i}"] - v[f"fd.{i}"]) <= 1e-6 * max(1.0, abs(v[f"fd.{i}"])), v
+        assert abs(v[f"ad.{i}"]) > 1e-3, v  # (not a zero gradient)
+
+
+@pytest.mark.parametrize("flags", [("-DSCRATCH_T=struct rec",),  # no code says what it holds
+                                   ("-DSCRATCH_T=void", "-DUSE_AS_RECORDS", "-DUSE_AS_DOUBLES")])  # two types
+def test_buffer_without_one_type_stays_refused(enzcc, flags):
+    enzcc.write("t.c", __import__("adharness").PRELUDE + SRC)
+    r = enzcc("-O0", "-w", "t.c", *flags, "-lm", "-o", "t", check=False)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode != 0 and len(lines) == 1, r.stderr
+    assert "cannot tell whether the memory realloc moves holds floating-point values" in lines[0], r.stderr
+    assert "Traceback" not in r.stderr and not (enzcc.cwd / "t").exists()
