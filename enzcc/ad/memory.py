@@ -545,14 +545,16 @@ def _field_key(addr):
     return re.sub(r"\.\d+$", "", ty.name), str(ty.body), tuple(i.value for i in addr.indices[1:])
 
 
-def _field_records(web: list, dl) -> set:
+def _field_records(web: list, dl, depth: int = 0) -> set:
     """The record types that every function of the module indexes the pointers kept in the struct fields of
     ``web``'s pointers as (those loaded from, or stored to, ``getelementptr %struct.S, ptr, 0, K``): without
     TBAA (-O0), the element type of a buffer this function only grows (another integrator's, in REBOUND) is
     still spelled by the code that uses it elsewhere. Empty unless there is exactly one such field, its pointers
     are indexed as exactly one record type, and nothing reads or writes a float through them as a scalar array
-    (a ``void *`` field used as records here and as doubles there says nothing)."""
-    if dl is None:
+    (a ``void *`` field used as records here and as doubles there says nothing). A pointer that code only
+    copies records into or out of (``memcpy(ri->backup, r->particles, N * sizeof *r->particles)``) counts as
+    indexed as the other side's records, where the copy starts at a record's start (:func:`_copy_partner_records`)."""
+    if dl is None or depth > 1:
         return set()
     keys = {_field_key(u.user.pointer) for v in web for u in getattr(v, "uses", [])
             if isinstance(u.user, Store) and u.index == 0}
@@ -579,10 +581,37 @@ def _field_records(web: list, dl) -> set:
                     floats.add(_scalar_kind(u.type))
                 elif isinstance(u, Store) and use.index == 1:
                     floats.add(_scalar_kind(u.value.type))
+                elif isinstance(u, Call) and use.index in (1, 2) and \
+                        (u.callee_name or "").startswith(("llvm.memcpy", "llvm.memmove")):  # (operand 0: callee)
+                    records |= _copy_partner_records(u.args[2 - use.index], dl, depth)
+    records = _one_per_type(records)
     if len(records) != 1 or any(isinstance(k, T.FloatType) for k in floats):
         return set()
     record = next(iter(records))
     return set() if isinstance(record, T.NamedStructType) and record.is_opaque else records
+
+
+def _one_per_type(records: set) -> set:
+    """``records`` with the copies the link makes of one C type (``struct.rec``, ``struct.rec.0``: the same name
+    and body) counted once."""
+    seen = {}
+    for ty in sorted(records, key=str):
+        name = re.sub(r"\.\d+$", "", ty.name) if isinstance(ty, T.NamedStructType) else str(ty)
+        seen.setdefault((name, str(getattr(ty, "body", ty))), ty)
+    return set(seen.values())
+
+
+def _copy_partner_records(p: Value, dl, depth: int) -> set:
+    """The record types the other side ``p`` of a copy is indexed as (here, or, kept in a struct field, by
+    every function: :func:`_field_records`), when ``p`` is at a record's start; else empty."""
+    web = list(memory_web(p))
+    records = {u.user.source_type for v in _with_reloads(web, dl) for u in getattr(v, "uses", [])
+               if isinstance(u.user, GetElementPtr) and u.index == 0 and
+               isinstance(u.user.source_type, (T.StructType, T.NamedStructType))}
+    records = _one_per_type(records or _pointee_records(web) or _field_records(web, dl, depth + 1))
+    if len(records) != 1 or _offset_mod(p, dl, dl.alloc_size(next(iter(records)))) != 0:
+        return set()
+    return records
 
 
 def _field_pointers(module, key) -> list:
