@@ -262,6 +262,12 @@ class MemoryTypes:
             known |= self.access_kinds(use.user.pointer)
         if found is not None:
             return found
+        import sys; print("DBG", load, "|", load.pointer, "|", getattr(load.pointer, "pointer", None), "|", getattr(getattr(load.pointer, "pointer", None), "pointer", None), file=sys.stderr)
+        if not known:  # (-O0: the array's pointer is read from its struct field again for each access)
+            for q in (load.pointer, *(u.user.pointer for u in load.uses)):
+                known |= self.field_sibling_kinds(q, load.type)
+            if any(not isinstance(k, T.IntType) for k in known):
+                known = set()  # (a float or a pointer there: unknown, as before)
         if known:
             return None  # the memory on both sides holds integers or pointers
         ty = {16: T.FloatType("half"), 32: T.FloatType("float"), 64: T.FloatType("double")}.get(load.type.bits)
@@ -269,6 +275,28 @@ class MemoryTypes:
             return ty
         raise ad_error(f"cannot tell whether the {load.type} copied here is a floating-point value (nothing "
                        "else reads or writes that memory with a type)", load)
+
+    def field_sibling_kinds(self, p: Value, access: T.Type) -> set:
+        """Kinds of the memory that the same struct field points to wherever this function reads that pointer
+        (``getelementptr %struct.S, q, 0, k`` then a load), when ``p`` indexes, with elements of the type
+        ``access``, an array whose pointer was read from such a field: unoptimized code reads a GSL
+        permutation's ``size_t *data`` again for each access, and copies one element (``tmp = p->data[i]``)
+        where another access compares them as integers. Every read of the field must index it with elements of
+        that type only (a ``void *`` field cast to ``double *`` somewhere: nothing is known)."""
+        field = _field_of_array(p, access)
+        if field is None:
+            return set()
+        kinds: set = set()
+        for block in self.fn.blocks:
+            for inst in block.instructions:
+                if not (isinstance(inst, Load) and isinstance(inst.type, T.PointerType) and
+                        _same_field(inst.pointer, field)):
+                    continue
+                if any(not (isinstance(u.user, GetElementPtr) and u.index == 0 and u.user.source_type == access)
+                       for u in inst.uses):
+                    return set()
+                kinds |= self.kinds(inst)
+        return kinds
 
     def piecewise_float_copy(self, load: Load) -> bool:
         """An integer narrower than any float type (a byte) copied from where a float may lie to where a float
@@ -554,41 +582,63 @@ def _field_records(web: list, dl, depth: int = 0) -> set:
     (a ``void *`` field used as records here and as doubles there says nothing). A pointer that code only
     copies records into or out of (``memcpy(ri->backup, r->particles, N * sizeof *r->particles)``) counts as
     indexed as the other side's records, where the copy starts at a record's start (:func:`_copy_partner_records`)."""
-    if dl is None or depth > 1:
+    uses = _field_uses(web, dl, depth)
+    if uses is None:
         return set()
+    records, scalars = uses
+    if len(records) != 1 or any(isinstance(k, T.FloatType) for k in scalars):
+        return set()
+    record = next(iter(records))
+    return set() if isinstance(record, T.NamedStructType) and record.is_opaque else records
+
+
+def _field_scalar_kind(web: list, dl):
+    """The one scalar type every function of the module indexes the pointers kept in ``web``'s struct field as
+    (``getelementptr double, ptr %p, i64 %i`` on a load of the field; :func:`_field_records`), when no code
+    indexes them as records: the float type, or for integers and pointers ``T.ptr`` or the widest integer;
+    else None (a float mixed with anything else)."""
+    uses = _field_uses(web, dl, 0)
+    if uses is None or uses[0] or not uses[1]:
+        return None
+    scalars = uses[1]
+    if all(isinstance(k, (T.IntType, T.PointerType)) for k in scalars):
+        return T.ptr if T.ptr in scalars else max(scalars, key=lambda k: k.bits)
+    return next(iter(scalars)) if len(scalars) == 1 and isinstance(next(iter(scalars)), T.FloatType) else None
+
+
+def _field_uses(web: list, dl, depth: int):
+    """(record types, scalar types) that the pointers kept in the one struct field ``web``'s pointers are
+    loaded from or stored to are indexed or accessed as, in every function of the module (byte arithmetic,
+    ``getelementptr i8``, says nothing); records copied in or out count (:func:`_copy_partner_records`). None
+    when ``web`` is kept in no field or in several."""
+    if dl is None or depth > 1:
+        return None
     keys = {_field_key(u.user.pointer) for v in web for u in getattr(v, "uses", [])
             if isinstance(u.user, Store) and u.index == 0}
     keys |= {_field_key(v.pointer) for v in web if isinstance(v, Load)}
     keys.discard(None)
     module = next((v.module for v in web if getattr(v, "module", None) is not None), None)
     if len(keys) != 1 or module is None:
-        return set()
-    key = keys.pop()
-    pointers = _field_pointers(module, key)
-    records, floats = set(), set()
-    for v in pointers:
-        values = _with_reloads(list(memory_web(v)), dl)
-        for w in values:
+        return None
+    records, scalars = set(), set()
+    for v in _field_pointers(module, keys.pop()):
+        for w in _with_reloads(list(memory_web(v)), dl):
             for use in getattr(w, "uses", []):
                 u = use.user
                 if isinstance(u, GetElementPtr) and use.index == 0:
                     ty = u.source_type
                     if isinstance(ty, (T.StructType, T.NamedStructType)):
                         records.add(ty)
-                    else:
-                        floats.add(_scalar_kind(ty))
+                    elif not (isinstance(ty, T.IntType) and ty.bits == 8):
+                        scalars.add(_scalar_kind(ty))
                 elif isinstance(u, Load) and use.index == 0:
-                    floats.add(_scalar_kind(u.type))
+                    scalars.add(_scalar_kind(u.type))
                 elif isinstance(u, Store) and use.index == 1:
-                    floats.add(_scalar_kind(u.value.type))
+                    scalars.add(_scalar_kind(u.value.type))
                 elif isinstance(u, Call) and use.index in (1, 2) and \
                         (u.callee_name or "").startswith(("llvm.memcpy", "llvm.memmove")):  # (operand 0: callee)
                     records |= _copy_partner_records(u.args[2 - use.index], dl, depth)
-    records = _one_per_type(records)
-    if len(records) != 1 or any(isinstance(k, T.FloatType) for k in floats):
-        return set()
-    record = next(iter(records))
-    return set() if isinstance(record, T.NamedStructType) and record.is_opaque else records
+    return _one_per_type(records), scalars
 
 
 def _one_per_type(records: set) -> set:
@@ -636,7 +686,9 @@ def _untouched_pointee_kind(call: Call):
     """For memory ``realloc`` moves that the function never reads or writes itself (a buffer of another
     integrator grown on the way: REBOUND's JANUS particles of integer coordinates), what clang's pointer TBAA on
     the loads and stores of its pointer says it points to, when that holds no float: ``T.ptr`` for records of
-    pointers and integers, the IntType of integer records or an integer pointee; else None."""
+    pointers and integers, the IntType of integer records or an integer pointee; else None. Without TBAA (-O0),
+    what every function indexes the struct field it is kept in as (:func:`_field_records`,
+    :func:`_field_scalar_kind`: an array of one float type too)."""
     web = list(memory_web(call))
     records = _pointee_records(web) or _field_records(web, call.module.data_layout if call.module else None)
     if len(records) == 1:
@@ -650,6 +702,8 @@ def _untouched_pointee_kind(call: Call):
     pointees = {_pointee_kind(tbaa_access_type(v)) for v in web if isinstance(v, Load)}
     if len(pointees) == 1 and isinstance(next(iter(pointees)), (T.IntType, T.PointerType)):
         return pointees.pop()
+    if not records and pointees <= {None}:  # (-O0: no TBAA; the field's uses elsewhere)
+        return _field_scalar_kind(web, call.module.data_layout if call.module else None)
     return None
 
 
@@ -696,6 +750,23 @@ def memory_web(p: Value):
                 stack.append(base_object(v.args[0]))
         elif forwards(v):
             stack += [base_object(op) for op in v.operands if isinstance(op.type, T.PointerType)]
+
+
+def _field_of_array(p: Value, access: T.Type):
+    """``(struct type, indices)`` of the struct field ``p``'s array pointer was loaded from, when ``p`` is
+    ``getelementptr <access>, (load (getelementptr %struct.S, q, 0, k)), i`` (unoptimized C's ``s->a[i]``)."""
+    if not (isinstance(p, GetElementPtr) and p.source_type == access and isinstance(p.pointer, Load)):
+        return None
+    f = p.pointer.pointer
+    if not (isinstance(f, GetElementPtr) and isinstance(f.source_type, (T.StructType, T.NamedStructType)) and
+            len(f.indices) >= 2 and all(isinstance(i, ConstantInt) for i in f.indices)):
+        return None
+    return f.source_type, tuple(i.value for i in f.indices)
+
+
+def _same_field(q: Value, field) -> bool:
+    return isinstance(q, GetElementPtr) and q.source_type == field[0] and len(q.indices) == len(field[1]) and \
+        all(isinstance(i, ConstantInt) and i.value == v for i, v in zip(q.indices, field[1]))
 
 
 def _is_bit_copy(load: Load) -> bool:

@@ -5,7 +5,7 @@ field as its element type (``getelementptr %struct.rec`` on a load of ``geteleme
 enzcc types the buffer from those uses in any function of the module. Before: 'cannot tell whether the memory
 realloc moves holds floating-point values'. Gradients against central differences and the analytic adjoint of
 a record that was there before the call; a buffer only copied to and from the records (``memcpy``, REBOUND's
-TRACE backup) is typed by the other side; where no function uses the field, or uses it as two types (a
+TRACE backup) is typed by the other side, arrays of doubles or ints by their element type; where no function uses the field, or uses it as two types (a
 ``void *`` field), the one-line refusal stays."""
 
 import pytest
@@ -16,7 +16,7 @@ from enzcc_testing import need
 pytestmark = need("clang-22")
 
 SRC = r"""struct rec { double x, v; struct rec *next; unsigned id; double m; };
-struct integ { int mode; SCRATCH_T *backup; };
+struct integ { int mode; SCRATCH_T *backup; double *dcrit; int *map; };
 struct sim { int n, cap; struct rec *recs; struct integ ig; };
 __attribute__((noinline)) void add(struct sim *s, struct rec r) {
   while (s->cap <= s->n) {
@@ -24,6 +24,10 @@ __attribute__((noinline)) void add(struct sim *s, struct rec r) {
     s->recs = realloc(s->recs, sizeof(struct rec) * s->cap);
     struct integ *ig = &s->ig;
     ig->backup = realloc(ig->backup, sizeof(struct rec) * s->cap);  /* (never read or written here) */
+#ifdef SCALARS  /* arrays of doubles and ints, also only grown here */
+    ig->dcrit = realloc(ig->dcrit, sizeof(double) * s->cap);
+    ig->map = realloc(ig->map, sizeof(int) * s->cap);
+#endif
   }
   s->recs[s->n] = r;
   s->recs[s->n].next = s->n ? &s->recs[0] : 0;
@@ -40,6 +44,9 @@ double save(struct sim *s) {
 void save(struct sim *s) { memcpy(s->ig.backup, s->recs, s->n * sizeof(struct rec)); }
 void restore(struct sim *s) { memcpy(s->recs, s->ig.backup, s->n * sizeof(struct rec)); }
 #endif
+#ifdef SCALARS
+void crit(struct sim *s) { for (int i = 0; i < s->n; i++) { s->ig.dcrit[i] = 2.0 * s->recs[i].x; s->ig.map[i] = i; } }
+#endif
 #ifdef USE_AS_DOUBLES
 double sum(struct sim *s) { double t = 0; for (int i = 0; i < s->n; i++) t += ((double *)s->ig.backup)[i]; return t; }
 #endif
@@ -55,7 +62,7 @@ double f(struct sim *s, const double *x) {
 static double run(const double *x) {
   struct sim s = {1, 1, malloc(sizeof(struct rec)), {0, 0}};
   s.recs[0] = (struct rec){0.7, 0.2, 0, 9, 2.0};
-  double e = f(&s, x); free(s.recs); free(s.ig.backup); return e;
+  double e = f(&s, x); free(s.recs); free(s.ig.backup); free(s.ig.dcrit); free(s.ig.map); return e;
 }
 int main(void) {
   double x[5] = {0.1, 0.2, 0.3, 0.4, 0.5}, dx[5] = {0};
@@ -75,9 +82,9 @@ int main(void) {
 
 
 @pytest.mark.parametrize("opt,use", [("-O0", "-DUSE_AS_RECORDS"), ("-O2", "-DUSE_AS_RECORDS"),
-                                     ("-O0", "-DCOPY_RECORDS")])
+                                     ("-O0", "-DCOPY_RECORDS"), ("-O0", "-DUSE_AS_RECORDS -DSCALARS")])
 def test_buffer_typed_by_its_uses_elsewhere(enzcc, opt, use):
-    v = build_and_run(enzcc, SRC, opt, extra=("-DSCRATCH_T=struct rec", use))
+    v = build_and_run(enzcc, SRC, opt, extra=("-DSCRATCH_T=struct rec", *use.split()))
     for k in ("rx", "rv"):
         assert abs(v[f"ad.{k}"] - v[f"an.{k}"]) <= 1e-12 * abs(v[f"an.{k}"]), v
     for i in range(5):
