@@ -20,7 +20,7 @@ test: setup
 	$(PYTHON) -m pytest -q $(PYTEST_ARGS)
 
 # gradients through real C libraries fetched from the package registries (docs/testing.md, "Real libraries"):
-# make test runs them too, except REBOUND's, whose builds take minutes
+# make test runs them too, with one REBOUND build (-O2); this adds REBOUND's -O0 and full-driver builds
 test-libraries: setup
 	ENZCC_TEST_REBOUND=1 $(PYTHON) -m pytest -q tests/libraries $(PYTEST_ARGS)
 
