@@ -409,8 +409,10 @@ def inline_policy(fn: Function) -> str:
 
 #: In a large program (:data:`LARGE_EXPANSION`) a callee is inlined only if its expansion is at most this many
 #: instructions (REBOUND's steps derived 212,000 primal instructions in 143 s and 3.7 GB of the engine at
-#: 12,000; at 2,000 with :data:`MAX_BODY_SIZE` 3,000, 46 s and 1.4 GB).
-MAX_EXPANDED_SIZE_LARGE = 2000
+#: 12,000; at 2,000 with :data:`MAX_BODY_SIZE` 3,000, 97,000 prepared instructions, 542,000 derived ones and a
+#: build of 116 s and 1.5 GB; at 1,000 and 1,500, 57,000 prepared, a build of 44 s and 1.0 GB, and a reverse
+#: sweep no slower: the code inlined into several callers was what grew).
+MAX_EXPANDED_SIZE_LARGE = 1000
 #: In a large program a function differentiated as a function of its own (the function asked for, or a callee
 #: past :data:`MAX_EXPANDED_SIZE_LARGE`) inlines its calls only up to this many instructions in all, the
 #: smallest expansions first; the larger calls stay calls to derived functions of their own. Without this
@@ -418,7 +420,7 @@ MAX_EXPANDED_SIZE_LARGE = 2000
 #: (REBOUND's corrector calling seven 8,000-instruction operators: 78,000 instructions in one derivative,
 #: 487,000 in all for one leapfrog step, past 8 GB and 10 minutes); with it the derivatives of a program are
 #: at most a few times its own size.
-MAX_BODY_SIZE = 3000
+MAX_BODY_SIZE = 1500
 
 
 def should_inline(callee: Function, policy: str) -> bool:
@@ -510,9 +512,9 @@ def _mark_size_cut_calls(fn: Function, keep, policy: str) -> None:
     module = fn.module
     for inst in fn.instructions():
         callee = module.functions.get(inst.callee_name) if isinstance(inst, Call) and inst.callee_name else None
-        if callee is not None and not callee.is_declaration and not callee.is_varargs and \
-                callee.name not in keep and not is_kept_recursive(inst) and not should_inline(callee, policy) \
-                and SIZE_CUT_CALL not in inst.fn_attrs:
+        if callee is not None and SIZE_CUT_CALL not in inst.fn_attrs and not callee.is_declaration and \
+                not callee.is_varargs and callee.name not in keep and not is_kept_recursive(inst) and \
+                not should_inline(callee, policy):  # (the tag first: a tagged call's callee need not be sized)
             inst.fn_attrs.append(SIZE_CUT_CALL)
 
 

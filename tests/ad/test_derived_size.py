@@ -22,8 +22,8 @@ pytestmark = need("clang-22", "nm")
 
 #: the large program's budgets (enzcc.ad.prepare.LARGE) for this small program
 LARGE = {"ENZCC_AD_LARGE_EXPANSION": "0"}
-DEPTH = 9  # level3 expands to about 1,650 instructions: it is inlined (MAX_EXPANDED_SIZE, 2,000), and one fits
-# MAX_BODY_SIZE (3,000) where four do not
+DEPTH = 8  # level3 expands to about 820 instructions: it is inlined (MAX_EXPANDED_SIZE_LARGE, 1,000), and one
+# fits MAX_BODY_SIZE (1,500) where two do not
 
 
 def _source() -> str:
@@ -80,7 +80,7 @@ def test_body_budget_cuts_repeated_calls(enzcc):
     out = enzcc.run("./tree").stdout
     v = dict((k, float(x)) for k, x in (line.split() for line in out.splitlines()))
     for i in (0, 1):
-        assert abs(v[f"ad.{i}"]) > 1.0  # (a gradient that is there)
+        assert abs(v[f"ad.{i}"]) > 0.1  # (a gradient that is there)
         assert abs(v[f"ad.{i}"] - v[f"fd.{i}"]) <= 1e-6 * abs(v[f"fd.{i}"]), v
     defined = set(re.findall(r"^define [^@]*@([\w.]+)\(", _derivative_text(enzcc), re.M))
     # top is differentiated on its own (too large to inline); inside it, one level3 is inlined and the other
