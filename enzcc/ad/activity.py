@@ -318,7 +318,8 @@ class Activity:
                                            "are a float and follow its derivative")
             else:
                 continue
-            if self._active_bits_load(start, _BIT_MOVES, lambda load: not _integer_tbaa(load)):
+            if self._active_bits_load(start, _BIT_MOVES,
+                                      lambda load: not (_integer_tbaa(load) or _integer_field(load))):
                 raise ad_error(what, inst)
 
     def _check_lost_stores(self, insts: list[Instruction], arg_kinds: list[str]) -> None:
@@ -860,6 +861,14 @@ def _integer_tbaa(load) -> bool:
 
     name = tbaa_access_type(load)
     return name is not None and name in _TBAA_INTEGERS
+
+
+def _integer_field(load) -> bool:
+    """The load reads an integer field of a struct by its declared type (:func:`enzcc.ad.memory.integer_field`:
+    a size read from a GSL matrix at -O0, where clang emits no TBAA), not a float's bits."""
+    from enzcc.ad.memory import integer_field
+
+    return integer_field(load.pointer, load.type)
 
 
 _TBAA_INTEGERS = {"int", "long", "long long", "short", "char", "_Bool", "bool", "unsigned int", "unsigned long",

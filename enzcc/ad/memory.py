@@ -262,7 +262,9 @@ class MemoryTypes:
             known |= self.access_kinds(use.user.pointer)
         if found is not None:
             return found
-        import sys; print("DBG", load, "|", load.pointer, "|", getattr(load.pointer, "pointer", None), "|", getattr(getattr(load.pointer, "pointer", None), "pointer", None), file=sys.stderr)
+        if integer_field(load.pointer, load.type) or \
+                any(integer_field(u.user.pointer, load.type) for u in load.uses):
+            return None  # (a struct's integer field, by its declared type: -O0 code has no TBAA to say so)
         if not known:  # (-O0: the array's pointer is read from its struct field again for each access)
             for q in (load.pointer, *(u.user.pointer for u in load.uses)):
                 known |= self.field_sibling_kinds(q, load.type)
@@ -292,8 +294,7 @@ class MemoryTypes:
                 if not (isinstance(inst, Load) and isinstance(inst.type, T.PointerType) and
                         _same_field(inst.pointer, field)):
                     continue
-                if any(not (isinstance(u.user, GetElementPtr) and u.index == 0 and u.user.source_type == access)
-                       for u in inst.uses):
+                if not all(_indexed_as(u, access) for u in inst.uses):
                     return set()
                 kinds |= self.kinds(inst)
         return kinds
@@ -752,8 +753,38 @@ def memory_web(p: Value):
             stack += [base_object(op) for op in v.operands if isinstance(op.type, T.PointerType)]
 
 
+def integer_field(p: Value, access: T.Type) -> bool:
+    """Whether ``p`` is ``getelementptr %struct.S, q, 0, k...`` with constant indices landing on an integer
+    field of the type ``access``: the field is an integer, as clang's integer TBAA says at -O2 (at -O0 it
+    emits none). A float's bits copied as an integer go through no integer field of a struct."""
+    if not (isinstance(p, GetElementPtr) and isinstance(access, T.IntType) and
+            isinstance(p.source_type, (T.StructType, T.NamedStructType)) and len(p.indices) >= 2 and
+            all(isinstance(i, ConstantInt) for i in p.indices)):
+        return False
+    try:
+        return p.result_element_type() == access
+    except (AttributeError, IndexError, TypeError):
+        return False
+
+
+def _indexed_as(use, access: T.Type) -> bool:
+    """A use of an array's pointer that indexes it with elements of the type ``access``, frees it, or compares
+    it (none says it holds anything else)."""
+    u = use.user
+    if isinstance(u, GetElementPtr):
+        return use.index == 0 and u.source_type == access
+    return isinstance(u, Call) and u.callee_name == "free" or u.opcode == "icmp"
+
+
+def _same_base(a: Value, b: Value) -> bool:
+    """The same pointer value, or two reads of the same local (unoptimized code reads a variable again for each
+    use)."""
+    return a is b or (isinstance(a, Load) and isinstance(b, Load) and isinstance(a.pointer, Alloca) and
+                      a.pointer is b.pointer)
+
+
 def _field_of_array(p: Value, access: T.Type):
-    """``(struct type, indices)`` of the struct field ``p``'s array pointer was loaded from, when ``p`` is
+    """``(base, struct type, indices)`` of the struct field ``p``'s array pointer was loaded from, when ``p`` is
     ``getelementptr <access>, (load (getelementptr %struct.S, q, 0, k)), i`` (unoptimized C's ``s->a[i]``)."""
     if not (isinstance(p, GetElementPtr) and p.source_type == access and isinstance(p.pointer, Load)):
         return None
@@ -761,12 +792,16 @@ def _field_of_array(p: Value, access: T.Type):
     if not (isinstance(f, GetElementPtr) and isinstance(f.source_type, (T.StructType, T.NamedStructType)) and
             len(f.indices) >= 2 and all(isinstance(i, ConstantInt) for i in f.indices)):
         return None
-    return f.source_type, tuple(i.value for i in f.indices)
+    return f.pointer, f.source_type, tuple(i.value for i in f.indices)
 
 
 def _same_field(q: Value, field) -> bool:
-    return isinstance(q, GetElementPtr) and q.source_type == field[0] and len(q.indices) == len(field[1]) and \
-        all(isinstance(i, ConstantInt) and i.value == v for i, v in zip(q.indices, field[1]))
+    """``q`` addresses the same field of the same struct (the IR linker merges struct types of one layout:
+    a GSL permutation's and a block's, so the base must be the same value too)."""
+    base, ty, indices = field
+    return isinstance(q, GetElementPtr) and _same_base(q.pointer, base) and q.source_type == ty and \
+        len(q.indices) == len(indices) and \
+        all(isinstance(i, ConstantInt) and i.value == v for i, v in zip(q.indices, indices))
 
 
 def _is_bit_copy(load: Load) -> bool:
