@@ -25,6 +25,48 @@ class Library:
     includes: tuple[str, ...] = (".",)
     defines: tuple[str, ...] = ()
     args: tuple[str, ...] = field(default=())  # the driver's arguments in check mode ({src}: the source folder)
+    setup: str = ""  # a function of this module that makes generated include folders in the build folder
+
+
+def _gsl_sources() -> tuple[str, ...]:
+    """The GSL sources the GSL driver links (found by resolving its symbols): the ODE driver and two steppers,
+    three special functions and what they call, LU with GSL's own CBLAS (blas.c wraps 107 of its routines)."""
+    cblas = """caxpy ccopy cdotc_sub cdotu_sub cgemm cgemv cgerc cgeru chemm chemv cher cher2 cher2k cherk cscal
+        csscal cswap csymm csyr2k csyrk ctrmm ctrmv ctrsm ctrsv dasum daxpy dcopy ddot dgemm dgemv dger dnrm2 drot
+        drotg drotm drotmg dscal dsdot dswap dsymm dsymv dsyr dsyr2 dsyr2k dsyrk dtrmm dtrmv dtrsm dtrsv dzasum
+        dznrm2 icamax idamax isamax izamax sasum saxpy scasum scnrm2 scopy sdot sdsdot sgemm sgemv sger snrm2 srot
+        srotg srotm srotmg sscal sswap ssymm ssymv ssyr ssyr2 ssyr2k ssyrk strmm strmv strsm strsv xerbla zaxpy
+        zcopy zdotc_sub zdotu_sub zdscal zgemm zgemv zgerc zgeru zhemm zhemv zher zher2 zher2k zherk zscal zswap
+        zsymm zsyr2k zsyrk ztrmm ztrmv ztrsm ztrsv""".split()
+    rest = """blas/blas block/init complex/inline complex/math err/error err/stream linalg/invtri linalg/lu
+        linalg/trimult matrix/copy matrix/matrix matrix/rowcol matrix/submatrix matrix/view ode-initval2/control
+        ode-initval2/cscal ode-initval2/cstd ode-initval2/driver ode-initval2/evolve ode-initval2/rk8pd
+        ode-initval2/rkf45 ode-initval2/step permutation/init permutation/permute specfunc/bessel
+        specfunc/bessel_J0 specfunc/bessel_J1 specfunc/bessel_amp_phase specfunc/bessel_temme specfunc/elementary
+        specfunc/erfc specfunc/exp specfunc/gamma specfunc/log specfunc/poch specfunc/pow_int specfunc/psi
+        specfunc/trig specfunc/zeta sys/coerce sys/fdiv sys/infnan sys/minmax vector/copy vector/init
+        vector/subvector vector/vector vector/view""".split()
+    return tuple(f"{s}.c" for s in rest) + tuple(f"cblas/{s}.c" for s in cblas)
+
+
+def gsl_includes(src: Path, out_dir: Path) -> list[str]:
+    """GSL's sources include ``<gsl/gsl_*.h>`` (its ``make`` links each folder's public headers into gsl/) and
+    ``<config.h>`` (tests/libraries/gsl/config.h: what its configure writes on x86-64 Linux). The headers are
+    copied into the build folder (a fresh name renamed into place: parallel builds never see half of it)."""
+    import shutil
+    import tempfile
+
+    dest = out_dir / f"gsl-include-{hashlib.sha256(str(src).encode()).hexdigest()[:8]}"
+    if not dest.is_dir():
+        tmp = Path(tempfile.mkdtemp(dir=out_dir, prefix=".part-"))
+        (tmp / "gsl").mkdir()
+        for h in sorted([*src.glob("gsl_*.h"), *src.glob("*/gsl_*.h")]):
+            shutil.copyfile(h, tmp / "gsl" / h.name)
+        try:
+            os.rename(tmp, dest)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return [f"-I{dest}", f"-I{HERE / 'gsl'}", f"-I{src}"]
 
 
 LIBRARIES = {
@@ -36,6 +78,7 @@ LIBRARIES = {
     "kissfft": Library("kissfft", "kissfft_driver.c", ("kiss_fft.c", "kiss_fftr.c"), (".",),
                        ("kiss_fft_scalar=double",)),
     "tinyexpr": Library("tinyexpr", "tinyexpr_driver.c", ("tinyexpr.c",)),
+    "gsl": Library("gsl", "gsl_driver.c", _gsl_sources(), (), setup="gsl_includes"),
 }
 
 
@@ -73,6 +116,8 @@ def build(lib: Library, src: Path, opt: str, out_dir: Path, extra: tuple[str, ..
     with enzcc's message when it refuses."""
     key = hashlib.sha256(repr((lib, str(src), opt, extra)).encode()).hexdigest()[:12]
     out = out_dir / f"{lib.name}{opt}-{key}"
+    if lib.setup:
+        extra = (*globals()[lib.setup](src, out_dir), *extra)
     cmd = compile_command(lib, src, opt, out, extra)
     run_env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", **(env or {})}
     proc = subprocess.run(cmd, cwd=out_dir, env=run_env, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)

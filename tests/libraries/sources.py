@@ -47,6 +47,8 @@ SOURCES: dict[str, Source] = {
                        "e2a4085a8568e84268bcf0a40a5319f6591eefb30574c71f7ff4723ba35930f7", "liblbfgs-1.10"),
     "cminpack": Source("1.3.6", f"{DEBIAN}/c/cminpack/cminpack_1.3.6.orig.tar.gz",
                        "3c07fd21308c96477a2c900032e21d937739c233ee273b4347a0d4a84a32d09f", "cminpack-1.3.6"),
+    "gsl": Source("2.8", f"{DEBIAN}/g/gsl/gsl_2.8+dfsg.orig.tar.gz",
+                  "69614b7005133a2d3a75827044164de98670568382e3192888a3185578451a70", "gsl-2.8"),
     "kissfft": Source("131.1.0", f"{DEBIAN}/k/kissfft/kissfft_131.1.0.orig.tar.gz",
                       "76c1aac87ddb7258f34b08a13f0eebf9e53afa299857568346aa5c82bcafaf1a", "kissfft-131.1.0"),
     # PyPI source distributions (hashes from PyPI's simple index); tinyexpr is vendored in tinex's sdist

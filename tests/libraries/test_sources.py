@@ -61,6 +61,6 @@ def test_unreachable_source_skips_with_reason(fake, tmp_path):
 
 
 def test_pinned_table_is_complete():
-    assert set(sources.SOURCES) == {"liblbfgs", "cminpack", "kissfft", "tinyexpr", "rebound"}
+    assert set(sources.SOURCES) == {"liblbfgs", "cminpack", "kissfft", "tinyexpr", "rebound", "gsl"}
     for src in sources.SOURCES.values():
         assert src.url.startswith("https://") and len(src.sha256) == 64
