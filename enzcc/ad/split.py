@@ -152,7 +152,8 @@ class _Frame:
         self.crossing = [i for b in self.fwd for i in b.instructions if not isinstance(i, Alloca) and
                          any(id(u.user.parent) in back_ids for u in i.uses)]
         # the last field says whether a reverse call has used the frame (see _cut_reverse)
-        fields = [_alloca_type(a) for a in self.allocas] + [v.type for v in self.crossing] + [T.i8]
+        layout = G.module.data_layout
+        fields = [_alloca_type(a, layout) for a in self.allocas] + [v.type for v in self.crossing] + [T.i8]
         self.type = _frame_type(G.module, getattr(maker.dc.fn, "primal_name", maker.dc.fn.name), fields)
         self.used_field = len(fields) - 1
         maker.frame_size = G.module.data_layout.alloc_size(self.type)
@@ -426,11 +427,19 @@ def _release_frame(maker, b: IRBuilder, frame: Value) -> None:
     b.call(pool_give_fn(module), [pool_of(maker, "frames"), frame, ConstantInt(T.i64, maker.frame_bytes)])
 
 
-def _alloca_type(a: Alloca) -> T.Type:
+def _alloca_type(a: Alloca, layout) -> T.Type:
+    """The frame field of a stack slot. A slot aligned past its type's own alignment (``alloca [2 x double],
+    align 16``, whose users may store a 16-byte vector at ``align 16``) gets a field of that alignment: the
+    type led by a zero-length array of that many bytes as a vector (``{ [0 x <16 x i8>], [2 x double] }``: the
+    same address, and that alignment in the frame's layout); a plain field could fall at an offset that is a
+    multiple of 8 only, where a ``movapd`` faults."""
     n = a.num_elements
-    if n is None or (isinstance(n, ConstantInt) and n.value == 1):
-        return a.allocated_type
-    return T.ArrayType(n.value, a.allocated_type)
+    ty = a.allocated_type
+    if not (n is None or (isinstance(n, ConstantInt) and n.value == 1)):
+        ty = T.ArrayType(n.value, a.allocated_type)
+    if a.align and a.align > layout.abi_alignment(ty):
+        ty = T.StructType((T.ArrayType(0, T.VectorType(a.align, T.i8)), ty))
+    return ty
 
 
 TAPE_RELEASE = "__enzcc_tape_release"
