@@ -10,6 +10,7 @@ from the same base object), and from TBAA type tags that clang and flang attach.
 from __future__ import annotations
 
 import re
+import weakref
 
 from enzcc.ir import types as T
 from enzcc.ad.errors import ad_error
@@ -621,8 +622,23 @@ def _field_uses(web: list, dl, depth: int):
     module = next((v.module for v in web if getattr(v, "module", None) is not None), None)
     if len(keys) != 1 or module is None:
         return None
+    key = keys.pop()
+    cache = _FIELD_CACHE.setdefault(module, {})
+    if (key, depth) not in cache:  # (REBOUND asks about one field for many reallocs and copies)
+        cache[(key, depth)] = _field_uses_in_module(module, key, dl, depth)
+    records, scalars = cache[(key, depth)]
+    return set(records), set(scalars)  # (callers take them apart)
+
+
+#: module -> (field key, depth) -> what :func:`_field_uses` found (the functions that use a field are the
+#: program's; the derived ones made since use the same types)
+_FIELD_CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _field_uses_in_module(module, key, dl, depth: int):
+    """:func:`_field_uses` of the struct field ``key`` (:func:`_field_key`), over every function of ``module``."""
     records, scalars = set(), set()
-    for v in _field_pointers(module, keys.pop()):
+    for v in _field_pointers(module, key):
         for w in _with_reloads(list(memory_web(v)), dl):
             for use in getattr(w, "uses", []):
                 u = use.user
