@@ -1,11 +1,11 @@
 /* GSL driver: gradients through the GNU Scientific Library's unmodified sources (tests/libraries/test_gsl.py),
  * reverse and forward mode, against analytic derivatives and central differences.
  *
- *   ode    (built with -DWITH_ODE; enzcc refuses it for now, see test_gsl.py) the final state of an undamped
- *          oscillator y'' = -k y solved by gsl_odeiv2_driver_apply
- *          (rk8pd and rkf45: the system's function pointer and its params in a struct, adaptive steps with the step
- *          control's fabs/pow/branches), F = y(T) + y'(T)/2, with respect to k (through params) and to the
- *          initial state; analytic: y = a cos(wT) + v/w sin(wT), w = sqrt(k)
+ *   ode    (built with -DWITH_ODE; -DODE_MARKERS=enzyme_runtime_activity, for the marker: test_gsl.py says
+ *          what enzcc does with each) the final state of an undamped oscillator y'' = -k y solved by
+ *          gsl_odeiv2_driver_apply (rk8pd and rkf45: the system's function pointer and its params in a
+ *          struct, adaptive steps with the step control's fabs/pow/branches), F = y(T) + y'(T)/2, with respect
+ *          to k (through params) and to the initial state; analytic: y = a cos(wT) + v/w sin(wT), w = sqrt(k)
  *   sf     gsl_sf_bessel_J0 (J0' = -J1), gsl_sf_gamma (Gamma' = Gamma psi), gsl_sf_erf (erf' = 2/sqrt(pi)
  *          exp(-x^2)) at points in each of their regimes (Chebyshev tables, amplitude-phase, Lanczos, series,
  *          Stirling, erfc's rational fits); not at integers, where gsl_sf_gamma reads a factorial table (a
