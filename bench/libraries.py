@@ -2,7 +2,7 @@
 enzcc at -O2 from the library's unmodified sources, fetched from the package registries at run time
 (tests/libraries/sources.py: pinned versions and hashes, cached outside the repository).
 
-    python3 -m bench.libraries [--quick] [--only liblbfgs,cminpack,kissfft,tinyexpr,rebound] [--rounds N]
+    python3 -m bench.libraries [--quick] [--only liblbfgs,cminpack,kissfft,tinyexpr,gsl,rebound] [--rounds N]
                                [--min-time S] [--rebound-steps N] [--out FILE]        (make bench-libraries)
 
 Each driver's "bench" mode samples the primal and the gradient in alternating rounds (tests/libraries/
@@ -33,11 +33,12 @@ from bench.run import _cpu_model, _git_describe, fmt_x  # noqa: E402
 from bench.run import fmt_time as _fmt_time  # noqa: E402
 from tests.libraries import libharness, sources  # noqa: E402
 
-LIBS = ("liblbfgs", "cminpack", "kissfft", "tinyexpr", "rebound")
+LIBS = ("liblbfgs", "cminpack", "kissfft", "tinyexpr", "gsl", "rebound")
 
 #: the table's short name of each row's primal
 SHORT = {"liblbfgs": "Rosenbrock, n = 100", "cminpack": "ssqfcn #18, 65 x 11 (VJP)",
          "kissfft": "kiss_fftr n = 256, plan inside", "tinyexpr": "te_eval, 12 functions",
+         "gsl": "LU solve + ddot, n = 5",
          "rebound": "leapfrog, 3 bodies, {steps} steps"}
 
 #: what each driver's bench mode times (primal; gradient)
@@ -46,12 +47,14 @@ TIMED = {
     "cminpack": ("ssqfcn, problem 18 (Osborne 2, m = 65, n = 11)", "reverse sweep (a vector-Jacobian product)"),
     "kissfft": ("weighted power spectrum of kiss_fftr, n = 256, plan made inside", "reverse gradient"),
     "tinyexpr": ("te_eval of a 12-function expression, 3 variables", "reverse gradient (shadow tree)"),
+    "gsl": ("c . A^-1 b by gsl_linalg_LU_decomp, LU_solve, gsl_blas_ddot, n = 5", "reverse gradient wrt A, b, c"),
     "rebound": ("reb_simulation_step x steps, leapfrog, 3 bodies", "reverse gradient wrt the 18 initial values"),
 }
 
 #: the gradient errors each check mode prints (the worst is reported)
 ERROR_KEYS = {"liblbfgs": ("point.rel_err_fd",), "cminpack": ("all.err_fd", "all.err_fwd", "all.err_rev"),
-              "kissfft": ("err_fd", "err_analytic"), "tinyexpr": ("err_fd", "err_analytic")}
+              "kissfft": ("err_fd", "err_analytic"), "tinyexpr": ("err_fd", "err_analytic"),
+              "gsl": ("err_fd", "err_analytic")}
 
 SETTINGS = {"full": {"rounds": 9, "min_time": 0.1, "rebound_steps": 100, "rebound_reps": 9},
             "quick": {"rounds": 1, "min_time": 0.005, "rebound_steps": 10, "rebound_reps": 1}}
