@@ -572,7 +572,13 @@ def _field_key(addr):
     if not isinstance(ty, T.NamedStructType) or ty.is_opaque or len(addr.indices) < 2 or \
             not all(isinstance(i, ConstantInt) for i in addr.indices[1:]):
         return None
-    return re.sub(r"\.\d+$", "", ty.name), str(ty.body), tuple(i.value for i in addr.indices[1:])
+    return re.sub(r"\.\d+$", "", ty.name), _unsuffixed(str(ty.body)), tuple(i.value for i in addr.indices[1:])
+
+
+def _unsuffixed(text: str) -> str:
+    """A type's text without the ``.N`` the link appends to the names of struct types several translation units
+    define (``%struct.reb_dp7.12``): one C type, whichever copy a function's code names."""
+    return re.sub(r"(%[\w.\"]*?)\.\d+\b", r"\1", text)
 
 
 def _field_records(web: list, dl, depth: int = 0) -> set:
@@ -596,13 +602,16 @@ def _field_records(web: list, dl, depth: int = 0) -> set:
 
 def _field_scalar_kind(web: list, dl):
     """The one scalar type every function of the module indexes the pointers kept in ``web``'s struct field as
-    (``getelementptr double, ptr %p, i64 %i`` on a load of the field; :func:`_field_records`), when no code
-    indexes them as records: the float type, or for integers and pointers ``T.ptr`` or the widest integer;
-    else None (a float mixed with anything else)."""
+    (``getelementptr double, ptr %p, i64 %i`` on a load of the field; :func:`_field_records`), counting the
+    fields of records it is indexed as too (REBOUND's ``csa0``, doubles also read as ``struct reb_vec3d``): the
+    float type, or for integers and pointers ``T.ptr`` or the widest integer; else None (a float mixed with
+    anything else, a union)."""
     uses = _field_uses(web, dl, 0)
-    if uses is None or uses[0] or not uses[1]:
+    if uses is None or any(_holds_union(r) for r in uses[0]):
         return None
-    scalars = uses[1]
+    scalars = uses[1] | {k for r in uses[0] for _, k in dl.scalar_leaves(r)}
+    if not scalars:
+        return None
     if all(isinstance(k, (T.IntType, T.PointerType)) for k in scalars):
         return T.ptr if T.ptr in scalars else max(scalars, key=lambda k: k.bits)
     return next(iter(scalars)) if len(scalars) == 1 and isinstance(next(iter(scalars)), T.FloatType) else None
@@ -664,7 +673,7 @@ def _one_per_type(records: set) -> set:
     seen = {}
     for ty in sorted(records, key=str):
         name = re.sub(r"\.\d+$", "", ty.name) if isinstance(ty, T.NamedStructType) else str(ty)
-        seen.setdefault((name, str(getattr(ty, "body", ty))), ty)
+        seen.setdefault((name, _unsuffixed(str(getattr(ty, "body", ty)))), ty)
     return set(seen.values())
 
 

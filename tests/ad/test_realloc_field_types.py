@@ -5,8 +5,9 @@ field as its element type (``getelementptr %struct.rec`` on a load of ``geteleme
 enzcc types the buffer from those uses in any function of the module. Before: 'cannot tell whether the memory
 realloc moves holds floating-point values'. Gradients against central differences and the analytic adjoint of
 a record that was there before the call; a buffer only copied to and from the records (``memcpy``, REBOUND's
-TRACE backup) is typed by the other side, arrays of doubles or ints by their element type; where no function uses the field, or uses it as two types (a
-``void *`` field), the one-line refusal stays."""
+TRACE backup) is typed by the other side, arrays of doubles or ints by their element type (doubles also read as
+records of doubles: IAS15's csa0); where no function uses the field, or uses it as two types (a ``void *``
+field), the one-line refusal stays."""
 
 import pytest
 
@@ -16,7 +17,8 @@ from enzcc_testing import need
 pytestmark = need("clang-22")
 
 SRC = r"""struct rec { double x, v; struct rec *next; unsigned id; double m; };
-struct integ { int mode; SCRATCH_T *backup; double *dcrit; int *map; };
+struct integ { int mode; SCRATCH_T *backup; double *dcrit; int *map; double *cs; };
+struct v3 { double x, y, z; };
 struct sim { int n, cap; struct rec *recs; struct integ ig; };
 __attribute__((noinline)) void add(struct sim *s, struct rec r) {
   while (s->cap <= s->n) {
@@ -27,6 +29,7 @@ __attribute__((noinline)) void add(struct sim *s, struct rec r) {
 #ifdef SCALARS  /* arrays of doubles and ints, also only grown here */
     ig->dcrit = realloc(ig->dcrit, sizeof(double) * s->cap);
     ig->map = realloc(ig->map, sizeof(int) * s->cap);
+    ig->cs = realloc(ig->cs, 3 * sizeof(double) * s->cap);
 #endif
   }
   s->recs[s->n] = r;
@@ -46,6 +49,11 @@ void restore(struct sim *s) { memcpy(s->recs, s->ig.backup, s->n * sizeof(struct
 #endif
 #ifdef SCALARS
 void crit(struct sim *s) { for (int i = 0; i < s->n; i++) { s->ig.dcrit[i] = 2.0 * s->recs[i].x; s->ig.map[i] = i; } }
+double cs(struct sim *s) {  /* (REBOUND's IAS15 csa0: doubles, read as vectors of three as well) */
+  double *const c = s->ig.cs; struct v3 *g = (struct v3 *)c; double t = 0;
+  for (int i = 0; i < s->n; i++) { c[3 * i] = 1.0; t += g[i].x + g[i].y; }
+  return t;
+}
 #endif
 #ifdef USE_AS_DOUBLES
 double sum(struct sim *s) { double t = 0; for (int i = 0; i < s->n; i++) t += ((double *)s->ig.backup)[i]; return t; }
@@ -62,7 +70,7 @@ double f(struct sim *s, const double *x) {
 static double run(const double *x) {
   struct sim s = {1, 1, malloc(sizeof(struct rec)), {0, 0}};
   s.recs[0] = (struct rec){0.7, 0.2, 0, 9, 2.0};
-  double e = f(&s, x); free(s.recs); free(s.ig.backup); free(s.ig.dcrit); free(s.ig.map); return e;
+  double e = f(&s, x); free(s.recs); free(s.ig.backup); free(s.ig.dcrit); free(s.ig.map); free(s.ig.cs); return e;
 }
 int main(void) {
   double x[5] = {0.1, 0.2, 0.3, 0.4, 0.5}, dx[5] = {0};
