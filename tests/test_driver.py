@@ -189,6 +189,26 @@ def test_static_archive_and_dash_l(enzcc):
     assert "p1" in syms and "q_unused" not in syms
 
 
+def test_archive_member_behind_a_c99_inline_body(enzcc):
+    """GSL's pattern (``gsl_minmax.h``): a header's C99 ``inline`` function, whose one out-of-line definition is
+    its own archive member. Objects built at -O2 carry the inline body as ``available_externally``: that is no
+    definition, so an -O0 link with AD, which inlines nothing, still pulls the member (before: ``undefined
+    reference to `max2'`). The gradient against the analytic one."""
+    header = "inline double max2(double a, double b) { return a > b ? a : b; }\n"
+    enzcc.write("m.h", header)
+    enzcc.write("max2.c", '#include "m.h"\nextern inline double max2(double a, double b);\n')
+    enzcc.write("use.c", '#include "m.h"\ndouble f(double x) { return max2(x * x, 3.0 * x); }\n')
+    enzcc.write("main.c", "#include <stdio.h>\ndouble f(double);\ndouble __enzyme_autodiff(void *, ...);\n"
+                          "int main(void) { printf(\"%.17g %.17g\\n\", __enzyme_autodiff((void *)f, 4.0),"
+                          " __enzyme_autodiff((void *)f, 2.0)); return 0; }\n")
+    enzcc("-O2", "-c", "max2.c", "use.c")
+    enzcc.run("ar", "rcs", "libuse.a", "use.o")
+    enzcc.run("ar", "rcs", "libmax.a", "max2.o")
+    for opt in ("-O0", "-O2"):
+        enzcc(opt, "main.c", "libuse.a", "libmax.a", "-o", f"m{opt}")
+        assert enzcc.run(f"./m{opt}").stdout.split() == ["8", "3"]  # d/dx x^2 at 4, d/dx 3x at 2
+
+
 @need("clang++-22")
 def test_cxx(enzcc):
     enzcc.write("v.cpp", '#include <vector>\n#include <cstdio>\n#include <numeric>\n'

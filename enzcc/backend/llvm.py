@@ -412,7 +412,9 @@ def defined_and_undefined(mod: llvm.ModuleRef) -> tuple[set[str], set[str]]:
         name = value_name(value)
         if name.startswith("llvm."):
             continue
-        if value.is_declaration:
+        if value.is_declaration or value.linkage == llvm.Linkage.available_externally:
+            # (a C99 inline body kept for inlining at -O1 and above: the definition is another object's, dropped
+            # from the code made, so the program still needs that object)
             undefined.add(name)
         elif value.linkage not in local:
             defined.add(name)
