@@ -271,6 +271,13 @@ class MemoryTypes:
                 known |= self.field_sibling_kinds(q, load.type)
             if any(not isinstance(k, T.IntType) for k in known):
                 known = set()  # (a float or a pointer there: unknown, as before)
+        if not known:  # (-O0: what every function of the program indexes the array's struct field as)
+            kinds = {field_array_kind(q) for q in (load.pointer, *(u.user.pointer for u in load.uses))} - {None}
+            same = [k for k in kinds if isinstance(k, T.FloatType) and k.bits == load.type.bits]
+            if same:
+                return same[0]
+            if kinds and not any(isinstance(k, T.FloatType) for k in kinds):
+                return None  # (REBOUND's TRACE current_Ks, ints shuffled within the array)
         if known:
             return None  # the memory on both sides holds integers or pointers
         ty = {16: T.FloatType("half"), 32: T.FloatType("float"), 64: T.FloatType("double")}.get(load.type.bits)
@@ -688,6 +695,16 @@ def _copy_partner_records(p: Value, dl, depth: int) -> set:
     if len(records) != 1 or _offset_mod(p, dl, dl.alloc_size(next(iter(records)))) != 0:
         return set()
     return records
+
+
+def field_array_kind(p: Value):
+    """For an address into an array whose pointer was read from a struct field (``p->data[i]`` at -O0), the one
+    element type every function of the module indexes that field as (:func:`_field_scalar_kind`), or None."""
+    base = base_object(p)
+    module = getattr(base, "module", None)
+    if not isinstance(base, Load) or module is None:
+        return None
+    return _field_scalar_kind([base], module.data_layout)
 
 
 def _field_pointers(module, key) -> list:

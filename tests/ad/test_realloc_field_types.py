@@ -109,3 +109,37 @@ def test_buffer_without_one_type_stays_refused(enzcc, flags):
     assert r.returncode != 0 and len(lines) == 1, r.stderr
     assert "cannot tell whether the memory realloc moves holds floating-point values" in lines[0], r.stderr
     assert "Traceback" not in r.stderr and not (enzcc.cwd / "t").exists()
+
+
+SHUFFLE = r"""struct tr { int n; int *ks; double *w; };
+double f(struct tr *t, const double *x) {
+  for (int i = t->n - 1; i > 0; i--) t->ks[i] = t->ks[i - 1];  /* ints moved within the array: bits only */
+  double e = 0;
+  for (int i = 0; i < t->n; i++) e += t->w[i] * x[i] * x[i];
+  return e;
+}
+int total(struct tr *t) { int s = 0; for (int i = 0; i < t->n; i++) s += t->ks[i]; return s; }  /* (not called) */
+int main(void) {
+  int ks[4] = {1, 2, 3, 4}; double w[4] = {1, 2, 3, 4}, x[4] = {0.5, 1.5, -1, 2}, dx[4] = {0};
+  int dks[4] = {1, 2, 3, 4}; double dw[4] = {0};
+  struct tr t = {4, ks, w}, dt = {4, dks, dw};
+  __enzyme_autodiff((void *)f, enzyme_dup, &t, &dt, enzyme_dup, x, dx);
+  for (int i = 0; i < 4; i++) {
+    char k[8]; sprintf(k, "ad.%d", i); report(k, dx[i]); sprintf(k, "an.%d", i); report(k, 2 * w[i] * x[i]);
+    sprintf(k, "dw.%d", i); report(k, dw[i]); sprintf(k, "aw.%d", i); report(k, x[i] * x[i]);
+  }
+  report("k3", ks[3]);
+  return 0;
+}
+"""
+
+
+def test_integers_moved_within_a_field_array_at_O0(enzcc):
+    """REBOUND's TRACE ``current_Ks[i*n+j+i] = current_Ks[i*n+j]`` at -O0: an i32 copied within an array that
+    nothing in the function types, whose struct field other code indexes as ``int``. Before: 'cannot tell whether
+    the i32 copied here is a floating-point value'."""
+    v = build_and_run(enzcc, SHUFFLE, "-O0")
+    for i in range(4):
+        assert v[f"ad.{i}"] == v[f"an.{i}"] and v[f"ad.{i}"] != 0, v
+        assert v[f"dw.{i}"] == v[f"aw.{i}"], v
+    assert v["k3"] == 3, v
