@@ -312,7 +312,7 @@ class Activity:
                                            "memory that has derivatives; enzcc cannot follow its derivative")
             elif isinstance(inst, Store) and isinstance(inst.value, Instruction) and \
                     isinstance(inst.value.type, T.IntType) and not isinstance(inst.value, Load) and \
-                    id(inst.pointer) in self.active_ptrs:
+                    id(inst.pointer) in self.active_ptrs and not _integer_field_store(inst):
                 start, what = inst.value, ("integer bits loaded from memory that has derivatives are stored here "
                                            "after a phi, select or bit operation; enzcc cannot tell whether they "
                                            "are a float and follow its derivative")
@@ -869,6 +869,15 @@ def _integer_field(load) -> bool:
     from enzcc.ad.memory import integer_field
 
     return integer_field(load.pointer, load.type)
+
+
+def _integer_field_store(store) -> bool:
+    """The store writes an integer field of a struct by its declared type (``r->collisions[k].p1 = ip`` at -O0,
+    ``ip`` a phi of an index and an encounter map's entry): what lands there is an integer, whatever bits it
+    came from, and its derivative is zero."""
+    from enzcc.ad.memory import integer_field
+
+    return integer_field(store.pointer, store.value.type)
 
 
 _TBAA_INTEGERS = {"int", "long", "long long", "short", "char", "_Bool", "bool", "unsigned int", "unsigned long",

@@ -143,3 +143,45 @@ def test_integers_moved_within_a_field_array_at_O0(enzcc):
         assert v[f"ad.{i}"] == v[f"an.{i}"] and v[f"ad.{i}"] != 0, v
         assert v[f"dw.{i}"] == v[f"aw.{i}"], v
     assert v["k3"] == 3, v
+
+
+MAPPED = r"""struct col { int p1; double gb; };
+struct sim2 { int n; int *map; struct col *cols; };
+double g(struct sim2 *s, const double *x) {
+  double e = 0;
+  for (int i = 0; i < s->n; i++) {
+    int ip = i;
+    if (s->map) ip = s->map[i];  /* (REBOUND's collision search: the encounter map, when there is one) */
+    s->cols[i].p1 = ip;
+    s->cols[i].gb = x[ip] * x[ip];
+    e += s->cols[i].gb * (1 + s->cols[i].p1);
+  }
+  return e;
+}
+static double run(const double *x) {
+  int map[3] = {2, 0, 1}; struct col c[3]; struct sim2 s = {3, map, c}; return g(&s, x);
+}
+int main(void) {
+  int map[3] = {2, 0, 1}, dmap[3] = {2, 0, 1}; struct col c[3], dc[3] = {{0, 0}};
+  double x[3] = {0.5, 1.5, -1}, dx[3] = {0};
+  struct sim2 s = {3, map, c}, ds = {3, dmap, dc};
+  __enzyme_autodiff((void *)g, enzyme_dup, &s, &ds, enzyme_dup, x, dx);
+  for (int i = 0; i < 3; i++) {
+    double h = 1e-6, t = x[i]; x[i] = t + h; double up = run(x); x[i] = t - h; double dn = run(x); x[i] = t;
+    char n[8]; sprintf(n, "ad.%d", i); report(n, dx[i]); sprintf(n, "an.%d", i); report(n, 2 * x[i] * (1 + i));
+    sprintf(n, "fd.%d", i); report(n, (up - dn) / (2 * h));
+  }
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O2"])
+def test_index_from_a_map_stored_into_an_int_field(enzcc, opt):
+    """``ip = map ? map[i] : i`` stored into a struct's int field in memory with derivatives (REBOUND's
+    ``r->collisions[k].p1 = ip``): a declared integer field holds an integer. Before, at -O0: 'integer bits loaded
+    from memory that has derivatives are stored here after a phi, select or bit operation'."""
+    v = build_and_run(enzcc, MAPPED, opt)
+    for i in range(3):
+        assert abs(v[f"ad.{i}"] - v[f"an.{i}"]) <= 1e-12 * abs(v[f"an.{i}"]) and v[f"ad.{i}"] != 0, v
+        assert abs(v[f"ad.{i}"] - v[f"fd.{i}"]) <= 1e-6 * max(1.0, abs(v[f"fd.{i}"])), v
