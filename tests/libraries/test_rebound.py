@@ -7,7 +7,8 @@ Building all of REBOUND through enzcc takes a minute or two: plain ``make test``
 reb_simulation_integrate as well, -O2) run only with ENZCC_TEST_REBOUND=1 (which ``make test-libraries`` sets).
 Each build must finish within COMPILE_BUDGET_S (issue 38 asks for 60 s; five times that for a slow shared
 machine) with a correct gradient; at -O0, a one-line refusal, at compile time or when the run reaches a
-derivative enzcc refused (the program stops with the message), is reported as an expected failure naming it;
+derivative enzcc refused (the program stops with the message: last seen, an int copied in reb_collision_search
+that nothing types without TBAA, docs/limitations.md), is reported as an expected failure naming it;
 anything else (a traceback, several lines, no answer in time, a wrong gradient) fails."""
 
 from __future__ import annotations
