@@ -266,6 +266,11 @@ class MemoryTypes:
         if integer_field(load.pointer, load.type) or \
                 any(integer_field(u.user.pointer, load.type) for u in load.uses):
             return None  # (a struct's integer field, by its declared type: -O0 code has no TBAA to say so)
+        if not known:  # (-O0: a pointer kept in a local, an inlined ``int *`` parameter: REBOUND's *p2 = *p1)
+            for q in (load.pointer, *(u.user.pointer for u in load.uses)):
+                known |= self.slot_held_kinds(q)
+            if any(not isinstance(k, (T.IntType, T.PointerType)) for k in known):
+                known = set()  # (a float there: unknown, as before)
         if not known:  # (-O0: the array's pointer is read from its struct field again for each access)
             for q in (load.pointer, *(u.user.pointer for u in load.uses)):
                 known |= self.field_sibling_kinds(q, load.type)
@@ -285,6 +290,53 @@ class MemoryTypes:
             return ty
         raise ad_error(f"cannot tell whether the {load.type} copied here is a floating-point value (nothing "
                        "else reads or writes that memory with a type)", load)
+
+    def slot_held_kinds(self, p: Value) -> set:
+        """Kinds of the locals whose address ``p`` may be, when ``p`` (or the object it indexes) is read from a
+        pointer local of this function that only ever holds addresses of its own locals: unoptimized code keeps
+        an inlined parameter (``int *p1`` of REBOUND's reb_simulation_two_largest_particles, called with
+        ``&l1``) in a local and reads it again for each access, so the accesses through it type no object. Each
+        such pointer local must be only stored into and loaded from, each local it holds must have known kinds
+        (a byte buffer's say nothing) and have its address go nowhere but into such pointer locals, and what
+        every read of those pointer locals accesses counts too (a double stored through another read)."""
+        base = base_object(p)
+        if not (isinstance(base, Load) and isinstance(base.pointer, Alloca)):
+            return set()
+        kinds: set = set()
+        slots, held, todo = set(), set(), [base.pointer]
+        while todo:
+            slot = todo.pop()
+            if id(slot) in slots:
+                continue
+            slots.add(id(slot))
+            locals_ = self._slot_locals(slot)
+            if locals_ is None:
+                return set()
+            for local in locals_:
+                if id(local) in held:
+                    continue
+                held.add(id(local))
+                others = _address_slots(local)
+                if others is None or not self.kinds(local):
+                    return set()
+                kinds |= self.kinds(local)
+                todo += others
+            kinds |= {k for use in slot.uses if isinstance(use.user, Load) for k in self.kinds(use.user)}
+        return kinds
+
+    @staticmethod
+    def _slot_locals(slot: Alloca):
+        """The locals whose addresses a pointer local holds, when it is only stored into (with such addresses)
+        and loaded from; else None."""
+        out = []
+        for use in slot.uses:
+            u = use.user
+            if isinstance(u, Load) and use.index == 0:
+                continue
+            if not (isinstance(u, Store) and use.index == 1 and isinstance(u.value, Alloca)):
+                return None
+            out.append(u.value)
+        return out
 
     def field_sibling_kinds(self, p: Value, access: T.Type) -> set:
         """Kinds of the memory that the same struct field points to wherever this function reads that pointer
@@ -844,6 +896,27 @@ def _same_field(q: Value, field) -> bool:
     return isinstance(q, GetElementPtr) and _same_base(q.pointer, base) and q.source_type == ty and \
         len(q.indices) == len(indices) and \
         all(isinstance(i, ConstantInt) and i.value == v for i, v in zip(q.indices, indices))
+
+
+def _address_slots(local: Alloca):
+    """The pointer locals ``local``'s address is stored into, when it goes nowhere else (its other uses read,
+    write or index it here); else None."""
+    out = []
+    for use in local.uses:
+        u = use.user
+        if isinstance(u, Store) and use.index == 0:
+            if not isinstance(u.pointer, Alloca):
+                return None
+            out.append(u.pointer)
+        elif isinstance(u, (Load, Store)):
+            continue
+        elif isinstance(u, GetElementPtr) and use.index == 0:
+            if any(not isinstance(g.user, (Load, Store)) or (isinstance(g.user, Store) and g.index == 0)
+                   for g in u.uses):
+                return None
+        else:
+            return None
+    return out
 
 
 def _is_bit_copy(load: Load) -> bool:
