@@ -4,13 +4,16 @@ unoptimized code stores each parameter in a pointer local and reads it again for
 load and store go through pointers no access types. When every pointer local involved only ever holds addresses
 of the function's own locals, their declared types say what the copy moves. Before: 'cannot tell whether the
 i32 copied here is a floating-point value'. A pointer local that holds a parameter, a float's or a byte
-buffer's address, or whose own address is taken, keeps the refusal."""
+buffer's address, or whose own address is taken, keeps the refusal. End to end, an -O0 program of REBOUND's
+shape: gradients against the analytic ones and central differences."""
 
 import pytest
 
+from adharness import PRELUDE
 from enzcc.ad.errors import ADError
 from enzcc.ad.memory import MemoryTypes
 from enzcc.ir.parser import parse_module
+from enzcc_testing import need
 
 HEADER = """target datalayout = "e-m:e-p270:32:32-p271:32:32-p272:64:64-i64:64-i128:128-f80:128-n8:16:32:64-S128"
 target triple = "x86_64-pc-linux-gnu"
@@ -67,3 +70,60 @@ def test_pointer_locals_that_say_nothing_keep_the_refusal(l1, held, escape):
     mt, load = _copy(l1, held, escape)
     with pytest.raises(ADError, match="cannot tell whether the i32 copied here"):
         mt.bits_type(load, required=True)
+
+
+# REBOUND's shape: the call left out of the first preparation by the large budget (the function's own -O0 body
+# past it), then inlined into the derivative after SROA shrank the body, its parameters still kept in locals
+TWO_LARGEST = r"""struct rec { double x, r; };
+struct sim { int n; struct rec *p; };
+void two_largest(struct sim *s, int *p1, int *p2) {
+  struct rec *p = s->p; double l1 = -1.0, l2 = -1.0;
+  *p1 = -1; *p2 = -1;
+  for (int i = 0; i < s->n; i++) {
+    if (p[i].r > l1) { l2 = l1; *p2 = *p1; l1 = p[i].r; *p1 = i; }
+    else if (p[i].r > l2) { l2 = p[i].r; *p2 = i; }
+  }
+}
+double f(struct sim *s) {
+  double e = 0;
+  for (int i = 0; i < s->n; i++) e += s->p[i].x * s->p[i].x;
+  { double junk = 0;  /* (dead code: the -O0 body past the budget, gone after SROA) */
+JUNK
+  }
+  int a = -1, b = -1;
+  two_largest(s, &a, &b);
+  if (b != -1) e *= s->p[b].r + s->p[a].x;
+  return e;
+}
+int main(void) {
+  struct rec p[3] = {{0.5, 1}, {1.5, 3}, {-1, 2}}, dp[3] = {{0}};
+  struct sim s = {3, p}, ds = {3, dp};
+  __enzyme_autodiff((void *)f, enzyme_dup, &s, &ds);
+  double h = 1e-6;
+  for (int i = 0; i < 3; i++) {
+    char n[16];
+    double t = p[i].x; p[i].x = t + h; double up = f(&s); p[i].x = t - h; double dn = f(&s); p[i].x = t;
+    sprintf(n, "ad.x%d", i); report(n, dp[i].x); sprintf(n, "fd.x%d", i); report(n, (up - dn) / (2 * h));
+    t = p[i].r; p[i].r = t + h; up = f(&s); p[i].r = t - h; dn = f(&s); p[i].r = t;
+    sprintf(n, "ad.r%d", i); report(n, dp[i].r); sprintf(n, "fd.r%d", i); report(n, (up - dn) / (2 * h));
+  }
+  return 0;
+}
+"""
+
+
+@need("clang-22")
+def test_two_largest_inlined_into_a_large_derivative_at_O0(enzcc):
+    """The whole program at -O0 with the large budgets (``ENZCC_AD_LARGE_EXPANSION=0``): e = sum x^2 * (r[b] +
+    x[a]), a and b the indices of the largest and second largest r (1 and 2): de/dx = 2x(r2 + x1) (+ sum x^2 at
+    x1), de/dr2 = sum x^2, against central differences. Before: refused at compile time with 'cannot tell
+    whether the i32 copied here is a floating-point value'."""
+    enzcc.write("t.c", PRELUDE + TWO_LARGEST.replace("JUNK", "\n".join(["    junk = junk + 1.0;"] * 600)))
+    enzcc("-O0", "t.c", "-lm", "-o", "t", env={"ENZCC_AD_LARGE_EXPANSION": "0"})
+    v = dict((k, float(x)) for k, x in (line.split() for line in enzcc.run("./t").stdout.splitlines()))
+    sq, x, r2 = 0.25 + 2.25 + 1.0, [0.5, 1.5, -1.0], 2.0
+    for i in range(3):
+        assert abs(v[f"ad.x{i}"] - (2 * x[i] * (r2 + x[1]) + (sq if i == 1 else 0))) <= 1e-12, v
+        assert abs(v[f"ad.r{i}"] - (sq if i == 2 else 0)) <= 1e-12, v
+        for w in ("x", "r"):
+            assert abs(v[f"ad.{w}{i}"] - v[f"fd.{w}{i}"]) <= 1e-6, v
