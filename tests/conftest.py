@@ -25,6 +25,12 @@ def enzcc_bin(tmp_path_factory) -> Path:
     return d
 
 
+@pytest.fixture(scope="session")
+def compiler(enzcc_bin) -> str:
+    """This checkout's enzcc (the script above), as the plugins' tests pass it to their builds."""
+    return str(enzcc_bin / "enzcc")
+
+
 @pytest.fixture
 def env(enzcc_bin, tmp_path_factory) -> dict:
     e = dict(os.environ)

@@ -94,12 +94,6 @@ void softmaxf(const float *in, size_t n, float *out) {
 
 
 @pytest.fixture(scope="session")
-def compiler(enzcc_bin) -> str:
-    """This checkout's enzcc (conftest's script), as the tests of enzcc itself use it."""
-    return str(enzcc_bin / "enzcc")
-
-
-@pytest.fixture(scope="session")
 def csrc(tmp_path_factory):
     d = tmp_path_factory.mktemp("plugin-src")
     files = {"elementwise.c": ELEMENTWISE, "float_elementwise.c": FLOAT_ELEMENTWISE, "vector.c": VECTOR,

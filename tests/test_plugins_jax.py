@@ -107,11 +107,6 @@ def x64():
 
 
 @pytest.fixture(scope="module")
-def compiler(enzcc_bin) -> str:
-    return str(enzcc_bin / "enzcc")
-
-
-@pytest.fixture(scope="module")
 def src(tmp_path_factory):
     d = tmp_path_factory.mktemp("jax-src")
     for name, text in {"layer.c": LAYER, "poly.c": POLY, "norm.cc": CXX, "sc.f90": FORTRAN,

@@ -56,11 +56,6 @@ def reference():
 
 
 @pytest.fixture(scope="module")
-def compiler(enzcc_bin) -> str:
-    return str(enzcc_bin / "enzcc")
-
-
-@pytest.fixture(scope="module")
 def src(tmp_path_factory):
     path = tmp_path_factory.mktemp("ship-src") / "softplus_head.c"
     path.write_text(SOURCE)

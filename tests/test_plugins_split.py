@@ -49,11 +49,6 @@ N = 20_000
 
 
 @pytest.fixture(scope="module")
-def compiler(enzcc_bin) -> str:
-    return str(enzcc_bin / "enzcc")
-
-
-@pytest.fixture(scope="module")
 def src(tmp_path_factory):
     path = tmp_path_factory.mktemp("split-src") / "iter.c"
     path.write_text(SOURCE)

@@ -108,12 +108,6 @@ def mv_params():
 
 
 @pytest.fixture(scope="session")
-def compiler(enzcc_bin) -> str:
-    """This checkout's enzcc (conftest's script)."""
-    return str(enzcc_bin / "enzcc")
-
-
-@pytest.fixture(scope="session")
 def src(tmp_path_factory):
     d = tmp_path_factory.mktemp("tf-src")
     for name, text in {"mv.c": MV, "seed.c": SEED, "scale.c": SCALE, "expc.cc": CXX, "sc.f90": FORTRAN,

@@ -51,11 +51,6 @@ DECL = [In("x", shape=("n", "k")), In("w", shape=("k", "m")), In("b", shape=("m"
 
 
 @pytest.fixture(scope="module")
-def compiler(enzcc_bin) -> str:
-    return str(enzcc_bin / "enzcc")
-
-
-@pytest.fixture(scope="module")
 def src(tmp_path_factory):
     d = tmp_path_factory.mktemp("torch-src")
     (d / "layer.c").write_text(LAYER)
