@@ -642,6 +642,22 @@ def _register_autograd(r: _Runner, lib, qualname: str, ops, impls) -> None:
                 raise RuntimeError(f"{name}: argument {p.name!r} is declared const=True (no gradient), but "
                                    f"{what} was requested for it; declare it without const=True, or detach it")
 
+    def input_grads(ctx, gouts, vjp):
+        """A backward's results (Primal's, SplitPrimal's): the gradients autograd asks for, from ``vjp(ins,
+        cots)`` on the saved inputs and the cotangents (zeros for an output that got none); None for the
+        integers and for inputs that need none."""
+        ins = list(ctx.saved_tensors)
+        needs = ctx.needs_input_grad[:n_in]
+        no_const_grad(needs, "a gradient")
+        grads = [None] * n_in
+        if any(needs):
+            plan = r.plan(ins, ctx.ints)[0]
+            cots = [g if g is not None else torch.zeros(s, dtype=dt)
+                    for g, s, dt in zip(gouts, r.out_shapes(plan), r.out_dtypes)]
+            got = vjp(ins, cots)
+            grads = [g if (d and need) else None for g, d, need in zip(got, r.diff, needs)]
+        return (*grads, *([None] * len(ctx.ints)))
+
     def no_const_tangent(tangents):
         # torch.func.jvp passes zero tangents for tensors it closes over: only a nonzero one is an error
         # (not checked while torch.compile traces: the values are not known then)
@@ -707,17 +723,8 @@ def _register_autograd(r: _Runner, lib, qualname: str, ops, impls) -> None:
         @staticmethod
         def backward(ctx, *gouts):
             r.split_drops = 0  # backwards come again: the next forwards keep their tapes (use_split)
-            ins = list(ctx.saved_tensors)
-            needs = ctx.needs_input_grad[:n_in]
-            no_const_grad(needs, "a gradient")
-            grads = [None] * n_in
-            if any(needs):
-                plan = r.plan(ins, ctx.ints)[0]
-                cots = [g if g is not None else torch.zeros(s, dtype=dt)
-                        for g, s, dt in zip(gouts, r.out_shapes(plan), r.out_dtypes)]
-                got = vjp_call(ins, cots, ctx.ints)  # differentiable: VJP below
-                grads = [g if (d and need) else None for g, d, need in zip(got, r.diff, needs)]
-            return (*grads, *([None] * len(ctx.ints)))
+            # (vjp_call is differentiable: VJP below)
+            return input_grads(ctx, gouts, lambda ins, cots: vjp_call(ins, cots, ctx.ints))
 
         @staticmethod
         def jvp(ctx, *tangents):
@@ -894,21 +901,13 @@ def _register_autograd(r: _Runner, lib, qualname: str, ops, impls) -> None:
 
         @staticmethod
         def backward(ctx, *gouts):
-            ins = list(ctx.saved_tensors)
-            needs = ctx.needs_input_grad[:n_in]
-            no_const_grad(needs, "a gradient")
-            grads = [None] * n_in
-            if any(needs):
-                plan = r.plan(ins, ctx.ints)[0]
-                cots = [g if g is not None else torch.zeros(s, dtype=dt)
-                        for g, s, dt in zip(gouts, r.out_shapes(plan), r.out_dtypes)]
+            def from_tape(ins, cots):
                 got = None if torch.is_grad_enabled() else split_backward(ctx.split, ins, cots, ctx.ints)
-                if got is not None:
-                    ctx.split = (ctx.split[0], None, None)  # (the seed buffers go now, not with the graph)
-                else:
-                    got = vjp_call(ins, cots, ctx.ints)
-                grads = [g if (d and need) else None for g, d, need in zip(got, r.diff, needs)]
-            return (*grads, *([None] * len(ctx.ints)))
+                if got is None:
+                    return vjp_call(ins, cots, ctx.ints)
+                ctx.split = (ctx.split[0], None, None)  # (the seed buffers go now, not with the graph)
+                return got
+            return input_grads(ctx, gouts, from_tape)
 
     def split_forward(ins, ints):
         """The outputs, and (tape, gradient buffers, seed buffers) for the backward."""
