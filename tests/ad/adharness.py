@@ -30,6 +30,46 @@ def call_tree_source(depth: int, top: int) -> list[str]:
     return lines
 
 
+#: ``f`` and ``main`` of a call-tree program (:func:`call_tree_program`)
+_TREE_MAIN = r"""
+double f(double *x0) {
+  struct body b[2] = {{x0[0], 0.0}, {x0[1], 0.1}};
+  BODY
+  return b[0].x * b[1].x;
+}
+int main(int argc, char **argv) {
+  SETUP
+  double x[2] = {0.3, -0.4}, d[2] = {0, 0};
+  __enzyme_autodiff((void *)f, enzyme_dup, x, d);
+  for (int i = 0; i < 2; i++) {
+    double h = 1e-6, s = x[i];
+    x[i] = s + h; double up = f(x); x[i] = s - h; double dn = f(x); x[i] = s;
+    report(i ? "ad.1" : "ad.0", d[i]);
+    report(i ? "fd.1" : "fd.0", (up - dn) / (2 * h));
+  }
+  return 0;
+}
+"""
+
+
+def call_tree_program(depth: int, top: int, body: str, defs: str = "", setup: str = "") -> str:
+    """A whole program (after :data:`PRELUDE`) on :func:`call_tree_source`'s tree: ``defs`` (more C
+    definitions), ``f(x0)`` running ``body`` on a pair of bodies ``b`` made from ``x0`` and returning
+    ``b[0].x * b[1].x``, and ``main`` running ``setup``, then reporting f's gradient (``ad.0``, ``ad.1``) and
+    central differences (``fd.0``, ``fd.1``)."""
+    return "\n".join([*call_tree_source(depth, top), defs,
+                       _TREE_MAIN.replace("BODY", body).replace("SETUP", setup)])
+
+
+def assert_tree_gradient(out: str, least: float) -> None:
+    """The output of a :func:`call_tree_program`: each gradient element larger than ``least`` (a gradient
+    that is there) and within 1e-6 of central differences (relative)."""
+    v = dict((k, float(x)) for k, x in (line.split() for line in out.splitlines()))
+    for i in (0, 1):
+        assert abs(v[f"ad.{i}"]) > least  # (a gradient that is there)
+        assert abs(v[f"ad.{i}"] - v[f"fd.{i}"]) <= 1e-6 * abs(v[f"fd.{i}"]), v
+
+
 def build_and_run(runner, source: str, opt: str = "-O2", extra=(), name: str = "t") -> dict[str, float]:
     runner.write(f"{name}.c", PRELUDE + source)
     runner(opt, f"{name}.c", "-lm", "-o", name, *extra)

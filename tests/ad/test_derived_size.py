@@ -15,7 +15,7 @@ import os
 import re
 import subprocess
 
-from adharness import PRELUDE, call_tree_source
+from adharness import PRELUDE, assert_tree_gradient, call_tree_program
 from enzcc_testing import need
 
 pytestmark = need("clang-22", "nm")
@@ -29,29 +29,10 @@ DEPTH = 8  # level3 expands to about 820 instructions: it is inlined (MAX_EXPAND
 def _source() -> str:
     """levelD calls level(D+1) twice (noinline: LLVM keeps the tree); the leaves step a pair of bodies. ``top``
     calls level3 four times: too large to inline itself, so it is differentiated on its own."""
-    lines = call_tree_source(DEPTH, 3)
-    lines.append(r"""
+    return call_tree_program(DEPTH, 3, "top(b);", defs=r"""
 __attribute__((noinline)) void top(struct body *b) {
   level3(b, 0); b[0].v *= 0.99; level3(b, 1); b[1].v *= 0.99; level3(b, 2); b[0].v *= 0.99; level3(b, 3);
-}
-double f(double *x0) {
-  struct body b[2] = {{x0[0], 0.0}, {x0[1], 0.1}};
-  top(b);
-  return b[0].x * b[1].x;
-}
-int main(void) {
-  double x[2] = {0.3, -0.4}, d[2] = {0, 0};
-  __enzyme_autodiff((void *)f, enzyme_dup, x, d);
-  for (int i = 0; i < 2; i++) {
-    double h = 1e-6, s = x[i];
-    x[i] = s + h; double up = f(x); x[i] = s - h; double dn = f(x); x[i] = s;
-    report(i ? "ad.1" : "ad.0", d[i]);
-    report(i ? "fd.1" : "fd.0", (up - dn) / (2 * h));
-  }
-  return 0;
-}
-""")
-    return "\n".join(lines)
+}""")
 
 
 def _derivative_text(enzcc) -> str:
@@ -77,11 +58,7 @@ def _derivative_text(enzcc) -> str:
 def test_body_budget_cuts_repeated_calls(enzcc):
     enzcc.write("tree.c", PRELUDE + _source())
     enzcc("-O2", "tree.c", "-lm", "-o", "tree", env=LARGE)
-    out = enzcc.run("./tree").stdout
-    v = dict((k, float(x)) for k, x in (line.split() for line in out.splitlines()))
-    for i in (0, 1):
-        assert abs(v[f"ad.{i}"]) > 0.1  # (a gradient that is there)
-        assert abs(v[f"ad.{i}"] - v[f"fd.{i}"]) <= 1e-6 * abs(v[f"fd.{i}"]), v
+    assert_tree_gradient(enzcc.run("./tree").stdout, 0.1)
     defined = set(re.findall(r"^define [^@]*@([\w.]+)\(", _derivative_text(enzcc), re.M))
     # top is differentiated on its own (too large to inline); inside it, one level3 is inlined and the other
     # three calls go through level3's own derived functions (before: all four inlined, no augmented_level3)

@@ -7,7 +7,7 @@ the program (the cut callee's augmented primal)."""
 
 import subprocess
 
-from adharness import PRELUDE, call_tree_source
+from adharness import PRELUDE, assert_tree_gradient, call_tree_program
 from enzcc_testing import need
 
 pytestmark = need("clang-22", "nm")
@@ -19,45 +19,20 @@ def _dag_source() -> str:
     """level0 calls level1 twice, which calls level2 twice... (noinline: LLVM keeps the tree); the leaves step a
     pair of bodies. ``other`` (called only with an argument on the command line) is as large and has a stack
     array of variable size, which a function differentiated as a call cannot have."""
-    lines = call_tree_source(DEPTH, 0)
-    lines.append(r"""
+    return call_tree_program(DEPTH, 0, "level0(b, 0);\n  if (mode) other(b, mode + 2);", defs=r"""
 __attribute__((noinline)) void other(struct body *b, int n) {
   double tmp[n];
   for (int i = 0; i < n; i++) tmp[i] = b[i & 1].x * (i + 1);
   level11(b, n); level11(b, n + 1);
   for (int i = 0; i < n; i++) b[i & 1].v += 1e-3 * tmp[n - 1 - i];
 }
-int mode;
-double f(double *x0) {
-  struct body b[2] = {{x0[0], 0.0}, {x0[1], 0.1}};
-  level0(b, 0);
-  if (mode) other(b, mode + 2);
-  return b[0].x * b[1].x;
-}
-int main(int argc, char **argv) {
-  mode = argc > 1;
-  double x[2] = {0.3, -0.4}, d[2] = {0, 0};
-  __enzyme_autodiff((void *)f, enzyme_dup, x, d);
-  for (int i = 0; i < 2; i++) {
-    double h = 1e-6, s = x[i];
-    x[i] = s + h; double up = f(x); x[i] = s - h; double dn = f(x); x[i] = s;
-    report(i ? "ad.1" : "ad.0", d[i]);
-    report(i ? "fd.1" : "fd.0", (up - dn) / (2 * h));
-  }
-  return 0;
-}
-""")
-    return "\n".join(lines)
+int mode;""", setup="mode = argc > 1;")
 
 
 def test_exponential_call_tree_is_cut_and_differentiated(enzcc):
     enzcc.write("dag.c", PRELUDE + _dag_source())
     enzcc("-O2", "dag.c", "-lm", "-o", "dag", env={"ENZCC_AD_LARGE_EXPANSION": "0"})  # (the large budgets)
-    out = enzcc.run("./dag").stdout
-    v = dict((k, float(x)) for k, x in (line.split() for line in out.splitlines()))
-    for i in (0, 1):
-        assert abs(v[f"ad.{i}"]) > 1.0  # (a gradient that is there)
-        assert abs(v[f"ad.{i}"] - v[f"fd.{i}"]) <= 1e-6 * abs(v[f"fd.{i}"]), v
+    assert_tree_gradient(enzcc.run("./dag").stdout, 1.0)
     symbols = subprocess.run(["nm", str(enzcc.cwd / "dag")], capture_output=True, text=True).stdout
     # (the cut: the first level whose expansion is past the limit is called through its augmented primal)
     assert "augmented_level10" in symbols, symbols

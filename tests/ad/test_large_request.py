@@ -7,7 +7,7 @@ callees under 30,000) kept the former limits and inlined up to 12,000 instructio
 
 import subprocess
 
-from adharness import PRELUDE, call_tree_source
+from adharness import PRELUDE, assert_tree_gradient, call_tree_program
 from enzcc_testing import need
 
 pytestmark = need("clang-22", "nm")
@@ -19,36 +19,13 @@ DEPTH = 16  # level0 with every call inlined: 2**16 leaves, past LARGE_PROGRAM
 
 
 def _source() -> str:
-    lines = call_tree_source(DEPTH, 0)
-    lines.append(r"""
-double f(double *x0) {
-  struct body b[2] = {{x0[0], 0.0}, {x0[1], 0.1}};
-  level0(b, 0);
-  return b[0].x * b[1].x;
-}
-int main(void) {
-  double x[2] = {0.3, -0.4}, d[2] = {0, 0};
-  __enzyme_autodiff((void *)f, enzyme_dup, x, d);
-  for (int i = 0; i < 2; i++) {
-    double h = 1e-6, s = x[i];
-    x[i] = s + h; double up = f(x); x[i] = s - h; double dn = f(x); x[i] = s;
-    report(i ? "ad.1" : "ad.0", d[i]);
-    report(i ? "fd.1" : "fd.0", (up - dn) / (2 * h));
-  }
-  return 0;
-}
-""")
-    return "\n".join(lines)
+    return call_tree_program(DEPTH, 0, "level0(b, 0);")
 
 
 def test_mid_size_callee_of_a_large_request_gets_the_large_budgets(enzcc):
     enzcc.write("tree.c", PRELUDE + _source())
     enzcc("-O2", "tree.c", "-lm", "-o", "tree", env={"ENZCC_AD_LARGE_EXPANSION": ""})  # (the default)
-    out = enzcc.run("./tree").stdout
-    v = dict((k, float(x)) for k, x in (line.split() for line in out.splitlines()))
-    for i in (0, 1):
-        assert abs(v[f"ad.{i}"]) > 1.0  # (a gradient that is there)
-        assert abs(v[f"ad.{i}"] - v[f"fd.{i}"]) <= 1e-6 * abs(v[f"fd.{i}"]), v
+    assert_tree_gradient(enzcc.run("./tree").stdout, 1.0)
     symbols = subprocess.run(["nm", str(enzcc.cwd / "tree")], capture_output=True, text=True).stdout
     # level7's derivative inlines callees of up to 1,000 instructions (level11 and below), 1,500 in all: level10
     # is a derived function of its own (decided per function, level7's derivative took in level8 and everything
