@@ -192,20 +192,26 @@ static void check_special_functions(void) {
 
 #define LUN 5
 
-/* c . A^-1 b by GSL's LU with partial pivoting */
-__attribute__((noinline)) static double lu_solve_dot(const double *a, const double *b, const double *c) {
-  double lu[LUN * LUN], x[LUN], r;
-  memcpy(lu, a, sizeof lu);
+/* x = LU^-1 b by GSL's LU with partial pivoting (lu: A, factored in place) */
+static void lu_solve(double *lu, const double *b, double *x) {
   gsl_matrix_view m = gsl_matrix_view_array(lu, LUN, LUN);
   gsl_vector_const_view bv = gsl_vector_const_view_array(b, LUN);
-  gsl_vector_const_view cv = gsl_vector_const_view_array(c, LUN);
   gsl_vector_view xv = gsl_vector_view_array(x, LUN);
   gsl_permutation *p = gsl_permutation_alloc(LUN);
   int sign;
   gsl_linalg_LU_decomp(&m.matrix, p, &sign);
   gsl_linalg_LU_solve(&m.matrix, p, &bv.vector, &xv.vector);
-  gsl_blas_ddot(&cv.vector, &xv.vector, &r);
   gsl_permutation_free(p);
+}
+
+/* c . A^-1 b: the LU solve, then gsl_blas_ddot */
+__attribute__((noinline)) static double lu_solve_dot(const double *a, const double *b, const double *c) {
+  double lu[LUN * LUN], x[LUN], r;
+  memcpy(lu, a, sizeof lu);
+  lu_solve(lu, b, x);
+  gsl_vector_const_view cv = gsl_vector_const_view_array(c, LUN);
+  gsl_vector_const_view xv = gsl_vector_const_view_array(x, LUN);
+  gsl_blas_ddot(&cv.vector, &xv.vector, &r);
   return r;
 }
 
@@ -214,14 +220,7 @@ static void lu_primal_solve(const double *a, const double *b, double *x, int tra
   double lu[LUN * LUN];
   for (int i = 0; i < LUN; i++)
     for (int j = 0; j < LUN; j++) lu[i * LUN + j] = transposed ? a[j * LUN + i] : a[i * LUN + j];
-  gsl_matrix_view m = gsl_matrix_view_array(lu, LUN, LUN);
-  gsl_vector_const_view bv = gsl_vector_const_view_array(b, LUN);
-  gsl_vector_view xv = gsl_vector_view_array(x, LUN);
-  gsl_permutation *p = gsl_permutation_alloc(LUN);
-  int sign;
-  gsl_linalg_LU_decomp(&m.matrix, p, &sign);
-  gsl_linalg_LU_solve(&m.matrix, p, &bv.vector, &xv.vector);
-  gsl_permutation_free(p);
+  lu_solve(lu, b, x);
 }
 
 #define LUP (LUN * LUN + 2 * LUN) /* A, b, c packed */
