@@ -360,38 +360,27 @@ ffi::Error EnzccCallCheckedImpl(ffi::RemainingArgs args, ffi::RemainingRets rets
                   ventry, &c);
 }
 
+// The attributes both targets take (enzcc_call_checked adds owner and describe after them)
+auto CallBinding() {
+  return ffi::Ffi::Bind()
+      .RemainingArgs()
+      .RemainingRets()
+      .Attr<std::string_view>("kernel")
+      .Attr<std::string_view>("entry")
+      .Attr<int64_t>("arrays")
+      .Attr<ffi::Span<const int64_t>>("slot_kind")
+      .Attr<ffi::Span<const int64_t>>("slot_index")
+      .Attr<ffi::Span<const int64_t>>("ints")
+      .Attr<ffi::Span<const int64_t>>("zero")
+      .Attr<int64_t>("batch")
+      .Attr<ffi::Span<const int64_t>>("batched")
+      .Attr<ffi::Span<const int64_t>>("scratch")
+      .Attr<std::string_view>("ventry");
+}
+
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(EnzccCall, EnzccCallImpl,
-                              ffi::Ffi::Bind()
-                                  .RemainingArgs()
-                                  .RemainingRets()
-                                  .Attr<std::string_view>("kernel")
-                                  .Attr<std::string_view>("entry")
-                                  .Attr<int64_t>("arrays")
-                                  .Attr<ffi::Span<const int64_t>>("slot_kind")
-                                  .Attr<ffi::Span<const int64_t>>("slot_index")
-                                  .Attr<ffi::Span<const int64_t>>("ints")
-                                  .Attr<ffi::Span<const int64_t>>("zero")
-                                  .Attr<int64_t>("batch")
-                                  .Attr<ffi::Span<const int64_t>>("batched")
-                                  .Attr<ffi::Span<const int64_t>>("scratch")
-                                  .Attr<std::string_view>("ventry"));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(EnzccCall, EnzccCallImpl, CallBinding());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(EnzccCallChecked, EnzccCallCheckedImpl,
-                              ffi::Ffi::Bind()
-                                  .RemainingArgs()
-                                  .RemainingRets()
-                                  .Attr<std::string_view>("kernel")
-                                  .Attr<std::string_view>("entry")
-                                  .Attr<int64_t>("arrays")
-                                  .Attr<ffi::Span<const int64_t>>("slot_kind")
-                                  .Attr<ffi::Span<const int64_t>>("slot_index")
-                                  .Attr<ffi::Span<const int64_t>>("ints")
-                                  .Attr<ffi::Span<const int64_t>>("zero")
-                                  .Attr<int64_t>("batch")
-                                  .Attr<ffi::Span<const int64_t>>("batched")
-                                  .Attr<ffi::Span<const int64_t>>("scratch")
-                                  .Attr<std::string_view>("ventry")
-                                  .Attr<std::string_view>("owner")
-                                  .Attr<std::string_view>("describe"));
+                              CallBinding().Attr<std::string_view>("owner").Attr<std::string_view>("describe"));
