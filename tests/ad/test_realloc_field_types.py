@@ -13,6 +13,7 @@ import pytest
 
 from adharness import build_and_run
 from enzcc_testing import need
+from test_realloc_records import SIM_DRIVER
 
 pytestmark = need("clang-22")
 
@@ -58,35 +59,8 @@ double cs(struct sim *s) {  /* (REBOUND's IAS15 csa0: doubles, read as vectors o
 #ifdef USE_AS_DOUBLES
 double sum(struct sim *s) { double t = 0; for (int i = 0; i < s->n; i++) t += ((double *)s->ig.backup)[i]; return t; }
 #endif
-double f(struct sim *s, const double *x) {
-  for (int i = 0; i < 5; i++) {
-    struct rec r = {x[i], x[i] * x[i], 0, (unsigned)i, 1.0 + i};
-    add(s, r);
-  }
-  double e = 0;
-  for (int i = 0; i < s->n; i++) e += s->recs[i].m * sin(s->recs[i].x) * s->recs[i].v + s->recs[i].id;
-  return e;
-}
-static double run(const double *x) {
-  struct sim s = {1, 1, malloc(sizeof(struct rec)), {0, 0}};
-  s.recs[0] = (struct rec){0.7, 0.2, 0, 9, 2.0};
-  double e = f(&s, x); free(s.recs); free(s.ig.backup); free(s.ig.dcrit); free(s.ig.map); free(s.ig.cs); return e;
-}
-int main(void) {
-  double x[5] = {0.1, 0.2, 0.3, 0.4, 0.5}, dx[5] = {0};
-  struct sim s = {1, 1, malloc(sizeof(struct rec)), {0, 0}}, ds = {1, 1, calloc(1, sizeof(struct rec)), {0, 0}};
-  s.recs[0] = (struct rec){0.7, 0.2, 0, 9, 2.0};
-  struct rec *d0 = ds.recs;
-  __enzyme_autodiff((void *)f, enzyme_dup, &s, &ds, enzyme_dup, x, dx);
-  report("ad.rx", d0[0].x); report("ad.rv", d0[0].v);
-  report("an.rx", 2.0 * cos(0.7) * 0.2); report("an.rv", 2.0 * sin(0.7));
-  for (int i = 0; i < 5; i++) {
-    double h = 1e-6, t = x[i]; x[i] = t + h; double up = run(x); x[i] = t - h; double dn = run(x); x[i] = t;
-    char k[8]; sprintf(k, "ad.%d", i); report(k, dx[i]); sprintf(k, "fd.%d", i); report(k, (up - dn) / (2 * h));
-  }
-  return 0;
-}
-"""
+#define FREE_SIM(s) (free((s).recs), free((s).ig.backup), free((s).ig.dcrit), free((s).ig.map), free((s).ig.cs))
+""" + SIM_DRIVER
 
 
 @pytest.mark.parametrize("opt,use", [("-O0", "-DUSE_AS_RECORDS"), ("-O2", "-DUSE_AS_RECORDS"),
